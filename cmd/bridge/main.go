@@ -1,0 +1,152 @@
+// Command bridge serves the etcd v2 keys and watch API from etcd v3.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v2api"
+	"github.com/v2bridge/v2bridge/v3backend"
+)
+
+// Set at build time with -ldflags "-X main.version=... -X main.gitCommit=...".
+var (
+	version   = "dev"
+	gitCommit = "unknown"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "bridge:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	c, err := parseConfig(args, getenv, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if c.showVersion {
+		commit := gitCommit
+		if bi, ok := debug.ReadBuildInfo(); ok && commit == "unknown" {
+			for _, s := range bi.Settings {
+				if s.Key == "vcs.revision" {
+					commit = s.Value
+				}
+			}
+		}
+		fmt.Printf("v2bridge version: %s\ngit commit: %s\ngo version: %s\n", version, commit, runtime.Version())
+		return nil
+	}
+	lg, err := newLogger(c.logLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lg.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serve(ctx, c, lg)
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zap.ParseAtomicLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = lvl
+	return zc.Build()
+}
+
+func serve(ctx context.Context, c *config, lg *zap.Logger) error {
+	layout, err := translate.NewLayout(c.dataPrefix, c.metaPrefix)
+	if err != nil {
+		return err
+	}
+	endpoints := splitList(c.endpoints)
+	var etcd *embed.Etcd
+	if len(endpoints) == 0 {
+		etcd, err = v3backend.StartEmbedded(v3backend.EmbeddedConfig{
+			Name: c.name, Dir: c.dataDir, ClientURL: c.embeddedClientURLs, PeerURL: c.embeddedPeerURLs,
+			AutoCompaction: c.autoCompaction,
+		})
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
+		endpoints = []string{c.embeddedClientURLs}
+		lg.Info("embedded etcd started", zap.String("client-url", c.embeddedClientURLs), zap.String("data-dir", c.dataDir))
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bcfg := v3backend.Config{
+		Endpoints: endpoints, DialTimeout: c.dialTimeout,
+		KeepAliveTime: c.dialKeepAliveTime, KeepAliveTimeout: c.dialKeepAliveTimeout,
+		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout, HeartbeatFailures: c.heartbeatFailures,
+		RequestTimeout: c.requestTimeout, Layout: layout, Logger: lg.Named("backend"), Registry: reg,
+	}
+	if c.user != "" {
+		bcfg.Username, bcfg.Password, _ = strings.Cut(c.user, ":")
+	}
+	if c.cacert != "" || c.cert != "" || c.insecureSkipTLSVerify {
+		ti := transport.TLSInfo{CertFile: c.cert, KeyFile: c.key, TrustedCAFile: c.cacert, InsecureSkipVerify: c.insecureSkipTLSVerify}
+		if bcfg.TLS, err = ti.ClientConfig(); err != nil {
+			return fmt.Errorf("backend TLS: %w", err)
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
+	be, err := v3backend.New(dctx, bcfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	api := v2api.New(v2api.Config{Store: be, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
+		Logger: lg.Named("v2api"), Registry: reg, Gatherer: reg, Watchers: be.Hub().Watchers})
+
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(lg.Named("http"))}
+	errc := make(chan error, 4)
+	for _, u := range splitList(c.listenClientURLs) {
+		pu, _ := url.Parse(u) // validated by parseConfig
+		ln, err := net.Listen("tcp", pu.Host)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", u, err)
+		}
+		lg.Info("serving the etcd v2 API", zap.String("url", u), zap.Strings("backend", endpoints))
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	select {
+	case <-ctx.Done():
+		lg.Info("shutting down")
+	case err := <-errc:
+		return err
+	}
+	// Watches are long-polls: end them (clients re-issue them elsewhere), then
+	// let in-flight requests finish.
+	be.Hub().EndAll("bridge shutting down")
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	return srv.Shutdown(sctx)
+}

@@ -1,0 +1,136 @@
+package translate
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Layout maps v2 paths to v3 keys (DESIGN §2): a v2 file /a/b is the v3 key
+// <data-prefix>/a/b holding the raw value; the bridge's own bookkeeping lives
+// under <meta-prefix>, which no v2 path can reach.
+type Layout struct {
+	DataPrefix string // "" or "/x" (no trailing slash)
+	MetaPrefix string // e.g. "_v2bridge/"
+}
+
+// NewLayout validates the two prefixes and refuses any overlap between the
+// data key space (dataPrefix + "/...") and the meta key space.
+func NewLayout(dataPrefix, metaPrefix string) (Layout, error) {
+	dp := strings.TrimRight(dataPrefix, "/")
+	if dp != "" && !strings.HasPrefix(dp, "/") {
+		return Layout{}, fmt.Errorf("data prefix %q must be empty or start with '/'", dataPrefix)
+	}
+	if metaPrefix == "" {
+		return Layout{}, fmt.Errorf("meta prefix must not be empty")
+	}
+	data := dp + "/"
+	if strings.HasPrefix(metaPrefix, data) || strings.HasPrefix(data, metaPrefix) {
+		return Layout{}, fmt.Errorf("meta prefix %q overlaps the data key space %q", metaPrefix, data)
+	}
+	return Layout{DataPrefix: dp, MetaPrefix: metaPrefix}, nil
+}
+
+// childPath is p + "/" except for the root, which is already "/".
+func childPath(p string) string {
+	if p == "/" {
+		return "/"
+	}
+	return p + "/"
+}
+
+// DataKey is the v3 key of the v2 file p.
+func (l Layout) DataKey(p string) string { return l.DataPrefix + p }
+
+// DataChildPrefix is the v3 prefix of everything below the v2 directory p.
+func (l Layout) DataChildPrefix(p string) string { return l.DataPrefix + childPath(p) }
+
+// MarkerKey is the v3 key that records the v2 directory p.
+func (l Layout) MarkerKey(p string) string { return l.MetaPrefix + "d" + l.DataPrefix + p }
+
+// MarkerChildPrefix is the v3 prefix of the markers of every directory below p.
+func (l Layout) MarkerChildPrefix(p string) string {
+	return l.MetaPrefix + "d" + l.DataPrefix + childPath(p)
+}
+
+// SeqKey holds the last in-order (POST) name used in directory p.
+func (l Layout) SeqKey(p string) string { return l.MetaPrefix + "s" + l.DataPrefix + p }
+
+// LeaseKey records the expiration of a lease the bridge granted; it is
+// attached to that lease, so it goes away with it.
+func (l Layout) LeaseKey(id int64) string {
+	return l.MetaPrefix + "l/" + strconv.FormatInt(id, 16)
+}
+
+// JournalKey is rewritten by every bridge write with the v2 action it made.
+func (l Layout) JournalKey() string { return l.MetaPrefix + "j" }
+
+// PathOfData returns the v2 path of a data key.
+func (l Layout) PathOfData(key string) (string, bool) {
+	if !strings.HasPrefix(key, l.DataPrefix+"/") {
+		return "", false
+	}
+	return key[len(l.DataPrefix):], true
+}
+
+// PathOfMarker returns the v2 directory a marker key records.
+func (l Layout) PathOfMarker(key string) (string, bool) {
+	pfx := l.MetaPrefix + "d" + l.DataPrefix + "/"
+	if !strings.HasPrefix(key, pfx) {
+		return "", false
+	}
+	return key[len(pfx)-1:], true
+}
+
+// WatchRange is one v3 key range covering both the data and the meta key
+// spaces, so one v3 watch sees a bridge write's data, markers and journal
+// record together, in the same revision.
+func (l Layout) WatchRange() (start, end string) {
+	data := l.DataPrefix + "/"
+	start, end = data, PrefixEnd(data)
+	if l.MetaPrefix < start {
+		start = l.MetaPrefix
+	}
+	if me := PrefixEnd(l.MetaPrefix); me > end {
+		end = me
+	}
+	return start, end
+}
+
+// PrefixEnd is the v3 range end covering every key with prefix p.
+func PrefixEnd(p string) string {
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return "\x00"
+}
+
+// Ancestors lists the directories above p, from the top down, without the root.
+func Ancestors(p string) []string {
+	var out []string
+	for i := 1; i < len(p); i++ {
+		if p[i] == '/' {
+			out = append(out, p[:i])
+		}
+	}
+	return out
+}
+
+// Parent is the v2 directory holding p.
+func Parent(p string) string {
+	i := strings.LastIndexByte(p, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
+}
+
+// IsHiddenName reports whether the last element of p starts with '_'.
+func IsHiddenName(p string) bool {
+	i := strings.LastIndexByte(p, '/')
+	return i >= 0 && i+1 < len(p) && p[i+1] == '_'
+}

@@ -1,0 +1,112 @@
+package translate
+
+import (
+	"time"
+)
+
+// v2 action names.
+const (
+	ActionGet              = "get"
+	ActionSet              = "set"
+	ActionCreate           = "create"
+	ActionUpdate           = "update"
+	ActionDelete           = "delete"
+	ActionCompareAndSwap   = "compareAndSwap"
+	ActionCompareAndDelete = "compareAndDelete"
+	ActionExpire           = "expire"
+)
+
+// Node is v2's NodeExtern: field order and omitempty rules are v2's, so the
+// JSON is byte-for-byte what a v2 client expects.
+type Node struct {
+	Key           string     `json:"key,omitempty"`
+	Value         *string    `json:"value,omitempty"`
+	Dir           bool       `json:"dir,omitempty"`
+	Expiration    *time.Time `json:"expiration,omitempty"`
+	TTL           int64      `json:"ttl,omitempty"`
+	Nodes         []*Node    `json:"nodes,omitempty"`
+	ModifiedIndex uint64     `json:"modifiedIndex,omitempty"`
+	CreatedIndex  uint64     `json:"createdIndex,omitempty"`
+}
+
+// Event is a v2 response or watch event.
+type Event struct {
+	Action   string `json:"action"`
+	Node     *Node  `json:"node,omitempty"`
+	PrevNode *Node  `json:"prevNode,omitempty"`
+	// EtcdIndex is sent as X-Etcd-Index, not in the body.
+	EtcdIndex uint64 `json:"-"`
+}
+
+// IsCreated reports whether v2 answers this event with 201.
+func (e *Event) IsCreated() bool {
+	return e.Action == ActionCreate || (e.Action == ActionSet && e.PrevNode == nil)
+}
+
+// Index is the v2 index of the event (its node's modifiedIndex).
+func (e *Event) Index() uint64 {
+	if e.Node == nil {
+		return 0
+	}
+	return e.Node.ModifiedIndex
+}
+
+// SetExpiration fills expiration and ttl as v2 shows them: ttl is the
+// remaining time rounded up to whole seconds.
+func (n *Node) SetExpiration(exp time.Time, now time.Time) {
+	t := exp.UTC()
+	n.Expiration = &t
+	d := exp.Sub(now)
+	ttl := d / time.Second
+	if d%time.Second > 0 {
+		ttl++
+	}
+	n.TTL = int64(ttl)
+}
+
+func strPtr(s string) *string { return &s }
+
+// KV is a v3 key-value as the bridge reads it.
+type KV struct {
+	Key            string
+	Value          []byte
+	CreateRevision int64
+	ModRevision    int64
+	Lease          int64
+}
+
+// Leases resolves the expiration of v3 leases; a lease it does not know is
+// shown as permanent.
+type Leases map[int64]time.Time
+
+func (ls Leases) apply(n *Node, lease int64, now time.Time) {
+	if lease == 0 {
+		return
+	}
+	if exp, ok := ls[lease]; ok {
+		n.SetExpiration(exp, now)
+	}
+}
+
+// FileNode is the v2 node of a file stored at kv.
+func FileNode(p string, kv *KV, ls Leases, now time.Time) *Node {
+	n := &Node{Key: p, Value: strPtr(string(kv.Value)),
+		ModifiedIndex: uint64(kv.ModRevision), CreatedIndex: uint64(kv.CreateRevision)}
+	ls.apply(n, kv.Lease, now)
+	return n
+}
+
+// DirNode is the v2 node of a directory; marker may be nil for a directory
+// that exists only because keys exist below it (written by v3 clients).
+func DirNode(p string, marker *KV, ls Leases, now time.Time) *Node {
+	n := &Node{Key: p, Dir: true}
+	if p == "/" {
+		n.Key = ""
+		return n
+	}
+	if marker != nil {
+		n.ModifiedIndex, n.CreatedIndex = uint64(marker.ModRevision), uint64(marker.CreateRevision)
+		ls.apply(n, marker.Lease, now)
+	}
+	return n
+}

@@ -1,0 +1,496 @@
+package translate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// MaxLeaseTTL is etcd's largest lease TTL in seconds.
+const MaxLeaseTTL = 9000000000
+
+// Read is one read of a write's snapshot: a single key, or (End != "") the
+// first key of a range, which tells whether the range is empty.
+type Read struct {
+	Key, End string
+}
+
+// Ancestor is what a snapshot knows of one directory above the target.
+type Ancestor struct {
+	Path         string
+	File, Marker *KV
+}
+
+// Snapshot is everything a v2 write or a miss needs to know about a path, read
+// in one v3 transaction at revision Rev.
+type Snapshot struct {
+	Path                   string
+	Rev                    int64
+	File, Marker           *KV
+	DataChild, MarkerChild *KV // first key below the path, if any
+	Ancestors              []Ancestor
+	Seq                    *KV // POST only
+}
+
+// SnapshotReads lists the reads of a snapshot of p, in the order NewSnapshot
+// expects their results.
+func (l Layout) SnapshotReads(p string, withSeq bool) []Read {
+	dc, mc := l.DataChildPrefix(p), l.MarkerChildPrefix(p)
+	rs := []Read{{Key: l.DataKey(p)}, {Key: l.MarkerKey(p)}, {Key: dc, End: PrefixEnd(dc)}, {Key: mc, End: PrefixEnd(mc)}}
+	for _, a := range Ancestors(p) {
+		rs = append(rs, Read{Key: l.DataKey(a)}, Read{Key: l.MarkerKey(a)})
+	}
+	if withSeq {
+		rs = append(rs, Read{Key: l.SeqKey(p)})
+	}
+	return rs
+}
+
+// NewSnapshot assembles the results of SnapshotReads (nil for absent).
+func (l Layout) NewSnapshot(p string, rev int64, withSeq bool, kvs []*KV) *Snapshot {
+	s := &Snapshot{Path: p, Rev: rev, File: kvs[0], Marker: kvs[1], DataChild: kvs[2], MarkerChild: kvs[3]}
+	i := 4
+	for _, a := range Ancestors(p) {
+		s.Ancestors = append(s.Ancestors, Ancestor{Path: a, File: kvs[i], Marker: kvs[i+1]})
+		i += 2
+	}
+	if withSeq {
+		s.Seq = kvs[i]
+	}
+	if p == "/" { // the root is a directory whatever v3 keys say
+		s.File, s.Marker = nil, nil
+	}
+	return s
+}
+
+func (s *Snapshot) isRoot() bool     { return s.Path == "/" }
+func (s *Snapshot) fileExists() bool { return s.File != nil }
+func (s *Snapshot) dirExists() bool {
+	return s.File == nil && (s.isRoot() || s.Marker != nil || s.DataChild != nil || s.MarkerChild != nil)
+}
+func (s *Snapshot) exists() bool      { return s.fileExists() || s.dirExists() }
+func (s *Snapshot) hasChildren() bool { return s.DataChild != nil || s.MarkerChild != nil }
+
+// ancestorFile is v2's 104: a file stands where a directory must be.
+func (s *Snapshot) ancestorFile() *Error {
+	for _, a := range s.Ancestors {
+		if a.File != nil {
+			return NewError(EcodeNotDir, a.Path, uint64(s.Rev))
+		}
+	}
+	return nil
+}
+
+// MissError is v2's internalGet failure for a missing path: 104 when the walk
+// meets a file, else 100 naming the first missing component.
+func (s *Snapshot) MissError() *Error {
+	if err := s.ancestorFile(); err != nil {
+		return err
+	}
+	// An ancestor exists if it has a marker or anything deeper exists.
+	exists := make([]bool, len(s.Ancestors))
+	deeper := false
+	for i := len(s.Ancestors) - 1; i >= 0; i-- {
+		deeper = deeper || s.Ancestors[i].Marker != nil
+		exists[i] = deeper
+	}
+	for i, a := range s.Ancestors {
+		if !exists[i] {
+			return NewError(EcodeKeyNotFound, a.Path, uint64(s.Rev))
+		}
+	}
+	return NewError(EcodeKeyNotFound, s.Path, uint64(s.Rev))
+}
+
+func (s *Snapshot) node(ls Leases, now time.Time) *Node {
+	if s.fileExists() {
+		return FileNode(s.Path, s.File, ls, now)
+	}
+	return DirNode(s.Path, s.Marker, ls, now)
+}
+
+// CmpTarget names the v3 field a guard compares.
+type CmpTarget int
+
+const (
+	CmpMod CmpTarget = iota
+	CmpCreate
+)
+
+// Cmp is a v3 transaction compare: Target(Key[..End]) Result Value.
+type Cmp struct {
+	Key, End string
+	Target   CmpTarget
+	Result   string
+	Value    int64
+}
+
+// OpType is a v3 transaction operation.
+type OpType int
+
+const (
+	OpPut OpType = iota
+	OpDelete
+)
+
+// Op is one v3 operation of a write; End != "" deletes a range.
+type Op struct {
+	Type      OpType
+	Key, End  string
+	Value     []byte
+	WithLease bool
+}
+
+// Plan is a v2 write as one v3 transaction: if every Cmp still holds (nothing
+// the decision depended on changed since the snapshot), apply Ops.
+type Plan struct {
+	Cmps []Cmp
+	Ops  []Op
+	// TTL > 0 asks for a lease of that many seconds, attached to the ops
+	// marked WithLease; Bind records it.
+	TTL     int64
+	Refresh bool
+	event   Event
+	layout  Layout
+	lease   int64
+}
+
+// Guards are the compares that hold while nothing read by s has changed.
+func (l Layout) Guards(s *Snapshot) []Cmp {
+	var cs []Cmp
+	single := func(key string, kv *KV) {
+		var rev int64
+		if kv != nil {
+			rev = kv.ModRevision
+		}
+		cs = append(cs, Cmp{Key: key, Target: CmpMod, Result: "=", Value: rev})
+	}
+	prefix := func(pfx string, kv *KV) {
+		if kv == nil {
+			cs = append(cs, Cmp{Key: pfx, End: PrefixEnd(pfx), Target: CmpCreate, Result: "=", Value: 0})
+		} else {
+			cs = append(cs, Cmp{Key: kv.Key, Target: CmpMod, Result: "=", Value: kv.ModRevision})
+		}
+	}
+	if !s.isRoot() {
+		single(l.DataKey(s.Path), s.File)
+		single(l.MarkerKey(s.Path), s.Marker)
+	}
+	prefix(l.DataChildPrefix(s.Path), s.DataChild)
+	prefix(l.MarkerChildPrefix(s.Path), s.MarkerChild)
+	for _, a := range s.Ancestors {
+		single(l.DataKey(a.Path), a.File)
+		single(l.MarkerKey(a.Path), a.Marker)
+	}
+	return cs
+}
+
+// PlanWrite decides a v2 write (PUT, POST or DELETE) against a snapshot the
+// way v2's store does, returning the v2 error or the v3 transaction.
+func (l Layout) PlanWrite(r *Request, s *Snapshot, ls Leases, now time.Time) (*Plan, *Error) {
+	idx := uint64(s.Rev)
+	if r.TTL != nil && *r.TTL > MaxLeaseTTL {
+		return nil, NewError(EcodeTTLNaN, fmt.Sprintf("ttl exceeds the maximum of %d", int64(MaxLeaseTTL)), 0)
+	}
+	p := &Plan{layout: l, Refresh: r.Refresh}
+	p.Cmps = l.Guards(s)
+	if r.TTL != nil {
+		p.TTL = int64(*r.TTL)
+		if p.TTL < 1 {
+			p.TTL = 1 // v2's ttl=0 expires at once; v3 rounds to its minimum lease
+		}
+	}
+	switch r.Method {
+	case "POST":
+		return p, l.planCreate(p, r, s, now, true)
+	case "DELETE":
+		if r.HasCompare() {
+			return p, l.planCompareAndDelete(p, r, s, ls, now)
+		}
+		return p, l.planDelete(p, r, s, ls, now)
+	case "PUT":
+	default:
+		return nil, NewError(EcodeRaftInternal, "unsupported method "+r.Method, idx)
+	}
+	switch {
+	case r.PrevExist != nil && *r.PrevExist && !r.HasCompare():
+		return p, l.planUpdate(p, r, s, ls, now)
+	case r.PrevExist != nil && *r.PrevExist, r.PrevExist == nil && r.HasCompare():
+		return p, l.planCompareAndSwap(p, r, s, ls, now)
+	case r.PrevExist != nil:
+		return p, l.planCreate(p, r, s, now, false)
+	default:
+		return p, l.planSet(p, r, s, ls, now)
+	}
+}
+
+func (l Layout) markAncestors(p *Plan, s *Snapshot) {
+	for _, a := range s.Ancestors {
+		if a.Marker == nil {
+			p.Ops = append(p.Ops, Op{Type: OpPut, Key: l.MarkerKey(a.Path)})
+		}
+	}
+}
+
+// putNode writes the new node at path: a file or a directory marker.
+func (l Layout) putNode(p *Plan, path string, dir bool, value string) *Node {
+	if dir {
+		p.Ops = append(p.Ops, Op{Type: OpPut, Key: l.MarkerKey(path), WithLease: p.TTL > 0})
+		return &Node{Key: path, Dir: true}
+	}
+	p.Ops = append(p.Ops, Op{Type: OpPut, Key: l.DataKey(path), Value: []byte(value), WithLease: p.TTL > 0})
+	return &Node{Key: path, Value: strPtr(value)}
+}
+
+func (l Layout) planSet(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
+	idx := uint64(s.Rev)
+	if err := s.ancestorFile(); err != nil {
+		return err
+	}
+	value := r.Value
+	if r.Refresh {
+		if !s.exists() {
+			return s.MissError()
+		}
+		if s.fileExists() {
+			value = string(s.File.Value)
+		}
+	}
+	if s.isRoot() {
+		return NewError(EcodeRootROnly, "/", idx)
+	}
+	if s.dirExists() {
+		return NewError(EcodeNotFile, s.Path, idx)
+	}
+	l.markAncestors(p, s)
+	p.event = Event{Action: ActionSet}
+	if s.fileExists() {
+		p.event.PrevNode = s.node(ls, now)
+		if r.Dir {
+			p.Ops = append(p.Ops, Op{Type: OpDelete, Key: l.DataKey(s.Path)})
+		}
+	}
+	p.event.Node = l.putNode(p, s.Path, r.Dir, value)
+	return nil
+}
+
+func (l Layout) planCreate(p *Plan, r *Request, s *Snapshot, now time.Time, unique bool) *Error {
+	idx := uint64(s.Rev)
+	target := s.Path
+	if unique {
+		// In-order names follow the revision the write will most likely get,
+		// and a per-directory sequence key keeps them unique and increasing
+		// across bridges even when other writes interleave.
+		n := s.Rev + 1
+		if s.Seq != nil {
+			if last, err := strconv.ParseInt(string(s.Seq.Value), 10, 64); err == nil && last >= n {
+				n = last + 1
+			}
+		}
+		target = childPath(s.Path) + fmt.Sprintf("%020d", n)
+		var seqRev int64
+		if s.Seq != nil {
+			seqRev = s.Seq.ModRevision
+		}
+		p.Cmps = append(p.Cmps, Cmp{Key: l.SeqKey(s.Path), Target: CmpMod, Result: "=", Value: seqRev})
+		p.Ops = append(p.Ops, Op{Type: OpPut, Key: l.SeqKey(s.Path), Value: []byte(strconv.FormatInt(n, 10))})
+	} else if s.isRoot() {
+		return NewError(EcodeRootROnly, "/", idx)
+	}
+	if err := s.ancestorFile(); err != nil {
+		return err
+	}
+	if unique {
+		if s.fileExists() {
+			return NewError(EcodeNotDir, s.Path, idx)
+		}
+		l.markAncestors(p, s)
+		if !s.isRoot() && s.Marker == nil {
+			p.Ops = append(p.Ops, Op{Type: OpPut, Key: l.MarkerKey(s.Path)})
+		}
+	} else {
+		if s.exists() {
+			return NewError(EcodeNodeExist, s.Path, idx)
+		}
+		l.markAncestors(p, s)
+	}
+	p.event = Event{Action: ActionCreate}
+	p.event.Node = l.putNode(p, target, r.Dir, r.Value)
+	return nil
+}
+
+func (l Layout) planUpdate(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
+	idx := uint64(s.Rev)
+	if s.isRoot() {
+		return NewError(EcodeRootROnly, "/", idx)
+	}
+	if !s.exists() {
+		return s.MissError()
+	}
+	if s.dirExists() && r.Value != "" {
+		return NewError(EcodeNotFile, s.Path, idx)
+	}
+	value := r.Value
+	if r.Refresh && s.fileExists() {
+		value = string(s.File.Value)
+	}
+	p.event = Event{Action: ActionUpdate, PrevNode: s.node(ls, now)}
+	l.markAncestors(p, s)
+	p.event.Node = l.putNode(p, s.Path, s.dirExists(), value)
+	p.event.Node.CreatedIndex = p.event.PrevNode.CreatedIndex
+	return nil
+}
+
+// compareFailCause is v2's getCompareFailCause.
+func compareFailCause(kv *KV, prevValue string, prevIndex uint64) (string, bool) {
+	indexOK := prevIndex == 0 || uint64(kv.ModRevision) == prevIndex
+	valueOK := prevValue == "" || string(kv.Value) == prevValue
+	switch {
+	case indexOK && valueOK:
+		return "", true
+	case indexOK:
+		return fmt.Sprintf("[%v != %v]", prevValue, string(kv.Value)), false
+	case valueOK:
+		return fmt.Sprintf("[%v != %v]", prevIndex, kv.ModRevision), false
+	default:
+		return fmt.Sprintf("[%v != %v] [%v != %v]", prevValue, string(kv.Value), prevIndex, kv.ModRevision), false
+	}
+}
+
+func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
+	idx := uint64(s.Rev)
+	if s.isRoot() {
+		return NewError(EcodeRootROnly, "/", idx)
+	}
+	if !s.exists() {
+		return s.MissError()
+	}
+	if s.dirExists() {
+		return NewError(EcodeNotFile, s.Path, idx)
+	}
+	if cause, ok := compareFailCause(s.File, r.PrevValue, r.PrevIndex); !ok {
+		return NewError(EcodeTestFailed, cause, idx)
+	}
+	value := r.Value
+	if r.Refresh {
+		value = string(s.File.Value)
+	}
+	p.event = Event{Action: ActionCompareAndSwap, PrevNode: s.node(ls, now)}
+	p.event.Node = l.putNode(p, s.Path, false, value)
+	p.event.Node.CreatedIndex = uint64(s.File.CreateRevision)
+	return nil
+}
+
+// deleteNode removes the node at s.Path and, for a directory, its subtree.
+func (l Layout) deleteNode(p *Plan, s *Snapshot, action string, ls Leases, now time.Time) {
+	prev := s.node(ls, now)
+	p.event = Event{Action: action, PrevNode: prev,
+		Node: &Node{Key: s.Path, Dir: prev.Dir, CreatedIndex: prev.CreatedIndex}}
+	if s.fileExists() {
+		p.Ops = append(p.Ops, Op{Type: OpDelete, Key: l.DataKey(s.Path)})
+		return
+	}
+	dc, mc, sc := l.DataChildPrefix(s.Path), l.MarkerChildPrefix(s.Path), l.SeqKey(s.Path)
+	p.Ops = append(p.Ops,
+		Op{Type: OpDelete, Key: dc, End: PrefixEnd(dc)},
+		Op{Type: OpDelete, Key: l.MarkerKey(s.Path)},
+		Op{Type: OpDelete, Key: mc, End: PrefixEnd(mc)},
+		Op{Type: OpDelete, Key: sc},
+		Op{Type: OpDelete, Key: sc + "/", End: PrefixEnd(sc + "/")},
+	)
+}
+
+func (l Layout) planDelete(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
+	idx := uint64(s.Rev)
+	if s.isRoot() {
+		return NewError(EcodeRootROnly, "/", idx)
+	}
+	if !s.exists() {
+		return s.MissError()
+	}
+	dir := r.Dir || r.Recursive
+	if s.dirExists() {
+		if !dir {
+			return NewError(EcodeNotFile, s.Path, idx)
+		}
+		if s.hasChildren() && !r.Recursive {
+			return NewError(EcodeDirNotEmpty, s.Path, idx)
+		}
+	}
+	l.deleteNode(p, s, ActionDelete, ls, now)
+	return nil
+}
+
+func (l Layout) planCompareAndDelete(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
+	idx := uint64(s.Rev)
+	if !s.exists() {
+		return s.MissError()
+	}
+	if s.dirExists() {
+		return NewError(EcodeNotFile, s.Path, idx)
+	}
+	if cause, ok := compareFailCause(s.File, r.PrevValue, r.PrevIndex); !ok {
+		return NewError(EcodeTestFailed, cause, idx)
+	}
+	l.deleteNode(p, s, ActionCompareAndDelete, ls, now)
+	return nil
+}
+
+// Journal is the record a bridge write leaves under the meta prefix in the
+// same revision, so watchers learn the exact v2 action. Values are left out
+// (the watch takes them from the data events); an index of 0 means "the
+// revision of this record".
+type Journal struct {
+	Action     string `json:"a"`
+	Node       *Node  `json:"n,omitempty"`
+	PrevNode   *Node  `json:"p,omitempty"`
+	Refresh    bool   `json:"r,omitempty"`
+	Sweep      bool   `json:"s,omitempty"`
+	DataPrefix string `json:"dp,omitempty"`
+}
+
+func stripValue(n *Node) *Node {
+	if n == nil {
+		return nil
+	}
+	c := *n
+	if c.Value != nil {
+		c.Value = strPtr("")
+	}
+	return &c
+}
+
+// Bind records the lease granted for the plan (0 when TTL == 0) and its
+// expiration, and appends the journal and lease records to the ops.
+func (p *Plan) Bind(lease int64, exp time.Time, now time.Time) {
+	p.lease = lease
+	if lease != 0 {
+		p.event.Node.SetExpiration(exp, now)
+		p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.LeaseKey(lease),
+			Value: []byte(strconv.FormatInt(exp.UnixNano(), 10)), WithLease: true})
+	}
+	j := Journal{Action: p.event.Action, Node: stripValue(p.event.Node), PrevNode: stripValue(p.event.PrevNode),
+		Refresh: p.Refresh, DataPrefix: p.layout.DataPrefix}
+	b, _ := json.Marshal(j) // plain fields: cannot fail
+	p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.JournalKey(), Value: b})
+}
+
+// Lease is the lease Bind recorded.
+func (p *Plan) Lease() int64 { return p.lease }
+
+// Action is the v2 action the plan performs.
+func (p *Plan) Action() string { return p.event.Action }
+
+// Result is the v2 response of the plan committed at revision rev.
+func (p *Plan) Result(rev int64) *Event {
+	ev := p.event
+	n := *ev.Node
+	n.ModifiedIndex = uint64(rev)
+	if n.CreatedIndex == 0 {
+		n.CreatedIndex = uint64(rev)
+	}
+	ev.Node = &n
+	ev.EtcdIndex = uint64(rev)
+	return &ev
+}

@@ -1,0 +1,411 @@
+// Package v2api is the etcd v2 HTTP surface of the bridge: it parses v2
+// requests, hands them to a Store, and writes v2's JSON, headers and errors.
+package v2api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v3backend"
+)
+
+// Store is what the HTTP layer needs from a backend; a decorator (metrics,
+// cross-checking) can wrap it without touching the handlers.
+type Store interface {
+	Get(ctx context.Context, r *translate.Request) (*translate.Event, v3backend.Meta, error)
+	Write(ctx context.Context, r *translate.Request) (*translate.Event, v3backend.Meta, error)
+	Watch(ctx context.Context, r *translate.Request) (*v3backend.Watcher, v3backend.Meta, error)
+	Health(ctx context.Context) error
+	Version(ctx context.Context) (string, error)
+	Meta() v3backend.Meta
+	Up() bool
+}
+
+// Config configures the HTTP surface.
+type Config struct {
+	Store         Store
+	Name          string
+	AdvertiseURLs []string
+	Logger        *zap.Logger
+	// Registry receives the HTTP metrics; Gatherer is served on /metrics.
+	Registry prometheus.Registerer
+	Gatherer prometheus.Gatherer
+	// WatchersGauge reports in-flight v2 watchers for /v2/stats/store.
+	Watchers func() int
+}
+
+// Server serves the v2 API.
+type Server struct {
+	cfg      Config
+	id       uint64
+	started  time.Time
+	stats    storeStats
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	router   *mux.Router
+}
+
+// New builds the v2 HTTP handler.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Name == "" {
+		cfg.Name = "v2bridge"
+	}
+	h := fnv.New64a()
+	h.Write([]byte(strings.Join(cfg.AdvertiseURLs, ",")))
+	s := &Server{cfg: cfg, id: h.Sum64(), started: time.Now()}
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_http_requests_total",
+		Help: "v2 HTTP requests by method, v2 action and HTTP status."}, []string{"method", "action", "code"})
+	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "v2bridge_http_request_duration_seconds",
+		Help:    "v2 HTTP request latency (watches excluded) by method and action.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}, []string{"method", "action"})
+	if cfg.Registry != nil {
+		cfg.Registry.MustRegister(s.requests, s.latency)
+	}
+	r := mux.NewRouter()
+	r.HandleFunc("/v2/keys", s.keys)
+	r.PathPrefix("/v2/keys/").HandlerFunc(s.keys)
+	r.HandleFunc("/v2/members", s.members)
+	r.HandleFunc("/v2/members/{id}", s.member)
+	r.HandleFunc("/v2/machines", s.machines)
+	r.HandleFunc("/v2/stats/self", s.statsSelf)
+	r.HandleFunc("/v2/stats/leader", s.statsLeader)
+	r.HandleFunc("/v2/stats/store", s.statsStore)
+	r.HandleFunc("/version", s.version)
+	r.HandleFunc("/health", s.health)
+	r.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	r.HandleFunc("/readyz", s.readyz)
+	if cfg.Gatherer != nil {
+		r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	s.router = r
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// ID is the member id the bridge reports for itself.
+func (s *Server) ID() uint64 { return s.id }
+
+func allowMethod(w http.ResponseWriter, m string, ms ...string) bool {
+	for _, a := range ms {
+		if m == a {
+			return true
+		}
+	}
+	w.Header().Set("Allow", strings.Join(ms, ","))
+	http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+	return false
+}
+
+// writeError writes a v2 error; anything that is not a v2 error is v2's 300
+// "Raft Internal Error" (HTTP 500), which v2 clients retry elsewhere.
+func writeError(w http.ResponseWriter, err error) int {
+	var ve *translate.Error
+	if !errors.As(err, &ve) {
+		ve = translate.NewError(translate.EcodeRaftInternal, err.Error(), 0)
+	}
+	w.Header().Add("X-Etcd-Index", strconv.FormatUint(ve.Index, 10))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ve.StatusCode())
+	_, _ = w.Write(ve.JSON())
+	return ve.StatusCode()
+}
+
+func setEventHeaders(w http.ResponseWriter, index uint64, meta v3backend.Meta) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Etcd-Index", strconv.FormatUint(index, 10))
+	// v3 has no raft index in its response header; the revision is the
+	// closest monotonic stand-in.
+	h.Set("X-Raft-Index", strconv.FormatUint(index, 10))
+	h.Set("X-Raft-Term", strconv.FormatUint(meta.RaftTerm, 10))
+}
+
+func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "HEAD", "GET", "PUT", "POST", "DELETE") {
+		return
+	}
+	start := time.Now()
+	action, code := "error", 0
+	defer func() {
+		s.requests.WithLabelValues(r.Method, action, strconv.Itoa(code)).Inc()
+		if action != "watch" {
+			s.latency.WithLabelValues(r.Method, action).Observe(time.Since(start).Seconds())
+		}
+	}()
+	w.Header().Set("X-Etcd-Cluster-Id", strconv.FormatUint(s.cfg.Store.Meta().ClusterID, 16))
+	if err := r.ParseForm(); err != nil {
+		code = writeError(w, translate.NewError(translate.EcodeInvalidForm, err.Error(), 0))
+		return
+	}
+	req, verr := translate.ParseRequest(r.Method, strings.TrimPrefix(r.URL.Path, "/v2/keys"), r.Form)
+	if verr != nil {
+		code = writeError(w, verr)
+		return
+	}
+	if req.IsWatch() {
+		action = "watch"
+		code = s.watch(w, r, req)
+		return
+	}
+	var ev *translate.Event
+	var meta v3backend.Meta
+	var err error
+	if r.Method == "GET" || r.Method == "HEAD" {
+		ev, meta, err = s.cfg.Store.Get(r.Context(), req)
+	} else {
+		ev, meta, err = s.cfg.Store.Write(r.Context(), req)
+	}
+	s.stats.count(req, ev, err)
+	if err != nil {
+		code = writeError(w, err)
+		return
+	}
+	action = ev.Action
+	w.Header().Set("X-Etcd-Cluster-Id", strconv.FormatUint(meta.ClusterID, 16))
+	setEventHeaders(w, ev.EtcdIndex, meta)
+	code = http.StatusOK
+	if ev.IsCreated() {
+		code = http.StatusCreated
+	}
+	w.WriteHeader(code)
+	if req.NoValueOnSuccess && (ev.Action == translate.ActionSet || ev.Action == translate.ActionCompareAndSwap ||
+		ev.Action == translate.ActionCreate || ev.Action == translate.ActionUpdate) {
+		ev = &translate.Event{Action: ev.Action}
+	}
+	_ = json.NewEncoder(w).Encode(ev)
+}
+
+// watch serves wait=true: any 401 is decided before the headers go out;
+// then the headers are flushed at once and one event (or, with stream=true,
+// every event) follows. A watch whose backend is lost ends with an empty body,
+// which v2 clients answer by re-issuing it.
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Request) int {
+	wa, meta, err := s.cfg.Store.Watch(r.Context(), req)
+	if err != nil {
+		return writeError(w, err)
+	}
+	defer wa.Cancel()
+	setEventHeaders(w, wa.StartIndex(), meta)
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	if fl != nil {
+		fl.Flush()
+	}
+	enc := json.NewEncoder(w)
+	send := func(ev *translate.Event) bool {
+		if err := enc.Encode(ev); err != nil || !req.Stream {
+			return false
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return true
+	}
+	for {
+		select {
+		case <-r.Context().Done():
+			return http.StatusOK
+		case ev := <-wa.Events():
+			if !send(ev) {
+				return http.StatusOK
+			}
+		case <-wa.Done():
+			for {
+				select {
+				case ev := <-wa.Events():
+					if !send(ev) {
+						return http.StatusOK
+					}
+				default:
+					return http.StatusOK
+				}
+			}
+		}
+	}
+}
+
+type member struct {
+	ID         string   `json:"id"`
+	Name       string   `json:"name"`
+	PeerURLs   []string `json:"peerURLs"`
+	ClientURLs []string `json:"clientURLs"`
+}
+
+// self is the one member the bridge advertises: v2 clients that sync their
+// endpoint list must keep talking to bridges, never to the v3 members.
+func (s *Server) self() member {
+	return member{ID: strconv.FormatUint(s.id, 16), Name: s.cfg.Name, PeerURLs: []string{}, ClientURLs: s.cfg.AdvertiseURLs}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) members(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET", "POST") {
+		return
+	}
+	w.Header().Set("X-Etcd-Cluster-Id", strconv.FormatUint(s.cfg.Store.Meta().ClusterID, 16))
+	if r.Method == "POST" {
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"message": "membership is managed on the etcd v3 cluster behind v2bridge"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string][]member{"members": {s.self()}})
+}
+
+func (s *Server) member(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET", "DELETE", "PUT") {
+		return
+	}
+	w.Header().Set("X-Etcd-Cluster-Id", strconv.FormatUint(s.cfg.Store.Meta().ClusterID, 16))
+	id := mux.Vars(r)["id"]
+	switch {
+	case r.Method == "GET" && id == "leader":
+		writeJSON(w, http.StatusOK, s.self())
+	case r.Method == "GET":
+		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+	case id == s.self().ID:
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"message": "membership is managed on the etcd v3 cluster behind v2bridge"})
+	default:
+		writeJSON(w, http.StatusNotFound, map[string]string{"message": "No such member: " + id})
+	}
+}
+
+func (s *Server) machines(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET", "HEAD") {
+		return
+	}
+	fmt.Fprint(w, strings.Join(s.cfg.AdvertiseURLs, ", "))
+}
+
+func (s *Server) statsSelf(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET") {
+		return
+	}
+	id := strconv.FormatUint(s.id, 16)
+	up := time.Since(s.started).String()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"name": s.cfg.Name, "id": id, "state": "StateLeader", "startTime": s.started,
+		"leaderInfo":           map[string]any{"leader": id, "uptime": up, "startTime": s.started},
+		"recvAppendRequestCnt": 0, "sendAppendRequestCnt": 0,
+	})
+}
+
+func (s *Server) statsLeader(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET") {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"leader": strconv.FormatUint(s.id, 16), "followers": map[string]any{}})
+}
+
+func (s *Server) statsStore(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET") {
+		return
+	}
+	m := s.stats.snapshot()
+	if s.cfg.Watchers != nil {
+		m["watchers"] = uint64(s.cfg.Watchers())
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (s *Server) version(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET") {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	v, err := s.cfg.Store.Version(ctx)
+	cluster := "not_decided"
+	if err != nil {
+		v = "not_decided"
+	} else if parts := strings.SplitN(v, ".", 3); len(parts) >= 2 {
+		cluster = parts[0] + "." + parts[1] + ".0"
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"etcdserver": v, "etcdcluster": cluster})
+}
+
+// health is 200 {"health":"true"} only while the backend answers a
+// linearizable read; 503 with the same shape otherwise.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET", "HEAD") {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.Store.Health(ctx); err != nil {
+		s.cfg.Logger.Debug("health check failed", zap.Error(err))
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"health": "false"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"health": "true"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.Store.Up() {
+		http.Error(w, "backend unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// storeStats counts operations for /v2/stats/store, as v2's store did.
+type storeStats struct {
+	c [14]atomic.Uint64
+}
+
+var statNames = [14]string{"getsSuccess", "getsFail", "setsSuccess", "setsFail", "deleteSuccess", "deleteFail",
+	"updateSuccess", "updateFail", "createSuccess", "createFail", "compareAndSwapSuccess", "compareAndSwapFail",
+	"compareAndDeleteSuccess", "compareAndDeleteFail"}
+
+func (st *storeStats) count(r *translate.Request, ev *translate.Event, err error) {
+	i := 0
+	switch {
+	case r.Method == "GET" || r.Method == "HEAD":
+		i = 0
+	case r.Method == "POST" || (r.PrevExist != nil && !*r.PrevExist):
+		i = 8
+	case r.Method == "DELETE" && r.HasCompare():
+		i = 12
+	case r.Method == "DELETE":
+		i = 4
+	case r.PrevExist != nil && *r.PrevExist && !r.HasCompare():
+		i = 6
+	case r.HasCompare():
+		i = 10
+	default:
+		i = 2
+	}
+	if err != nil {
+		i++
+	}
+	st.c[i].Add(1)
+}
+
+func (st *storeStats) snapshot() map[string]uint64 {
+	m := map[string]uint64{"expireCount": 0}
+	for i, n := range statNames {
+		m[n] = st.c[i].Load()
+	}
+	return m
+}

@@ -1,0 +1,54 @@
+package v3backend
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	backendUp       prometheus.Gauge
+	losses          prometheus.Counter
+	heartbeat       prometheus.Histogram
+	heartbeatMisses prometheus.Counter
+	recoverSeconds  prometheus.Histogram
+	detectSeconds   prometheus.Histogram
+	writeRetries    prometheus.Counter
+	v3Watches       prometheus.Gauge
+	v2Watchers      prometheus.Gauge
+	watchesErrored  prometheus.Counter
+	slowCutoffs     prometheus.Counter
+	eventsDelivered prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		backendUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_backend_up",
+			Help: "1 while an etcd v3 backend member is connected and answering heartbeats."}),
+		losses: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_losses_total",
+			Help: "Times the backend connection was declared lost."}),
+		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "v2bridge_backend_heartbeat_seconds",
+			Help: "Latency of successful backend heartbeats.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		heartbeatMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_heartbeat_misses_total",
+			Help: "Backend heartbeats that failed or timed out."}),
+		recoverSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "v2bridge_backend_recover_seconds",
+			Help: "Time from a declared loss until a backend member answered again.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 12)}),
+		detectSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "v2bridge_backend_detect_seconds",
+			Help: "Time from the last good heartbeat to the declared loss.", Buckets: prometheus.LinearBuckets(0.5, 0.5, 16)}),
+		writeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_write_conflicts_total",
+			Help: "v2 writes re-decided because a concurrent write changed what they read."}),
+		v3Watches: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_v3_watches",
+			Help: "etcd v3 watches open on behalf of v2 watchers."}),
+		v2Watchers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_v2_watchers",
+			Help: "v2 watch requests waiting for an event."}),
+		watchesErrored: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_watches_errored_total",
+			Help: "v2 watches ended because the backend feeding them was lost."}),
+		slowCutoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_watch_slow_cutoffs_total",
+			Help: "stream=true watchers cut off because they fell behind."}),
+		eventsDelivered: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_watch_events_delivered_total",
+			Help: "v2 events handed to watchers."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.recoverSeconds, m.detectSeconds,
+			m.writeRetries, m.v3Watches, m.v2Watchers, m.watchesErrored, m.slowCutoffs, m.eventsDelivered)
+	}
+	return m
+}
