@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +43,7 @@ type Member struct {
 	ClientURL string
 	PeerURL   string
 	Etcd      *embed.Etcd
+	stopOnce  sync.Once
 }
 
 // FreeURL returns http://127.0.0.1:<port> with a port the OS just handed out.
@@ -79,7 +81,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 			cfg.InitialCluster = strings.Join(initial, ",")
 			cfg.InitialClusterToken = "v2bridgetest"
-			cfg.LogLevel = "error"
+			cfg.LogLevel = "fatal" // etcd logs its own shutdown as errors
 			e, err := embed.StartEtcd(cfg)
 			if err != nil {
 				errc <- fmt.Errorf("start %s: %w", m.Name, err)
@@ -115,10 +117,17 @@ func (c *Cluster) Endpoints() []string {
 // Stop stops every member.
 func (c *Cluster) Stop() {
 	for _, m := range c.Members {
+		m.Stop()
+	}
+}
+
+// Stop stops the member (once; later calls do nothing).
+func (m *Member) Stop() {
+	m.stopOnce.Do(func() {
 		if m.Etcd != nil {
 			m.Etcd.Close()
 		}
-	}
+	})
 }
 
 // Client is a clientv3 client of the cluster (a v3-native reader or writer),

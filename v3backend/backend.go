@@ -18,6 +18,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -203,7 +205,8 @@ func (b *Backend) mapErr(s *session, err error) error {
 	if s.ctx.Err() != nil {
 		return ErrUnavailable
 	}
-	if errors.Is(err, rpctypes.ErrRequestTooLarge) || strings.Contains(err.Error(), "request is too large") {
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) || status.Code(err) == codes.ResourceExhausted ||
+		strings.Contains(err.Error(), "request is too large") {
 		return translate.NewError(translate.EcodeInvalidField,
 			"value too large: the request exceeds the etcd v3 backend's request size limit (--max-request-bytes)", 0)
 	}
