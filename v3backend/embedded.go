@@ -46,6 +46,8 @@ func StartEmbedded(c EmbeddedConfig) (*embed.Etcd, error) {
 	if cfg.AutoCompactionRetention == "" {
 		cfg.AutoCompactionRetention = "1h"
 	}
+	// embed.NewConfig leaves this 0, which logs every request as "expensive".
+	cfg.WarningUnaryRequestDuration = 300 * time.Millisecond
 	cfg.LogLevel = c.LogLevel
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "warn"
