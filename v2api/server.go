@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,7 +33,9 @@ type Store interface {
 	Health(ctx context.Context) error
 	Version(ctx context.Context) (string, error)
 	Meta() v3backend.Meta
-	Up() bool
+	// Ready reports whether the backend answers and the watch path works
+	// (the shared v3 watch has been created).
+	Ready() bool
 }
 
 // Config configures the HTTP surface.
@@ -44,8 +47,10 @@ type Config struct {
 	// Registry receives the HTTP metrics; Gatherer is served on /metrics.
 	Registry prometheus.Registerer
 	Gatherer prometheus.Gatherer
-	// WatchersGauge reports in-flight v2 watchers for /v2/stats/store.
+	// Watchers reports in-flight v2 watchers for /v2/stats/store.
 	Watchers func() int
+	// EnablePprof serves runtime profiles at /debug/pprof/.
+	EnablePprof bool
 }
 
 // Server serves the v2 API.
@@ -88,14 +93,35 @@ func New(cfg Config) *Server {
 	r.HandleFunc("/v2/stats/leader", s.statsLeader)
 	r.HandleFunc("/v2/stats/store", s.statsStore)
 	r.HandleFunc("/version", s.version)
-	r.HandleFunc("/health", s.health)
-	r.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	r.HandleFunc("/readyz", s.readyz)
-	if cfg.Gatherer != nil {
-		r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	s.addProbes(r)
+	if cfg.EnablePprof {
+		r.HandleFunc("/debug/pprof/", pprof.Index)
+		r.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		r.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		r.PathPrefix("/debug/pprof/").HandlerFunc(pprof.Index)
 	}
 	s.router = r
 	return s
+}
+
+// addProbes mounts what both the client and the metrics listeners serve.
+func (s *Server) addProbes(r *mux.Router) {
+	r.HandleFunc("/health", s.health)
+	r.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	r.HandleFunc("/readyz", s.readyz)
+	if s.cfg.Gatherer != nil {
+		r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+}
+
+// MetricsHandler serves only /metrics, /health, /readyz and /livez, for
+// --listen-metrics-urls.
+func (s *Server) MetricsHandler() http.Handler {
+	r := mux.NewRouter()
+	s.addProbes(r)
+	return r
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
@@ -361,9 +387,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"health": "true"})
 }
 
+// readyz fails until the backend answers and its watch path works.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if !s.cfg.Store.Up() {
-		http.Error(w, "backend unavailable", http.StatusServiceUnavailable)
+	if !s.cfg.Store.Ready() {
+		http.Error(w, "not ready: backend or its watch unavailable", http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "ok")

@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -52,6 +53,10 @@ type Config struct {
 	Layout   translate.Layout
 	Logger   *zap.Logger
 	Registry prometheus.Registerer
+
+	// DialOptions are added to the gRPC dial (for example client metrics
+	// interceptors).
+	DialOptions []grpc.DialOption
 
 	// Hub tuning (zero values take defaults).
 	RingSize      int
@@ -425,6 +430,9 @@ func toOps(ops []translate.Op, lease clientv3.LeaseID) []clientv3.Op {
 	}
 	return out
 }
+
+// Ready reports whether a member answers and the hub's watch is created.
+func (b *Backend) Ready() bool { return b.Up() && b.hub.Live() }
 
 // Watch registers a v2 watch (see Hub.Watch).
 func (b *Backend) Watch(ctx context.Context, r *translate.Request) (*Watcher, Meta, error) {

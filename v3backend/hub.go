@@ -136,6 +136,13 @@ func (h *Hub) endAllLocked(reason string) {
 	}
 }
 
+// Live reports whether the shared v3 watch is established.
+func (h *Hub) Live() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.live
+}
+
 // Watchers is the number of v2 watchers registered with the shared watch.
 func (h *Hub) Watchers() int {
 	h.mu.Lock()

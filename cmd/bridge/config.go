@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // config is every setting of the bridge; each flag can also be set as
@@ -40,7 +42,17 @@ type config struct {
 
 	name        string
 	logLevel    string
+	logFormat   string
 	showVersion bool
+	configFile  string
+
+	// Served-side TLS, as etcd's client listener.
+	certFile, keyFile, trustedCAFile, clientCRLFile string
+	clientCertAuth                                  bool
+	tlsMinVersion                                   string
+
+	listenMetricsURLs string
+	enablePprof       bool
 }
 
 func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
@@ -69,6 +81,16 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.metaPrefix, "meta-prefix", "_v2bridge/", "v3 key prefix of the bridge's bookkeeping (no leading slash)")
 	fs.StringVar(&c.name, "name", "v2bridge", "member name reported by /v2/members")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
+	fs.StringVar(&c.configFile, "config-file", "", "YAML file of settings named like the flags")
+	fs.StringVar(&c.certFile, "cert-file", "", "server certificate for https listen URLs (re-read on every new connection, so rotation needs no restart)")
+	fs.StringVar(&c.keyFile, "key-file", "", "server key for https listen URLs")
+	fs.StringVar(&c.trustedCAFile, "trusted-ca-file", "", "CA bundle to verify client certificates")
+	fs.BoolVar(&c.clientCertAuth, "client-cert-auth", false, "require client certificates signed by --trusted-ca-file")
+	fs.StringVar(&c.clientCRLFile, "client-crl-file", "", "certificate revocation list checked for client certificates")
+	fs.StringVar(&c.tlsMinVersion, "tls-min-version", "TLS1.2", "minimum TLS version served: TLS1.2 or TLS1.3")
+	fs.StringVar(&c.listenMetricsURLs, "listen-metrics-urls", "", "extra listeners serving only /metrics, /health, /readyz, /livez")
+	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "serve runtime profiles at /debug/pprof/ on the client URLs")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	return fs
 }
@@ -84,6 +106,22 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	if err := applySources(fs, getenv); err != nil {
+		return nil, err
+	}
+	if c.advertiseClientURLs == "" {
+		c.advertiseClientURLs = c.listenClientURLs
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// applySources fills the flags not given on the command line, first from
+// V2BRIDGE_* environment variables, then from --config-file: one rule,
+// command line > environment > config file > default.
+func applySources(fs *flag.FlagSet, getenv func(string) string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
@@ -96,26 +134,106 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 			if err := f.Value.Set(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", env, err))
 			}
+			set[f.Name] = true
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return err
 	}
-	if c.advertiseClientURLs == "" {
-		c.advertiseClientURLs = c.listenClientURLs
+	cf := fs.Lookup("config-file")
+	if cf == nil || cf.Value.String() == "" {
+		return nil
 	}
-	for _, list := range []string{c.listenClientURLs, c.advertiseClientURLs} {
+	vals, err := readConfigFile(cf.Value.String())
+	if err != nil {
+		return err
+	}
+	for name, v := range vals {
+		f := fs.Lookup(name)
+		if f == nil || name == "config-file" {
+			errs = append(errs, fmt.Errorf("%s: unknown setting %q", cf.Value.String(), name))
+			continue
+		}
+		if set[name] {
+			continue
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %s: %w", cf.Value.String(), name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readConfigFile reads a YAML map of flag names to values; lists become
+// comma-separated values.
+func readConfigFile(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	out := map[string]string{}
+	for k, v := range raw {
+		switch t := v.(type) {
+		case []any:
+			parts := make([]string, len(t))
+			for i, p := range t {
+				parts[i] = fmt.Sprint(p)
+			}
+			out[k] = strings.Join(parts, ",")
+		case nil:
+			out[k] = ""
+		default:
+			out[k] = fmt.Sprint(t)
+		}
+	}
+	return out, nil
+}
+
+// validate refuses malformed and conflicting settings, naming the offender.
+func (c *config) validate() error {
+	https := false
+	for _, list := range []string{c.listenClientURLs, c.listenMetricsURLs} {
 		for _, u := range splitList(list) {
 			pu, err := url.Parse(u)
-			if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-				return nil, fmt.Errorf("bad client URL %q: want http://host:port", u)
+			switch {
+			case err != nil:
+				return fmt.Errorf("bad listen URL %q: %v", u, err)
+			case pu.Scheme == "unix" && pu.Path != "":
+			case (pu.Scheme == "http" || pu.Scheme == "https") && pu.Host != "":
+				https = https || pu.Scheme == "https"
+			default:
+				return fmt.Errorf("bad listen URL %q: want http://host:port, https://host:port or unix:///path", u)
 			}
 		}
 	}
-	if c.user != "" && !strings.Contains(c.user, ":") {
-		return nil, fmt.Errorf("--user must be name:password")
+	for _, u := range splitList(c.advertiseClientURLs) {
+		if pu, err := url.Parse(u); err != nil || pu.Host == "" && pu.Scheme != "unix" {
+			return fmt.Errorf("bad advertise URL %q", u)
+		}
 	}
-	return c, nil
+	switch {
+	case c.user != "" && !strings.Contains(c.user, ":"):
+		return fmt.Errorf("--user must be name:password")
+	case (c.certFile == "") != (c.keyFile == ""):
+		return fmt.Errorf("--cert-file and --key-file go together")
+	case https && c.certFile == "":
+		return fmt.Errorf("https listen URLs need --cert-file and --key-file")
+	case c.certFile != "" && !https:
+		return fmt.Errorf("--cert-file is set but no listen URL is https")
+	case c.clientCertAuth && c.trustedCAFile == "":
+		return fmt.Errorf("--client-cert-auth needs --trusted-ca-file")
+	case c.clientCRLFile != "" && !c.clientCertAuth:
+		return fmt.Errorf("--client-crl-file needs --client-cert-auth")
+	case c.tlsMinVersion != "TLS1.2" && c.tlsMinVersion != "TLS1.3":
+		return fmt.Errorf("--tls-min-version %q: want TLS1.2 or TLS1.3", c.tlsMinVersion)
+	case c.logFormat != "json" && c.logFormat != "console":
+		return fmt.Errorf("--log-format %q: want json or console", c.logFormat)
+	}
+	return nil
 }
 
 func splitList(s string) []string {

@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,9 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
@@ -60,7 +64,7 @@ func run(args []string) error {
 		fmt.Printf("v2bridge version: %s\ngit commit: %s\ngo version: %s\n", version, commit, runtime.Version())
 		return nil
 	}
-	lg, err := newLogger(c.logLevel)
+	lg, err := newLogger(c.logLevel, c.logFormat)
 	if err != nil {
 		return err
 	}
@@ -70,12 +74,15 @@ func run(args []string) error {
 	return serve(ctx, c, lg)
 }
 
-func newLogger(level string) (*zap.Logger, error) {
+func newLogger(level, format string) (*zap.Logger, error) {
 	lvl, err := zap.ParseAtomicLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	zc := zap.NewProductionConfig()
+	if format == "console" {
+		zc = zap.NewDevelopmentConfig()
+	}
 	zc.Level = lvl
 	return zc.Build()
 }
@@ -101,11 +108,19 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	grpcMetrics := grpcprom.NewClientMetrics(
+		grpcprom.WithClientCounterOptions(grpcprom.WithSubsystem("v2bridge")),
+		grpcprom.WithClientHandlingTimeHistogram(grpcprom.WithHistogramSubsystem("v2bridge")))
+	reg.MustRegister(grpcMetrics)
 	bcfg := v3backend.Config{
 		Endpoints: endpoints, DialTimeout: c.dialTimeout,
 		KeepAliveTime: c.dialKeepAliveTime, KeepAliveTimeout: c.dialKeepAliveTimeout,
 		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout, HeartbeatFailures: c.heartbeatFailures,
 		RequestTimeout: c.requestTimeout, Layout: layout, Logger: lg.Named("backend"), Registry: reg,
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(grpcMetrics.UnaryClientInterceptor()),
+			grpc.WithChainStreamInterceptor(grpcMetrics.StreamClientInterceptor()),
+		},
 	}
 	if c.user != "" {
 		bcfg.Username, bcfg.Password, _ = strings.Cut(c.user, ":")
@@ -124,18 +139,29 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	}
 	defer be.Close()
 	api := v2api.New(v2api.Config{Store: be, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
-		Logger: lg.Named("v2api"), Registry: reg, Gatherer: reg, Watchers: be.Hub().Watchers})
+		Logger: lg.Named("v2api"), Registry: reg, Gatherer: reg, Watchers: be.Hub().Watchers, EnablePprof: c.enablePprof})
 
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(lg.Named("http"))}
-	errc := make(chan error, 4)
-	for _, u := range splitList(c.listenClientURLs) {
-		pu, _ := url.Parse(u) // validated by parseConfig
-		ln, err := net.Listen("tcp", pu.Host)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", u, err)
+	tlsInfo := serverTLS(c)
+	errc := make(chan error, 8)
+	var servers []*http.Server
+	serveOn := func(urls string, h http.Handler) error {
+		for _, u := range splitList(urls) {
+			ln, err := listen(u, tlsInfo)
+			if err != nil {
+				return err
+			}
+			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(lg.Named("http"))}
+			servers = append(servers, srv)
+			lg.Info("serving", zap.String("url", u), zap.Strings("backend", endpoints))
+			go func() { errc <- srv.Serve(ln) }()
 		}
-		lg.Info("serving the etcd v2 API", zap.String("url", u), zap.Strings("backend", endpoints))
-		go func() { errc <- srv.Serve(ln) }()
+		return nil
+	}
+	if err := serveOn(c.listenClientURLs, api); err != nil {
+		return err
+	}
+	if err := serveOn(c.listenMetricsURLs, api.MetricsHandler()); err != nil {
+		return err
 	}
 	select {
 	case <-ctx.Done():
@@ -148,5 +174,50 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	be.Hub().EndAll("bridge shutting down")
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
-	return srv.Shutdown(sctx)
+	var errs []error
+	for _, srv := range servers {
+		errs = append(errs, srv.Shutdown(sctx))
+	}
+	return errors.Join(errs...)
+}
+
+// serverTLS is the served-side TLS of https listeners. etcd's transport
+// re-reads the certificate files on every new connection, so a rotated
+// certificate is picked up without a restart, and checks the CRL.
+func serverTLS(c *config) *transport.TLSInfo {
+	if c.certFile == "" {
+		return nil
+	}
+	ti := &transport.TLSInfo{CertFile: c.certFile, KeyFile: c.keyFile, TrustedCAFile: c.trustedCAFile,
+		ClientCertAuth: c.clientCertAuth, CRLFile: c.clientCRLFile, MinVersion: tls.VersionTLS12}
+	if c.tlsMinVersion == "TLS1.3" {
+		ti.MinVersion = tls.VersionTLS13
+	}
+	return ti
+}
+
+// listen opens one listen URL: http://host:port, https://host:port or
+// unix:///path.
+func listen(u string, ti *transport.TLSInfo) (net.Listener, error) {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return nil, err
+	}
+	switch pu.Scheme {
+	case "unix":
+		_ = os.Remove(pu.Path) // a stale socket from an earlier run
+		return net.Listen("unix", pu.Path)
+	case "https":
+		ln, err := transport.NewListenerWithOpts(pu.Host, "https", transport.WithTLSInfo(ti))
+		if err != nil {
+			return nil, fmt.Errorf("listen %s: %w", u, err)
+		}
+		return ln, nil
+	default:
+		ln, err := net.Listen("tcp", pu.Host)
+		if err != nil {
+			return nil, fmt.Errorf("listen %s: %w", u, err)
+		}
+		return ln, nil
+	}
 }

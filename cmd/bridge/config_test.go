@@ -1,0 +1,87 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "bridge.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	file := writeFile(t, `
+endpoints: [http://f1:2379, http://f2:2379]
+dial-timeout: 7s
+name: from-file
+log-level: debug
+data-prefix: /file
+`)
+	env := map[string]string{
+		"V2BRIDGE_CONFIG_FILE": file,
+		"V2BRIDGE_NAME":        "from-env",
+		"V2BRIDGE_LOG_LEVEL":   "warn",
+	}
+	c, err := parseConfig([]string{"--log-level", "error"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chk := range []struct{ got, want string }{
+		{c.endpoints, "http://f1:2379,http://f2:2379"}, // file only
+		{c.dialTimeout.String(), (7 * time.Second).String()},
+		{c.name, "from-env"},    // env beats file
+		{c.logLevel, "error"},   // flag beats env
+		{c.dataPrefix, "/file"}, // file beats default
+		{c.metaPrefix, "_v2bridge/"},
+		{c.advertiseClientURLs, "http://127.0.0.1:2379"},
+	} {
+		if chk.got != chk.want {
+			t.Errorf("got %q, want %q", chk.got, chk.want)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		file string
+		want string
+	}{
+		{"unknown file key", nil, nil, "endpoint: x\n", `unknown setting "endpoint"`},
+		{"bad file value", nil, nil, "dial-timeout: soon\n", "dial-timeout"},
+		{"bad env value", nil, map[string]string{"V2BRIDGE_DIAL_TIMEOUT": "soon"}, "", "V2BRIDGE_DIAL_TIMEOUT"},
+		{"https without cert", []string{"--listen-client-urls", "https://127.0.0.1:1"}, nil, "", "--cert-file"},
+		{"cert without key", []string{"--listen-client-urls", "https://127.0.0.1:1", "--cert-file", "c"}, nil, "", "go together"},
+		{"cert without https", []string{"--cert-file", "c", "--key-file", "k"}, nil, "", "no listen URL is https"},
+		{"client auth without CA", []string{"--listen-client-urls", "https://127.0.0.1:1", "--cert-file", "c", "--key-file", "k", "--client-cert-auth"}, nil, "", "--trusted-ca-file"},
+		{"bad listen url", []string{"--listen-client-urls", "127.0.0.1:2379"}, nil, "", "bad listen URL"},
+		{"bad user", []string{"--user", "root"}, nil, "", "name:password"},
+		{"bad tls version", []string{"--tls-min-version", "TLS1.0"}, nil, "", "--tls-min-version"},
+		{"extra argument", []string{"serve"}, nil, "", "unexpected argument"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range c.env {
+				env[k] = v
+			}
+			if c.file != "" {
+				env["V2BRIDGE_CONFIG_FILE"] = writeFile(t, c.file)
+			}
+			_, err := parseConfig(c.args, func(k string) string { return env[k] }, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one mentioning %q", err, c.want)
+			}
+		})
+	}
+}
