@@ -1,0 +1,204 @@
+package integration
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/v2bridge/v2bridge/v2bridgetest"
+)
+
+// pki is a throwaway CA issuing server and client certificates.
+type pki struct {
+	t      *testing.T
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	serial int64
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	p := &pki{t: t, dir: t.TempDir(), ca: ca, caKey: key, serial: 1}
+	p.write("ca.pem", "CERTIFICATE", der)
+	return p
+}
+
+func (p *pki) write(name, typ string, der []byte) string {
+	path := filepath.Join(p.dir, name)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil { // atomic, as a rotation tool would do
+		p.t.Fatal(err)
+	}
+	return path
+}
+
+// issue writes <name>.pem and <name>-key.pem and returns their paths.
+func (p *pki) issue(name, cn string, server bool) (cert, key string) {
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p.serial++
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &k.PublicKey, p.caKey)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(k)
+	// Key first: a reader between the two renames sees a new key with an old
+	// certificate only for an instant, and the bridge re-reads both per handshake.
+	key = p.write(name+"-key.pem", "EC PRIVATE KEY", kder)
+	cert = p.write(name+".pem", "CERTIFICATE", der)
+	return cert, key
+}
+
+func TestServedTLS(t *testing.T) {
+	p := newPKI(t)
+	scert, skey := p.issue("server", "bridge-1", true)
+	ccert, ckey := p.issue("client", "flannel", false)
+	free := v2bridgetest.FreeURL(t)
+	url := "https://" + strings.TrimPrefix(free, "http://")
+	metrics := v2bridgetest.FreeURL(t)
+	_, args := embeddedArgs(t)
+	args = append(args, "--listen-client-urls", url, "--cert-file", scert, "--key-file", skey,
+		"--trusted-ca-file", filepath.Join(p.dir, "ca.pem"), "--client-cert-auth", "--listen-metrics-urls", metrics)
+	proc := startBridgeProcess(t, nil, args...)
+	proc.waitHealthy(t, metrics)
+
+	pool := x509.NewCertPool()
+	pool.AddCert(p.ca)
+	clientPair, err := tls.LoadX509KeyPair(ccert, ckey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(certs []tls.Certificate) (*http.Response, *x509.Certificate, error) {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs}}
+		defer tr.CloseIdleConnections()
+		c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+		r, err := c.Get(url + "/v2/keys/")
+		if err != nil {
+			return nil, nil, err
+		}
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		return r, r.TLS.PeerCertificates[0], nil
+	}
+	r, served, err := get([]tls.Certificate{clientPair})
+	if err != nil || r.StatusCode != 200 || served.Subject.CommonName != "bridge-1" {
+		t.Fatalf("https with a client certificate: %v %v", r, err)
+	}
+	if _, _, err := get(nil); err == nil {
+		t.Fatal("a client without a certificate was let in")
+	}
+	// A certificate from another CA is rejected.
+	other := newPKI(t)
+	oc, ok := other.issue("client", "intruder", false)
+	otherPair, _ := tls.LoadX509KeyPair(oc, ok)
+	if _, _, err := get([]tls.Certificate{otherPair}); err == nil {
+		t.Fatal("a client certificate from an unknown CA was accepted")
+	}
+	// Rotation: new files, no restart, new connections get the new certificate.
+	p.issue("server", "bridge-2", true)
+	waitFor(t, 10*time.Second, "the rotated certificate to be served", func() bool {
+		_, served, err := get([]tls.Certificate{clientPair})
+		return err == nil && served.Subject.CommonName == "bridge-2"
+	})
+}
+
+func TestUnixSocketListener(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "v2bridge.sock")
+	metrics := v2bridgetest.FreeURL(t)
+	_, args := embeddedArgs(t)
+	args = append(args, "--listen-client-urls", "unix://"+sock, "--advertise-client-urls", "http://127.0.0.1:2379",
+		"--listen-metrics-urls", metrics)
+	proc := startBridgeProcess(t, nil, args...)
+	proc.waitHealthy(t, metrics)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+	r, err := c.Post("http://bridge/v2/keys/sock", "application/x-www-form-urlencoded", strings.NewReader("value=1"))
+	if err != nil || r.StatusCode != 201 {
+		t.Fatalf("PUT over a unix socket: %v %v", r, err)
+	}
+	r.Body.Close()
+}
+
+// TestMetrics: the metrics exist, are named v2bridge_*, and move.
+func TestMetrics(t *testing.T) {
+	url, args := embeddedArgs(t)
+	proc := startBridgeProcess(t, nil, append(args, "--enable-pprof")...)
+	proc.waitHealthy(t, url)
+	scrape := func() string { return do(t, "GET", url, "/metrics", nil).body }
+	value := func(body, series string) string {
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, series+" ") {
+				return strings.TrimPrefix(line, series+" ")
+			}
+		}
+		return ""
+	}
+	before := scrape()
+	for _, m := range []string{"v2bridge_backend_up 1", "v2bridge_v3_watches 1", "go_goroutines", "process_resident_memory_bytes",
+		"v2bridge_grpc_client_started_total"} {
+		if !strings.Contains(before, m) {
+			t.Errorf("metric %q missing", m)
+		}
+	}
+	do(t, "PUT", url, "/v2/keys/m", form("value", "1"))
+	do(t, "GET", url, "/v2/keys/m", nil)
+	do(t, "GET", url, "/v2/keys/missing", nil)
+	ch := startWatch(t, url, "/m")
+	do(t, "PUT", url, "/v2/keys/m", form("value", "2"))
+	<-ch
+	after := scrape()
+	for _, series := range []string{
+		`v2bridge_http_requests_total{action="set",code="201",method="PUT"}`,
+		`v2bridge_http_requests_total{action="get",code="200",method="GET"}`,
+		`v2bridge_http_requests_total{action="error",code="404",method="GET"}`,
+		`v2bridge_watch_events_delivered_total`,
+	} {
+		if value(before, series) == value(after, series) {
+			t.Errorf("%s did not move (%q)", series, value(after, series))
+		}
+	}
+	if !strings.Contains(after, `v2bridge_http_request_duration_seconds_bucket{action="set",method="PUT"`) {
+		t.Error("no latency histogram")
+	}
+	if r := do(t, "GET", url, "/debug/pprof/", nil); r.status != 200 {
+		t.Errorf("pprof %d", r.status)
+	}
+	if r := do(t, "GET", url, "/readyz", nil); r.status != 200 {
+		t.Errorf("readyz %d", r.status)
+	}
+}
