@@ -48,6 +48,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && (args[0] == "migrate" || args[0] == "verify") {
+		return runMigrateCommand(args[0], args[1:])
+	}
 	c, err := parseConfig(args, getenv, os.Stderr)
 	if err != nil {
 		return err

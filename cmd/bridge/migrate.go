@@ -1,0 +1,424 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/migrate"
+	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v3backend"
+)
+
+// backendFlagNames are the server's flags that matter to migrate and verify:
+// where the v3 cluster is, how to reach it, and the bridge's key layout.
+var backendFlagNames = []string{
+	"endpoints", "dial-timeout", "cacert", "cert", "key", "insecure-skip-tls-verify", "user",
+	"request-timeout", "data-prefix", "meta-prefix", "config-file", "log-level", "log-format",
+}
+
+// migrateFlags are the settings of `bridge migrate` and `bridge verify`.
+type migrateFlags struct {
+	from, fromPrefix, hidden      string
+	noDiscovery                   bool
+	fromCACert, fromCert, fromKey string
+	fromInsecure                  bool
+	fromUser                      string
+	fromTimeout                   time.Duration
+	dryRun, follow, overwrite     bool
+	prune                         bool
+	concurrency                   int
+	ttlTolerance, ttlResync       time.Duration
+	progress                      string
+	maxDiffs                      int
+	compareExpiration             bool
+}
+
+// addBackendFlags registers every server flag on fs (so V2BRIDGE_* variables
+// and --config-file work as for `bridge`), bound to c with the server's
+// defaults; the usage text shows only backendFlagNames.
+func addBackendFlags(fs *flag.FlagSet, c *config) {
+	srv := newFlagSet(c, io.Discard)
+	srv.VisitAll(func(f *flag.Flag) {
+		usage := f.Usage
+		if f.Name == "endpoints" {
+			usage = "comma-separated etcd v3 endpoints of the cluster the bridges serve (required)"
+		}
+		fs.Var(f.Value, f.Name, usage)
+	})
+	// Progress and the summary are the output; the backend logs only
+	// trouble, readably.
+	for name, def := range map[string]string{"log-level": "warn", "log-format": "console"} {
+		if f := fs.Lookup(name); f != nil && f.Value.Set(def) == nil {
+			f.DefValue = def
+		}
+	}
+}
+
+func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("bridge "+cmd, flag.ContinueOnError)
+	fs.SetOutput(out)
+	addBackendFlags(fs, c)
+	fs.StringVar(&mf.from, "from", "", "client URL of the etcd v2 server to copy from (required), e.g. http://old-etcd:2379")
+	fs.StringVar(&mf.fromPrefix, "from-prefix", "/", "v2 directory to migrate; keys keep their v2 paths")
+	fs.StringVar(&mf.hidden, "hidden", "", "comma-separated hidden nodes ('_' names) to include: v2 never lists them")
+	fs.BoolVar(&mf.noDiscovery, "no-hidden-discovery", false, "do not search the source's recent event history for hidden nodes")
+	fs.StringVar(&mf.fromCACert, "from-cacert", "", "CA bundle to verify the v2 source's certificate")
+	fs.StringVar(&mf.fromCert, "from-cert", "", "client certificate for the v2 source")
+	fs.StringVar(&mf.fromKey, "from-key", "", "client key for the v2 source")
+	fs.BoolVar(&mf.fromInsecure, "from-insecure-skip-tls-verify", false, "do not verify the v2 source's certificate")
+	fs.StringVar(&mf.fromUser, "from-user", "", "v2 source user as name:password (v2 auth)")
+	fs.DurationVar(&mf.fromTimeout, "from-timeout", 2*time.Minute, "deadline of each read of the v2 source (the snapshot of a big tree is one answer)")
+	fs.DurationVar(&mf.ttlTolerance, "ttl-tolerance", 5*time.Second, "how far apart two expirations of the same TTL node may be and still agree")
+	fs.StringVar(&mf.progress, "progress", "auto", "progress on stderr: auto (a live line on a terminal, else a line every 10s), tty, lines or none")
+	if cmd == "migrate" {
+		fs.BoolVar(&mf.dryRun, "dry-run", false, "report what would be written, write nothing")
+		fs.BoolVar(&mf.follow, "follow", false, "after the copy, keep applying the source's changes (a v2 watch) until interrupted")
+		fs.BoolVar(&mf.overwrite, "overwrite", false, "replace conflicting nodes on the bridge with the source's")
+		fs.BoolVar(&mf.prune, "prune", false, "delete nodes under --from-prefix that the bridge has and the source does not")
+		fs.IntVar(&mf.concurrency, "concurrency", 16, "writes in flight")
+		fs.DurationVar(&mf.ttlResync, "ttl-resync", 30*time.Second, "with --follow: how often to carry over TTLs renewed with refresh=true (invisible to v2 watches); 0 disables")
+	} else {
+		fs.IntVar(&mf.maxDiffs, "max-differences", 100, "differences to print (all are counted)")
+		fs.BoolVar(&mf.compareExpiration, "compare-expiration", false, "also report TTL nodes expiring more than --ttl-tolerance apart (by default TTL presence is compared: renewals made through the bridge move expirations)")
+	}
+	shown := map[string]bool{}
+	for _, n := range backendFlagNames {
+		shown[n] = true
+	}
+	server := newFlagSet(&config{}, io.Discard)
+	fs.Usage = func() {
+		o := fs.Output()
+		if cmd == "migrate" {
+			fmt.Fprint(o, `Usage: bridge migrate --from URL --endpoints URLS [flags]
+
+Copies a running etcd v2 server's tree (files, empty directories, hidden nodes,
+TTLs as leases) into the bridge's etcd v3 layout, through the bridge's own
+write path. Running it again changes nothing; nodes the bridge holds
+differently are reported as conflicts and left alone unless --overwrite.
+With --follow it keeps applying the source's changes until interrupted.
+`)
+		} else {
+			fmt.Fprint(o, `Usage: bridge verify --from URL --endpoints URLS [flags]
+
+Compares an etcd v2 server's tree with the bridge's view of it, node by node
+(kind, value, TTL), and exits non-zero on any difference.
+`)
+		}
+		fmt.Fprintln(o, "\nSource and behaviour:")
+		fs.VisitAll(func(f *flag.Flag) {
+			if !shown[f.Name] && server.Lookup(f.Name) == nil {
+				printFlag(o, f)
+			}
+		})
+		fmt.Fprintln(o, "\nTarget etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
+		fs.VisitAll(func(f *flag.Flag) {
+			if shown[f.Name] {
+				printFlag(o, f)
+			}
+		})
+	}
+	return fs
+}
+
+func printFlag(o io.Writer, f *flag.Flag) {
+	name, usage := flag.UnquoteUsage(f)
+	def := ""
+	switch {
+	case f.DefValue == "" || f.DefValue == "false" || f.DefValue == "0":
+	case name == "string":
+		def = fmt.Sprintf(" (default %q)", f.DefValue)
+	default:
+		def = fmt.Sprintf(" (default %s)", f.DefValue)
+	}
+	if name != "" {
+		name = " " + name
+	}
+	fmt.Fprintf(o, "  --%s%s\n    \t%s%s\n", f.Name, name, usage, def)
+}
+
+// runMigrateCommand runs `bridge migrate` or `bridge verify`.
+func runMigrateCommand(cmd string, args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return migrateMain(ctx, cmd, args, getenv, os.Stdout, os.Stderr, isTerminal(os.Stderr))
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) error {
+	var c config
+	var mf migrateFlags
+	fs := newMigrateFlagSet(cmd, &c, &mf, stderr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q", cmd, fs.Arg(0))
+	}
+	if err := applySources(fs, getenv); err != nil {
+		return err
+	}
+	if mf.from == "" {
+		return fmt.Errorf("%s: --from is required: the client URL of the etcd v2 server, e.g. --from http://old-etcd:2379", cmd)
+	}
+	if mf.dryRun && mf.follow {
+		return errors.New("migrate: --follow cannot be combined with --dry-run")
+	}
+	endpoints := splitList(c.endpoints)
+	if len(endpoints) == 0 {
+		return fmt.Errorf("%s: --endpoints is required: the etcd v3 cluster your bridges serve "+
+			"(for a bridge running its embedded etcd, give that etcd's client URL, "+
+			"e.g. --endpoints http://127.0.0.1:22379, while the bridge runs)", cmd)
+	}
+	layout, err := translate.NewLayout(c.dataPrefix, c.metaPrefix)
+	if err != nil {
+		return err
+	}
+	lg, err := newLogger(c.logLevel, c.logFormat)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lg.Sync() }()
+
+	o := migrate.Options{
+		From: mf.from, FromPrefix: mf.fromPrefix, SourceUser: mf.fromUser, SourceTimeout: mf.fromTimeout,
+		Hidden: splitList(mf.hidden), NoHiddenDiscovery: mf.noDiscovery,
+		DryRun: mf.dryRun, Overwrite: mf.overwrite, Prune: mf.prune, Concurrency: mf.concurrency,
+		TTLTolerance: mf.ttlTolerance, TTLResync: mf.ttlResync, CompareExpiration: mf.compareExpiration,
+	}
+	if mf.ttlResync == 0 {
+		o.TTLResync = -1
+	}
+	if mf.fromUser != "" && !strings.Contains(mf.fromUser, ":") {
+		return errors.New("--from-user must be name:password")
+	}
+	if mf.fromCACert != "" || mf.fromCert != "" || mf.fromInsecure {
+		ti := transport.TLSInfo{CertFile: mf.fromCert, KeyFile: mf.fromKey, TrustedCAFile: mf.fromCACert,
+			InsecureSkipVerify: mf.fromInsecure}
+		if o.SourceTLS, err = ti.ClientConfig(); err != nil {
+			return fmt.Errorf("source TLS: %w", err)
+		}
+	}
+
+	pp := &migrate.ProgressPrinter{W: stderr, TTY: tty, Interval: 10 * time.Second}
+	switch mf.progress {
+	case "auto":
+	case "tty":
+		pp.TTY = true
+	case "lines":
+		pp.TTY = false
+	case "none":
+		pp = nil
+	default:
+		return fmt.Errorf("--progress must be auto, tty, lines or none, not %q", mf.progress)
+	}
+	o.Log = func(msg string) { fmt.Fprintln(stderr, msg) }
+	if pp != nil {
+		o.Progress = pp.Update
+		o.Log = pp.Println
+		defer pp.Finish()
+	}
+
+	be, err := newMigrateBackend(ctx, &c, endpoints, layout, lg)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	o.Target = be
+	target := fmt.Sprintf("etcd v3 %s (data prefix %q, meta prefix %q)", strings.Join(endpoints, ","), layout.DataPrefix, layout.MetaPrefix)
+
+	if cmd == "verify" {
+		rep, err := migrate.Verify(ctx, o)
+		if pp != nil {
+			pp.Finish()
+		}
+		if err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+		printReport(stdout, rep, target, mf.maxDiffs)
+		if n := len(rep.Differences); n > 0 {
+			return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.Source)
+		}
+		return nil
+	}
+
+	sum, cerr := migrate.Copy(ctx, o)
+	if pp != nil {
+		pp.Finish()
+	}
+	if sum == nil {
+		return fmt.Errorf("migrate: %w", cerr)
+	}
+	printSummary(stdout, sum, target)
+	var ie *migrate.IncompleteError
+	if cerr != nil && (!mf.follow || (errors.As(cerr, &ie) && ie.Stopped) || ctx.Err() != nil) {
+		return fmt.Errorf("migrate: %w", cerr)
+	}
+	if cerr != nil {
+		fmt.Fprintf(stderr, "migrate: %v\nfollowing anyway; the exit status will say so\n", cerr)
+	}
+	if !mf.follow {
+		return conflictError(len(sum.Conflicts), mf.dryRun)
+	}
+	fmt.Fprintf(stderr, "following %s from index %d; interrupt (Ctrl-C) to stop\n", sum.Source, sum.Index+1)
+	fst, ferr := migrate.Follow(ctx, o, sum)
+	if pp != nil {
+		pp.Finish()
+	}
+	if fst != nil {
+		fmt.Fprintf(stdout, "followed     %s events up to source index %d: %s applied, %s already there, %d TTLs carried over, %d re-syncs, %d conflicts, %d failures\n",
+			migrate.Count(fst.Events), fst.Index, migrate.Count(fst.Applied), migrate.Count(fst.Unchanged),
+			fst.TTLRefreshed, fst.Resyncs, len(fst.Conflicts), len(fst.Failures))
+		for _, c := range fst.Conflicts {
+			fmt.Fprintln(stdout, "  conflict:", c)
+		}
+		for _, f := range fst.Failures {
+			fmt.Fprintln(stdout, "  failed:", f)
+		}
+	}
+	if ferr != nil {
+		return fmt.Errorf("migrate --follow: %w", ferr)
+	}
+	if cerr != nil {
+		return fmt.Errorf("migrate: %w", cerr)
+	}
+	if n := len(fst.Failures); n > 0 {
+		return fmt.Errorf("migrate --follow: %d source change(s) could not be applied", n)
+	}
+	return conflictError(len(sum.Conflicts)+len(fst.Conflicts), false)
+}
+
+func conflictError(n int, dryRun bool) error {
+	if n == 0 {
+		return nil
+	}
+	if dryRun {
+		return fmt.Errorf("migrate --dry-run: %d conflicting node(s) would be left unchanged (--overwrite would replace them)", n)
+	}
+	return fmt.Errorf("migrate: %d conflicting node(s) left unchanged; run again with --overwrite to replace them with the source's", n)
+}
+
+// newMigrateBackend connects to the v3 cluster the way the server does (same
+// TLS, auth and timeouts), without metrics.
+func newMigrateBackend(ctx context.Context, c *config, endpoints []string, layout translate.Layout, lg *zap.Logger) (*v3backend.Backend, error) {
+	bcfg := v3backend.Config{
+		Endpoints: endpoints, DialTimeout: c.dialTimeout,
+		KeepAliveTime: c.dialKeepAliveTime, KeepAliveTimeout: c.dialKeepAliveTimeout,
+		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout, HeartbeatFailures: c.heartbeatFailures,
+		RequestTimeout: c.requestTimeout, Layout: layout, Logger: lg.Named("backend"),
+	}
+	if c.user != "" {
+		if !strings.Contains(c.user, ":") {
+			return nil, errors.New("--user must be name:password")
+		}
+		bcfg.Username, bcfg.Password, _ = strings.Cut(c.user, ":")
+	}
+	if c.cacert != "" || c.cert != "" || c.insecureSkipTLSVerify {
+		ti := transport.TLSInfo{CertFile: c.cert, KeyFile: c.key, TrustedCAFile: c.cacert, InsecureSkipVerify: c.insecureSkipTLSVerify}
+		var err error
+		if bcfg.TLS, err = ti.ClientConfig(); err != nil {
+			return nil, fmt.Errorf("backend TLS: %w", err)
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
+	defer cancel()
+	be, err := v3backend.New(dctx, bcfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the etcd v3 cluster at %s: %w", strings.Join(endpoints, ","), err)
+	}
+	return be, nil
+}
+
+func printSummary(w io.Writer, s *migrate.Summary, target string) {
+	would := func(done, will string) string {
+		if s.DryRun {
+			return will
+		}
+		return done
+	}
+	if s.DryRun {
+		fmt.Fprintln(w, "dry run: nothing was written")
+	}
+	fmt.Fprintf(w, "source       %s %s (index %d)\n", s.Source, s.Prefix, s.Index)
+	fmt.Fprintf(w, "target       %s\n", target)
+	fmt.Fprintf(w, "tree         %s keys, %s directories (%s empty), %s TTL nodes, %s hidden nodes, %s",
+		migrate.Count(s.Keys), migrate.Count(s.Dirs), migrate.Count(s.EmptyDirs), migrate.Count(s.TTLKeys),
+		migrate.Count(s.Hidden), migrate.Bytes(s.Bytes))
+	if s.LargestKey != "" {
+		fmt.Fprintf(w, " (largest value %s at %s)", migrate.Bytes(int64(s.LargestValue)), s.LargestKey)
+	}
+	fmt.Fprintln(w)
+	if len(s.HiddenNamed)+len(s.HiddenFound) > 0 {
+		fmt.Fprintf(w, "hidden       named: %s; found in the source's event history: %s\n", orNone(s.HiddenNamed), orNone(s.HiddenFound))
+	}
+	fmt.Fprintf(w, "%s %s created, %s updated, %s already there, %s expired on the source first\n",
+		would("written     ", "would write "), migrate.Count(s.Created), migrate.Count(s.Updated),
+		migrate.Count(s.Unchanged), migrate.Count(s.Expired))
+	if s.Extra > 0 {
+		fmt.Fprintf(w, "extra        %s nodes on the bridge are not on the source; %s %s (--prune deletes the rest)\n",
+			migrate.Count(s.Extra), migrate.Count(s.Deleted), would("deleted", "would be deleted"))
+	}
+	fmt.Fprintf(w, "conflicts    %d\n", len(s.Conflicts))
+	for _, c := range s.Conflicts {
+		fmt.Fprintln(w, "  "+c.String())
+	}
+	if len(s.Failures) > 0 {
+		fmt.Fprintf(w, "failed       %d\n", len(s.Failures))
+		for _, f := range s.Failures {
+			fmt.Fprintln(w, "  "+f.String())
+		}
+	}
+	fmt.Fprintf(w, "duration     %s (%s nodes/s)\n", s.Duration.Round(time.Millisecond), migrate.Count(int(s.Rate()+0.5)))
+}
+
+func printReport(w io.Writer, r *migrate.Report, target string, max int) {
+	fmt.Fprintf(w, "source       %s %s: %s nodes\n", r.Source, r.Prefix, migrate.Count(r.SourceNodes))
+	fmt.Fprintf(w, "bridge       %s: %s nodes\n", target, migrate.Count(r.BridgeNodes))
+	if len(r.HiddenNamed)+len(r.HiddenFound) > 0 {
+		fmt.Fprintf(w, "hidden       named: %s; found in the source's event history: %s\n", orNone(r.HiddenNamed), orNone(r.HiddenFound))
+	}
+	kinds := map[string]int{}
+	for _, d := range r.Differences {
+		kinds[d.Kind]++
+	}
+	var parts []string
+	for k, n := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %s", n, k))
+	}
+	sort.Strings(parts)
+	fmt.Fprintf(w, "differences  %d", len(r.Differences))
+	if len(parts) > 0 {
+		fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
+	for i, d := range r.Differences {
+		if max >= 0 && i >= max {
+			fmt.Fprintf(w, "  ... and %d more\n", len(r.Differences)-i)
+			break
+		}
+		fmt.Fprintln(w, "  "+d.String())
+	}
+	fmt.Fprintf(w, "duration     %s\n", r.Duration.Round(time.Millisecond))
+}
+
+func orNone(ps []string) string {
+	if len(ps) == 0 {
+		return "none"
+	}
+	return strings.Join(ps, ", ")
+}

@@ -1,0 +1,532 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// IncompleteError is returned by Copy when not every node was written: the
+// bridge then holds a partial copy, and the error says how far it got. Running
+// Copy again finishes the job (what is already there is left alone).
+type IncompleteError struct {
+	Summary *Summary
+	Cause   error // the error that stopped the copy, or the first failed node's
+	Stopped bool  // the copy stopped early (Cause is not about one node)
+	Done    int   // writes made
+	Planned int   // writes planned
+}
+
+func (e *IncompleteError) Error() string {
+	s := e.Summary
+	var b strings.Builder
+	if e.Stopped {
+		fmt.Fprintf(&b, "copy stopped after %d of %d writes: %v", e.Done, e.Planned, e.Cause)
+	} else {
+		paths := make([]string, 0, len(s.Failures))
+		for _, f := range s.Failures {
+			paths = append(paths, f.Path)
+		}
+		fmt.Fprintf(&b, "%d of %d nodes could not be written (%s); first error: %v",
+			len(s.Failures), s.Nodes(), joinPaths(paths), e.Cause)
+	}
+	fmt.Fprintf(&b, "; the bridge holds a partial copy (%d created, %d updated, %d already there) — "+
+		"fix the cause and run migrate again, it leaves what is already copied alone", s.Created, s.Updated, s.Unchanged)
+	return b.String()
+}
+
+func (e *IncompleteError) Unwrap() error { return e.Cause }
+
+// Copy copies the source tree below Options.FromPrefix into the bridge (see
+// the package comment). The summary is returned even with an error, to say
+// how far the copy got.
+func Copy(ctx context.Context, o Options) (*Summary, error) {
+	m, err := newMigrator(o)
+	if err != nil {
+		return nil, err
+	}
+	defer m.src.close()
+	return m.copy(ctx)
+}
+
+type jobOp int
+
+const (
+	opNone     jobOp = iota // the bridge already holds it
+	opKeep                  // the same data, another expiration, not this migration's: left alone
+	opImplicit              // a non-empty directory: writing its children creates it
+	opConflict
+	opCreate
+	opTTL     // same value, carry the TTL over
+	opReplace // another value: a guarded compare-and-swap
+	opKind    // a file where a directory should be, or the reverse
+	opDelete  // a node the source does not have
+)
+
+type job struct {
+	path string
+	src  *translate.Node // nil for opDelete
+	dst  *translate.Node // the bridge's node when planned
+	op   jobOp
+	// children: the source directory has nodes below it.
+	children bool
+	// nodes is how many bridge nodes an opDelete removes.
+	nodes int
+}
+
+// decide picks what to do with the source node n given the bridge's node d.
+func (m *migrator) decide(n, d *translate.Node, hasChildren bool) (jobOp, *Conflict) {
+	kind, detail := diff(n, d, m.o.TTLTolerance)
+	switch kind {
+	case "":
+		return opNone, nil
+	case KindMissing:
+		if n.Dir && hasChildren && n.Expiration == nil {
+			return opImplicit, nil
+		}
+		return opCreate, nil
+	case KindExpiry:
+		// The same data expiring at another time: a refresh on the source
+		// (carried over to this migration's own copy), or a renewal made
+		// through the bridge (left alone: the value is the same).
+		if m.o.Overwrite || m.owned.owns(d) {
+			return opTTL, nil
+		}
+		return opKeep, nil
+	}
+	if m.o.Overwrite || m.owned.owns(d) {
+		if kind == KindTTL {
+			return opTTL, nil
+		}
+		if kind == KindType {
+			return opKind, nil
+		}
+		return opReplace, nil
+	}
+	verb := "left unchanged; --overwrite replaces it"
+	if m.o.DryRun {
+		verb = "would be left unchanged"
+	}
+	return opConflict, &Conflict{Path: n.Key, Kind: kind, Detail: detail + " (" + verb + ")"}
+}
+
+// tally counts the outcome of one node.
+type tally struct {
+	mu  sync.Mutex
+	sum *Summary
+}
+
+func (t *tally) add(op jobOp, nodes int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch op {
+	case opNone, opKeep:
+		t.sum.Unchanged++
+	case opImplicit, opCreate:
+		t.sum.Created++
+	case opTTL, opReplace, opKind:
+		t.sum.Updated++
+	case opDelete:
+		t.sum.Deleted += nodes
+	}
+}
+
+func (t *tally) conflict(c Conflict) {
+	t.mu.Lock()
+	t.sum.Conflicts = append(t.sum.Conflicts, c)
+	t.mu.Unlock()
+}
+
+func (t *tally) fail(p string, err error) {
+	t.mu.Lock()
+	t.sum.Failures = append(t.sum.Failures, Failure{Path: p, Err: err})
+	t.mu.Unlock()
+}
+
+func (t *tally) expired() {
+	t.mu.Lock()
+	t.sum.Expired++
+	t.mu.Unlock()
+}
+
+func (m *migrator) copy(ctx context.Context) (*Summary, error) {
+	start := time.Now()
+	pfx := m.o.FromPrefix
+	sum := &Summary{Source: m.src.String(), Prefix: pfx, DryRun: m.o.DryRun, owned: m.owned}
+	m.progress(Progress{Phase: "reading source"}, true)
+	st, err := m.readSource(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sum.Index, sum.roots, sum.HiddenNamed, sum.HiddenFound = st.index, st.roots, st.named, st.found
+	sum.countSource(st, pfx)
+	if len(st.found) > 0 {
+		m.logf("found %d hidden node(s) in the source's recent event history: %s", len(st.found), joinPaths(st.found))
+	}
+	m.progress(Progress{Phase: "reading bridge", Total: len(st.nodes)}, true)
+	tt, err := m.readTarget(ctx, st.roots)
+	if err != nil {
+		return nil, fmt.Errorf("%w (nothing was written)", err)
+	}
+
+	// Plan: parents come before children, so a conflicting directory can
+	// hold back what is below it.
+	tl := &tally{sum: sum}
+	var structural, parallel []*job
+	blocked := map[string]int{} // conflicting path -> index in Conflicts
+	paths := st.sorted()
+	for _, p := range paths {
+		n := st.nodes[p]
+		if i, ok := blockedBy(blocked, p); ok {
+			sum.Conflicts[i].Below++
+			continue
+		}
+		d := tt.nodes[p]
+		op, c := m.decide(n, d, st.children[p] > 0)
+		switch op {
+		case opNone:
+			tl.add(opNone, 1)
+			if !d.Dir || d.ModifiedIndex != 0 {
+				m.owned.set(p, d.ModifiedIndex)
+			}
+		case opKeep:
+			tl.add(opKeep, 1)
+		case opImplicit:
+			tl.add(opImplicit, 1)
+			m.owned.set(p, anyRev)
+		case opConflict:
+			sum.Conflicts = append(sum.Conflicts, *c)
+			if n.Dir && d != nil && !d.Dir {
+				blocked[p] = len(sum.Conflicts) - 1
+			}
+		default:
+			j := &job{path: p, src: n, dst: d, op: op, children: st.children[p] > 0}
+			// Whatever changes the shape of the tree, or gives a directory
+			// the lease its children expire with, goes first, in order.
+			if op == opKind || (n.Dir && n.Expiration != nil) {
+				structural = append(structural, j)
+			} else {
+				parallel = append(parallel, j)
+			}
+		}
+	}
+	deletes := m.planExtra(st, tt, sum)
+	parallel = append(interleave(parallel), deletes...)
+	planned := len(structural) + len(parallel)
+
+	if m.o.DryRun {
+		for _, j := range append(structural, parallel...) {
+			if j.op == opCreate {
+				if _, _, ok := ttlSeconds(j.src, time.Now()); !ok {
+					tl.expired()
+					continue
+				}
+			}
+			tl.add(j.op, j.nodes)
+		}
+		sum.Complete = true
+		sum.Duration = time.Since(start)
+		m.progress(Progress{Phase: "done", Done: len(paths), Total: len(paths), Elapsed: sum.Duration}, true)
+		return sum, nil
+	}
+
+	// Write.
+	wstart := time.Now()
+	var done, written atomic.Int64
+	var bytes atomic.Int64
+	settled := len(paths) - (len(structural) + len(parallel) - len(deletes))
+	report := func(force bool) {
+		el := time.Since(wstart)
+		d := int(done.Load())
+		p := Progress{Phase: "copying", Done: settled + d, Total: settled + planned, Written: int(written.Load()),
+			Bytes: bytes.Load(), Elapsed: el}
+		if el > 0 && d > 0 {
+			p.Rate = float64(d) / el.Seconds()
+			p.ETA = time.Duration(float64(planned-d) / p.Rate * float64(time.Second))
+		}
+		m.progress(p, force)
+	}
+	report(true)
+	run := func(ctx context.Context, j *job) error {
+		w, err := m.exec(ctx, j, tl)
+		done.Add(1)
+		written.Add(int64(w))
+		if j.src != nil {
+			bytes.Add(int64(len(value(j.src))))
+		}
+		if err != nil && isKeyError(err) {
+			tl.fail(j.path, err)
+			err = nil
+		}
+		report(false)
+		return err
+	}
+	var fatal error
+	for _, j := range structural {
+		if err := ctx.Err(); err != nil {
+			fatal = err
+			break
+		}
+		if err := run(ctx, j); err != nil {
+			fatal = err
+			break
+		}
+	}
+	if fatal == nil {
+		fatal = m.runParallel(ctx, parallel, run)
+	}
+	sum.WriteTime = time.Since(wstart)
+	sum.Duration = time.Since(start)
+	report(true)
+	m.progress(Progress{Phase: "done", Done: len(paths), Total: len(paths), Written: int(written.Load()),
+		Bytes: bytes.Load(), Elapsed: sum.Duration}, true)
+	if fatal != nil {
+		return sum, &IncompleteError{Summary: sum, Cause: fatal, Stopped: true, Done: int(written.Load()), Planned: planned}
+	}
+	if len(sum.Failures) > 0 {
+		return sum, &IncompleteError{Summary: sum, Cause: sum.Failures[0].Err, Done: int(written.Load()), Planned: planned}
+	}
+	sum.Complete = true
+	return sum, nil
+}
+
+// runParallel runs jobs on Concurrency workers; the first error that is not
+// about one key stops them all.
+func (m *migrator) runParallel(ctx context.Context, jobs []*job, run func(context.Context, *job) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var once sync.Once
+	var fatal error
+	ch := make(chan *job)
+	var wg sync.WaitGroup
+	for i := 0; i < m.o.Concurrency && i < len(jobs); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range ch {
+				if ctx.Err() != nil {
+					continue
+				}
+				if err := run(ctx, j); err != nil {
+					once.Do(func() { fatal = err })
+					cancel()
+				}
+			}
+		}()
+	}
+feed:
+	for _, j := range jobs {
+		select {
+		case ch <- j:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(ch)
+	wg.Wait()
+	if fatal == nil && ctx.Err() != nil {
+		// cancelled from outside
+		return context.Cause(ctx)
+	}
+	return fatal
+}
+
+// interleave orders jobs round-robin across their parent directories, so the
+// writes in flight are in different directories: writes that all create the
+// same missing directory marker would collide and be re-decided one by one.
+func interleave(jobs []*job) []*job {
+	var parents []string
+	groups := map[string][]*job{}
+	for _, j := range jobs {
+		p := translate.Parent(j.path)
+		if _, ok := groups[p]; !ok {
+			parents = append(parents, p)
+		}
+		groups[p] = append(groups[p], j)
+	}
+	out := make([]*job, 0, len(jobs))
+	for i := 0; len(parents) > 0; i++ {
+		active := parents[:0]
+		for _, p := range parents {
+			if g := groups[p]; i < len(g) {
+				out = append(out, g[i])
+				if i+1 < len(g) {
+					active = append(active, p)
+				}
+			}
+		}
+		parents = active
+	}
+	return out
+}
+
+// blockedBy finds a conflicting ancestor of p.
+func blockedBy(blocked map[string]int, p string) (int, bool) {
+	if len(blocked) == 0 {
+		return 0, false
+	}
+	for _, a := range translate.Ancestors(p) {
+		if i, ok := blocked[a]; ok {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// planExtra counts the bridge nodes the source does not have and plans the
+// deletion of those that may go: all of them with Prune, otherwise only the
+// ones this process copied itself (a re-sync after the source deleted them).
+func (m *migrator) planExtra(st, tt *tree, sum *Summary) []*job {
+	type group struct {
+		count, files, owned int
+	}
+	groups := map[string]*group{}
+	for p, d := range tt.nodes {
+		if _, ok := st.nodes[p]; ok {
+			continue
+		}
+		// The topmost node of this extra subtree; nothing below a source
+		// file counts (it is part of that file's conflict).
+		top, inClash := p, false
+		for _, a := range translate.Ancestors(p) {
+			if sn, ok := st.nodes[a]; ok && !sn.Dir {
+				inClash = true
+				break
+			}
+		}
+		if inClash {
+			continue
+		}
+		for q := translate.Parent(p); q != "/" && len(q) >= len(m.o.FromPrefix); q = translate.Parent(q) {
+			if _, ok := st.nodes[q]; ok {
+				break
+			}
+			if _, ok := tt.nodes[q]; ok {
+				top = q
+			}
+		}
+		g := groups[top]
+		if g == nil {
+			g = &group{}
+			groups[top] = g
+		}
+		g.count++
+		if !d.Dir {
+			g.files++
+			if m.owned.owns(d) {
+				g.owned++
+			}
+		}
+	}
+	var jobs []*job
+	for top, g := range groups {
+		sum.Extra += g.count
+		d := tt.nodes[top]
+		mine := g.files == g.owned && (g.files > 0 || m.owned.owns(d))
+		if m.o.Prune || mine {
+			jobs = append(jobs, &job{path: top, dst: d, op: opDelete, nodes: g.count})
+		}
+	}
+	return jobs
+}
+
+// exec makes the writes of one job; when the bridge changed since it was
+// read, it reads the node again and decides once more. It returns the number
+// of writes made.
+func (m *migrator) exec(ctx context.Context, j *job, tl *tally) (int, error) {
+	writes := 0
+	for attempt := 0; ; attempt++ {
+		ev, err := m.apply(ctx, j)
+		if err == nil {
+			writes++
+			m.record(j, ev)
+			tl.add(j.op, j.nodes)
+			return writes, nil
+		}
+		if errors.Is(err, errExpired) {
+			tl.expired()
+			return writes, nil
+		}
+		if attempt > 0 || !isRace(err) {
+			return writes, fmt.Errorf("%s: %w", verbOf(j.op), err)
+		}
+		d, rerr := m.tgt.get(ctx, j.path, false)
+		if rerr != nil {
+			return writes, rerr
+		}
+		if j.op == opDelete {
+			if d == nil {
+				tl.add(opDelete, j.nodes)
+				return writes, nil
+			}
+			j.dst = d
+			continue
+		}
+		op, c := m.decide(j.src, d, j.children)
+		switch op {
+		case opKeep:
+			tl.add(op, 1)
+			return writes, nil
+		case opNone, opImplicit:
+			tl.add(op, 1)
+			if d != nil && (!d.Dir || d.ModifiedIndex != 0) {
+				m.owned.set(j.path, d.ModifiedIndex)
+			}
+			return writes, nil
+		case opConflict:
+			tl.conflict(*c)
+			return writes, nil
+		}
+		j.op, j.dst = op, d
+	}
+}
+
+func verbOf(op jobOp) string {
+	switch op {
+	case opCreate:
+		return "create"
+	case opTTL:
+		return "carry the TTL over"
+	case opReplace:
+		return "replace the value"
+	case opKind:
+		return "replace the node"
+	case opDelete:
+		return "delete"
+	}
+	return "write"
+}
+
+// apply makes the write(s) of one job.
+func (m *migrator) apply(ctx context.Context, j *job) (*translate.Event, error) {
+	switch j.op {
+	case opCreate:
+		return m.tgt.create(ctx, j.src, false)
+	case opTTL:
+		return m.tgt.fixTTL(ctx, j.src, j.dst)
+	case opReplace:
+		return m.tgt.replaceFile(ctx, j.src, j.dst, true)
+	case opKind:
+		return m.tgt.replaceKind(ctx, j.src, j.dst)
+	case opDelete:
+		return m.tgt.remove(ctx, j.dst)
+	}
+	return nil, fmt.Errorf("migrate: no write for op %d", j.op)
+}
+
+// record remembers what this process wrote.
+func (m *migrator) record(j *job, ev *translate.Event) {
+	if j.op == opDelete || j.op == opKind {
+		m.owned.dropTree(j.path)
+	}
+	if j.op == opDelete || ev == nil || ev.Node == nil {
+		return
+	}
+	m.owned.set(j.path, ev.Node.ModifiedIndex)
+}

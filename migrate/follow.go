@@ -1,0 +1,436 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// FollowStats is what Follow did.
+type FollowStats struct {
+	Events       int // source events received
+	Applied      int // events that changed the bridge
+	Unchanged    int // events the bridge already reflected
+	TTLRefreshed int // TTLs carried over by the periodic TTL re-sync
+	Resyncs      int // full re-copies after the source's history ran out (401)
+	Conflicts    []Conflict
+	Failures     []Failure
+	Index        uint64 // source index of the last event received
+}
+
+// resyncNeeded is a watch whose waitIndex the source no longer holds.
+type resyncNeeded struct {
+	root  string
+	index uint64
+}
+
+func (r *resyncNeeded) Error() string {
+	return fmt.Sprintf("the source's event history no longer reaches index %d (watch on %s)", r.index, r.root)
+}
+
+// Follow applies the source's changes to the bridge after a Copy, from the
+// copy's snapshot index on, until ctx ends (which is not an error). Each
+// source event is checked against the bridge first: a node the bridge holds
+// as the source held it before the event (or as this process left it) is
+// updated; anything else is a conflict, reported and left alone unless
+// Overwrite. When the source no longer holds the history the watch needs (v2
+// keeps 1000 events; error 401), Follow re-syncs with a full Copy, logs that
+// it did, and carries on from the new snapshot.
+//
+// v2 does not report refresh=true writes (TTL renewals that keep the value)
+// to watchers; every Options.TTLResync Follow re-reads the source and carries
+// changed TTLs over. Hidden nodes are followed when Copy knew them (named or
+// found); hidden nodes created later are not seen by a v2 watch.
+func Follow(ctx context.Context, o Options, snap *Summary) (*FollowStats, error) {
+	if snap == nil || len(snap.roots) == 0 {
+		return nil, errors.New("migrate: Follow needs the summary of a Copy")
+	}
+	if o.DryRun {
+		return nil, errors.New("migrate: Follow cannot run as a dry run")
+	}
+	m, err := newMigrator(o)
+	if err != nil {
+		return nil, err
+	}
+	defer m.src.close()
+	if snap.owned != nil {
+		m.owned = snap.owned
+	}
+	return m.follow(ctx, snap)
+}
+
+func (m *migrator) follow(ctx context.Context, snap *Summary) (*FollowStats, error) {
+	fs := &FollowStats{Index: snap.Index}
+	roots := snap.roots
+	for {
+		err := m.followOnce(ctx, roots, fs)
+		if ctx.Err() != nil {
+			return fs, nil
+		}
+		var rs *resyncNeeded
+		if !errors.As(err, &rs) {
+			return fs, err
+		}
+		m.logf("re-syncing: %v (v2 keeps only its last 1000 events); copying the tree again", rs)
+		s2, cerr := m.copy(ctx)
+		if ctx.Err() != nil {
+			return fs, nil
+		}
+		if s2 == nil {
+			return fs, fmt.Errorf("re-sync after losing the source's history: %w", cerr)
+		}
+		fs.Resyncs++
+		fs.Conflicts = append(fs.Conflicts, s2.Conflicts...)
+		fs.Failures = append(fs.Failures, s2.Failures...)
+		m.logf("re-synced from the source at index %d: %d created, %d updated, %d deleted, %d already there, %d conflicts, %d extra left on the bridge",
+			s2.Index, s2.Created, s2.Updated, s2.Deleted, s2.Unchanged, len(s2.Conflicts), s2.Extra-s2.Deleted)
+		var ie *IncompleteError
+		if errors.As(cerr, &ie) && ie.Stopped {
+			return fs, fmt.Errorf("re-sync: %w", cerr)
+		}
+		roots = s2.roots
+		if s2.Index > fs.Index {
+			fs.Index = s2.Index
+		}
+	}
+}
+
+func (m *migrator) followOnce(ctx context.Context, roots []root, fs *FollowStats) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	evc := make(chan *translate.Event)
+	errc := make(chan error, len(roots))
+	for i, r := range roots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.watchLoop(wctx, r, i == 0, evc, errc)
+		}()
+	}
+	var ttlTick <-chan time.Time
+	if m.o.TTLResync > 0 {
+		t := time.NewTicker(m.o.TTLResync)
+		defer t.Stop()
+		ttlTick = t.C
+	}
+	beat := time.NewTicker(time.Second)
+	defer beat.Stop()
+	report := func(force bool) {
+		m.progress(Progress{Phase: "following", Events: fs.Events, Index: fs.Index,
+			Conflicts: len(fs.Conflicts), Resyncs: fs.Resyncs}, force)
+	}
+	report(true)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			return err
+		case ev := <-evc:
+			m.applyEvent(ctx, ev, fs)
+			report(false)
+		case <-ttlTick:
+			m.resyncTTLs(ctx, roots, fs)
+		case <-beat.C:
+			report(true)
+		}
+	}
+}
+
+// watchLoop long-polls the source for events on r (one-shot v2 watches, each
+// resuming at the last event's modifiedIndex+1) and hands them over in order.
+func (m *migrator) watchLoop(ctx context.Context, r root, main bool, evc chan<- *translate.Event, errc chan<- error) {
+	wait := r.index + 1
+	backoff := 100 * time.Millisecond
+	down := false
+	for {
+		ev, err := m.src.watch(ctx, r.path, wait)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			var ve *translate.Error
+			if errors.As(err, &ve) && ve.Code == translate.EcodeEventIndexCleared {
+				errc <- &resyncNeeded{root: r.path, index: wait}
+				return
+			}
+			if !down {
+				m.logf("watching %s on the source failed: %v; retrying", r.path, err)
+				down = true
+			}
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		if down {
+			m.logf("watching %s on the source again from index %d", r.path, wait)
+			down = false
+		}
+		backoff = 100 * time.Millisecond
+		if ev == nil { // the server ended the watch without an event: ask again
+			if !sleepCtx(ctx, 50*time.Millisecond) {
+				return
+			}
+			continue
+		}
+		if idx := ev.Node.ModifiedIndex; idx >= wait {
+			wait = idx + 1
+		} else {
+			wait++
+		}
+		ev = acceptEvent(r.path, main, ev)
+		if ev == nil {
+			continue
+		}
+		select {
+		case evc <- ev:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// acceptEvent decides which watch handles an event, so each is applied once:
+// a watch takes its root and what is below it without passing through a
+// hidden element (hidden nodes have watches of their own). The deletion of a
+// directory above the prefix deletes the prefix; above a hidden root it is
+// the prefix watch's business.
+func acceptEvent(root string, main bool, ev *translate.Event) *translate.Event {
+	k := ev.Node.Key
+	if under(k, root) {
+		if hiddenBelow(root, k) {
+			return nil
+		}
+		return ev
+	}
+	if main && isDelete(ev.Action) && under(root, k) {
+		c := *ev
+		c.Node = &translate.Node{Key: root, ModifiedIndex: ev.Node.ModifiedIndex}
+		c.PrevNode = nil
+		return &c
+	}
+	return nil
+}
+
+func isDelete(action string) bool {
+	return action == translate.ActionDelete || action == translate.ActionExpire || action == translate.ActionCompareAndDelete
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// applyEvent applies one source event, retrying while the bridge's backend is
+// unavailable, so no event is lost.
+func (m *migrator) applyEvent(ctx context.Context, ev *translate.Event, fs *FollowStats) {
+	fs.Events++
+	if ev.Node.ModifiedIndex > fs.Index {
+		fs.Index = ev.Node.ModifiedIndex
+	}
+	backoff := 100 * time.Millisecond
+	down := false
+	for {
+		changed, c, err := m.applyOne(ctx, ev)
+		if err == nil {
+			switch {
+			case c != nil:
+				fs.Conflicts = append(fs.Conflicts, *c)
+				m.logf("conflict at %s (source event %s at index %d): %s", c.Path, ev.Action, ev.Node.ModifiedIndex, c.Detail)
+			case changed:
+				fs.Applied++
+			default:
+				fs.Unchanged++
+			}
+			if down {
+				m.logf("the bridge's backend answers again")
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if isKeyError(err) {
+			fs.Failures = append(fs.Failures, Failure{Path: ev.Node.Key, Err: err})
+			m.logf("could not apply %s of %s (index %d): %v", ev.Action, ev.Node.Key, ev.Node.ModifiedIndex, err)
+			return
+		}
+		if !down {
+			m.logf("applying %s of %s to the bridge failed: %v; retrying until it works", ev.Action, ev.Node.Key, err)
+			down = true
+		}
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// applyOne brings the bridge's node at the event's key to what the event
+// made of it on the source.
+func (m *migrator) applyOne(ctx context.Context, ev *translate.Event) (changed bool, c *Conflict, err error) {
+	for attempt := 0; ; attempt++ {
+		if isDelete(ev.Action) {
+			changed, c, err = m.followDelete(ctx, ev.Node.Key, ev.PrevNode)
+		} else {
+			changed, c, err = m.followPut(ctx, ev.Node, ev.PrevNode)
+		}
+		if err != nil && isRace(err) && attempt < 2 {
+			continue // the bridge changed under us: read it again
+		}
+		return changed, c, err
+	}
+}
+
+func (m *migrator) followPut(ctx context.Context, n, prev *translate.Node) (bool, *Conflict, error) {
+	d, err := m.tgt.get(ctx, n.Key, false)
+	if err != nil {
+		return false, nil, err
+	}
+	kind, detail := diff(n, d, m.o.TTLTolerance)
+	var res *translate.Event
+	switch {
+	case kind == "":
+		return false, nil, nil
+	case kind == KindMissing: // writing where nothing is can destroy nothing
+		res, err = m.tgt.create(ctx, n, true)
+	case !(m.owned.owns(d) || m.o.Overwrite):
+		was := "absent"
+		if prev != nil {
+			was = describe(prev)
+		}
+		return false, &Conflict{Path: n.Key, Kind: kind, Detail: fmt.Sprintf(
+			"%s; the source's node was %s before, and the bridge's node is not the copy this migration made "+
+				"(a client changed it through the bridge or v3): left unchanged; --overwrite replaces it", detail, was)}, nil
+	case kind == KindTTL || kind == KindExpiry:
+		res, err = m.tgt.fixTTL(ctx, n, d)
+	case kind == KindType:
+		res, err = m.tgt.replaceKind(ctx, n, d)
+	default:
+		res, err = m.tgt.replaceFile(ctx, n, d, true)
+	}
+	if err != nil {
+		if errors.Is(err, errExpired) {
+			return false, nil, nil
+		}
+		return false, nil, err
+	}
+	if kind == KindType {
+		m.owned.dropTree(n.Key)
+	}
+	m.owned.set(n.Key, res.Node.ModifiedIndex)
+	return true, nil, nil
+}
+
+// followDelete deletes the bridge's node at p when the source deleted (or
+// expired) it, if the bridge's node, and for a directory everything in it, is
+// still the copy this migration made. prev is the source's node before; nil
+// when a directory above the migrated prefix went.
+func (m *migrator) followDelete(ctx context.Context, p string, prev *translate.Node) (bool, *Conflict, error) {
+	d, err := m.tgt.get(ctx, p, true)
+	if err != nil {
+		return false, nil, err
+	}
+	if d == nil {
+		m.owned.dropTree(p)
+		return false, nil, nil
+	}
+	if !m.o.Overwrite {
+		mine, theirs := m.ownedTree(d)
+		if !mine {
+			was := "node"
+			if prev != nil {
+				was = describe(prev)
+			}
+			return false, &Conflict{Path: p, Kind: KindExtra, Detail: fmt.Sprintf(
+				"deleted on the source (was %s), but the bridge's %s is not the copy this migration made "+
+					"(a client changed it through the bridge or v3%s): left unchanged; --overwrite deletes it",
+				was, describe(d), theirs)}, nil
+		}
+	}
+	if _, err := m.tgt.remove(ctx, d); err != nil {
+		return false, nil, err
+	}
+	m.owned.dropTree(p)
+	return true, nil, nil
+}
+
+// ownedTree reports whether n (read recursively when a directory) is all
+// this migration's: every file as it wrote or found it. theirs names what is not.
+func (m *migrator) ownedTree(n *translate.Node) (bool, string) {
+	if !n.Dir {
+		return m.owned.owns(n), ""
+	}
+	t := newTree()
+	t.add(n)
+	for _, p := range t.sorted() {
+		if c := t.nodes[p]; !c.Dir && !m.owned.owns(c) {
+			return false, ": " + p
+		}
+	}
+	return true, ""
+}
+
+// resyncTTLs carries over TTLs the source renewed without telling watchers
+// (refresh=true): nodes with the same value whose expirations drifted apart,
+// when the bridge's node is still this migration's copy.
+func (m *migrator) resyncTTLs(ctx context.Context, roots []root, fs *FollowStats) {
+	n := 0
+	defer func() {
+		if n > 0 {
+			fs.TTLRefreshed += n
+			m.logf("carried over %d TTL(s) renewed on the source with refresh=true (v2 does not report refreshes to watchers)", n)
+		}
+	}()
+	for _, r := range roots {
+		sn, _, err := m.src.get(ctx, r.path, true)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.logf("TTL re-sync: reading %s from the source: %v", r.path, err)
+			}
+			return
+		}
+		dn, err := m.tgt.get(ctx, r.path, true)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.logf("TTL re-sync: reading %s from the bridge: %v", r.path, err)
+			}
+			return
+		}
+		st, tt := newTree(), newTree()
+		st.add(sn)
+		tt.add(dn)
+		for _, p := range st.sorted() {
+			if hiddenBelow(r.path, p) {
+				continue
+			}
+			s, d := st.nodes[p], tt.nodes[p]
+			if kind, _ := diff(s, d, m.o.TTLTolerance); (kind != KindTTL && kind != KindExpiry) || !m.owned.owns(d) {
+				continue // only this migration's own copies: a renewal made through the bridge stays
+			}
+			res, err := m.tgt.fixTTL(ctx, s, d)
+			if err != nil {
+				if !errors.Is(err, errExpired) && !isRace(err) {
+					m.logf("TTL re-sync of %s: %v", p, err)
+				}
+				continue
+			}
+			m.owned.set(p, res.Node.ModifiedIndex)
+			n++
+		}
+	}
+}

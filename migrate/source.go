@@ -1,0 +1,337 @@
+package migrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// ErrUnreachable matches (errors.Is) errors about a source that does not answer.
+var ErrUnreachable = errors.New("the v2 source is unreachable")
+
+// ErrNoV2API matches (errors.Is) errors about a source URL that answers HTTP
+// but does not serve the etcd v2 keys API.
+var ErrNoV2API = errors.New("the source does not serve the etcd v2 keys API")
+
+// sourceError is a source problem of one of the kinds above, with its own text.
+type sourceError struct {
+	kind error
+	msg  string
+}
+
+func (e *sourceError) Error() string        { return e.msg }
+func (e *sourceError) Is(target error) bool { return target == e.kind }
+
+func unreachable(format string, args ...any) error {
+	return &sourceError{kind: ErrUnreachable, msg: fmt.Sprintf(format, args...)}
+}
+
+// source talks plain HTTP to a running v2 server, as any v2 client would.
+type source struct {
+	base       *url.URL
+	hc         *http.Client    // bounded requests
+	wc         *http.Client    // watches: bounded by their context only
+	own        *http.Transport // closed by close when the source made it
+	user, pass string
+	timeout    time.Duration
+}
+
+// close drops the connections to the source this process keeps open.
+func (s *source) close() {
+	if s.own != nil {
+		s.own.CloseIdleConnections()
+	}
+}
+
+func newSource(o *Options) (*source, error) {
+	if o.From == "" {
+		return nil, errors.New("no source URL (--from)")
+	}
+	u, err := url.Parse(strings.TrimRight(o.From, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("bad source URL %q: want http(s)://host:port", o.From)
+	}
+	hc := o.HTTPClient
+	var own *http.Transport
+	if hc == nil {
+		own = &http.Transport{
+			Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+			TLSClientConfig: o.SourceTLS,
+		}
+		hc = &http.Client{Transport: own}
+	}
+	wc := *hc
+	wc.Timeout = 0
+	s := &source{base: u, hc: hc, wc: &wc, own: own, timeout: o.SourceTimeout}
+	if s.timeout == 0 {
+		s.timeout = 2 * time.Minute
+	}
+	if o.SourceUser != "" {
+		s.user, s.pass, _ = strings.Cut(o.SourceUser, ":")
+	}
+	return s, nil
+}
+
+func (s *source) keyURL(p string, q url.Values) string {
+	u := *s.base
+	u.Path = strings.TrimRight(s.base.Path, "/") + "/v2/keys" + p
+	u.RawPath = ""
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func (s *source) String() string { return s.base.String() }
+
+// do sends a GET and returns the response with its body read, or an error
+// naming what is wrong with the source.
+func (s *source) do(ctx context.Context, hc *http.Client, u string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.user != "" {
+		req.SetBasicAuth(s.user, s.pass)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, unreachable("cannot reach the v2 source %s: %v", s.base, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, unreachable("reading the answer of the v2 source %s: %v", s.base, err)
+	}
+	return resp, body, nil
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// decode interprets a /v2/keys answer: an event, a v2 error, or proof that
+// the URL serves something else.
+func (s *source) decode(u string, resp *http.Response, body []byte) (*translate.Event, uint64, error) {
+	idx, idxErr := strconv.ParseUint(resp.Header.Get("X-Etcd-Index"), 10, 64)
+	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
+	if isJSON && resp.StatusCode >= 400 {
+		var ve translate.Error
+		if json.Unmarshal(body, &ve) == nil && ve.Code != 0 {
+			if ve.Code == translate.EcodeUnauthorized {
+				return nil, 0, fmt.Errorf("the v2 source %s refused the request: %v (pass --from-user name:password)", s.base, &ve)
+			}
+			return nil, idx, &ve
+		}
+	}
+	if isJSON && resp.StatusCode < 300 && idxErr == nil {
+		if len(strings.TrimSpace(string(body))) == 0 {
+			return nil, idx, nil // a watch the server ended without an event
+		}
+		var ev translate.Event
+		if err := json.Unmarshal(body, &ev); err == nil && ev.Action != "" && ev.Node != nil {
+			return &ev, idx, nil
+		}
+	}
+	snippet := strings.TrimSpace(string(body))
+	if len(snippet) > 120 {
+		snippet = snippet[:120] + "..."
+	}
+	return nil, 0, &sourceError{kind: ErrNoV2API, msg: fmt.Sprintf(
+		"%s does not serve the etcd v2 keys API: GET %s answered %s %q; the source must be an etcd v2 server "+
+			"(etcd 3.4/3.5 started with --enable-v2=true, or etcd 2.x); etcd 3.6 and later have no v2 API",
+		s.base, strings.SplitN(u, "?", 2)[0], resp.Status, snippet)}
+}
+
+// get reads p from the source: recursive, sorted and through quorum, so the
+// snapshot is consistent and its X-Etcd-Index is where a watch resumes.
+// A missing key is (nil, index, nil).
+func (s *source) get(ctx context.Context, p string, recursive bool) (*translate.Node, uint64, error) {
+	q := url.Values{"quorum": {"true"}, "sorted": {"true"}}
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	u := s.keyURL(p, q)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, body, err := s.do(ctx, s.hc, u)
+	if err != nil {
+		return nil, 0, err
+	}
+	ev, idx, err := s.decode(u, resp, body)
+	var ve *translate.Error
+	if errors.As(err, &ve) && ve.Code == translate.EcodeKeyNotFound {
+		return nil, ve.Index, nil
+	}
+	if err == nil && ev == nil {
+		return nil, 0, &sourceError{kind: ErrNoV2API, msg: fmt.Sprintf("%s does not serve the etcd v2 keys API: GET %s answered an empty body", s.base, u)}
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return ev.Node, idx, nil
+}
+
+// watch waits for the first event at or after waitIndex on root and below.
+// (nil, nil) means the server ended the watch without one: ask again.
+func (s *source) watch(ctx context.Context, root string, waitIndex uint64) (*translate.Event, error) {
+	q := url.Values{"wait": {"true"}, "recursive": {"true"}, "waitIndex": {strconv.FormatUint(waitIndex, 10)}}
+	u := s.keyURL(root, q)
+	resp, body, err := s.do(ctx, s.wc, u)
+	if err != nil {
+		return nil, err
+	}
+	ev, _, err := s.decode(u, resp, body)
+	return ev, err
+}
+
+var clearedCause = regexp.MustCompile(`\[(\d+)/(\d+)\]`)
+
+// historyStart reads the first index v2 still holds from a 401's cause,
+// "the requested history has been cleared [start/wait]".
+func historyStart(ve *translate.Error) (uint64, bool) {
+	m := clearedCause.FindStringSubmatch(ve.Cause)
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(m[1], 10, 64)
+	return n, err == nil
+}
+
+// discoverHidden finds hidden nodes below root from the source's event
+// history: v2 never lists hidden nodes, but its history replay (a watch with
+// an old waitIndex) does not filter them. Only the last 1000 events are kept,
+// so this finds hidden keys written recently, not all of them. It returns
+// every hidden node on the way to each event's key (a hidden directory and
+// any hidden node inside it, which listing the directory would not show).
+//
+// The history is split into a few ranges scanned side by side, each one
+// watch per event: a watch answers with the first event at or after its
+// waitIndex, at once from the history; one with nothing left before upTo
+// would wait for a future event, so a short deadline ends it.
+func (s *source) discoverHidden(ctx context.Context, root string, upTo uint64) ([]string, error) {
+	ask := func(wait uint64) (*translate.Event, error) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		ev, err := s.watch(rctx, root, wait)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil
+		}
+		return ev, err
+	}
+	first := uint64(1)
+	if _, err := ask(first); err != nil {
+		var ve *translate.Error
+		if !errors.As(err, &ve) || ve.Code != translate.EcodeEventIndexCleared {
+			return nil, err
+		}
+		start, ok := historyStart(ve)
+		if !ok {
+			return nil, nil
+		}
+		first = start
+	}
+	if first > upTo {
+		return nil, nil
+	}
+	const ranges = 8
+	size := (upTo - first + ranges) / ranges
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var firstErr error
+	var wg sync.WaitGroup
+	for lo := first; lo <= upTo; lo += size {
+		hi := min(lo+size-1, upTo)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w := lo; w <= hi; {
+				ev, err := ask(w)
+				if err != nil {
+					var ve *translate.Error
+					if !errors.As(err, &ve) { // a 401: the history moved on past w
+						mu.Lock()
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+					}
+					return
+				}
+				if ev == nil || ev.Node.ModifiedIndex > upTo {
+					return
+				}
+				mu.Lock()
+				for _, h := range hiddenNodes(root, ev.Node.Key) {
+					seen[h] = true
+				}
+				mu.Unlock()
+				w = max(w, ev.Node.ModifiedIndex) + 1
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	out := make([]string, 0, len(seen))
+	for h := range seen {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out, firstErr
+}
+
+// hiddenNodes lists every hidden node on the way from root down to key.
+func hiddenNodes(root, key string) []string {
+	if !under(key, root) || key == root {
+		return nil
+	}
+	var out []string
+	for _, a := range append(translate.Ancestors(key), key) {
+		if len(a) > len(root) && under(a, root) && translate.IsHiddenName(a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// under reports whether p is root or below it.
+func under(p, root string) bool {
+	return p == root || root == "/" || strings.HasPrefix(p, root+"/")
+}
+
+// hiddenBelow reports whether p, seen from root, passes through a hidden element.
+func hiddenBelow(root, p string) bool {
+	if p == root {
+		return false
+	}
+	rel := p
+	if root != "/" {
+		rel = strings.TrimPrefix(p, root)
+	}
+	return strings.Contains(rel, "/_")
+}
