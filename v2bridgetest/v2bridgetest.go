@@ -6,17 +6,31 @@
 //	cl := v2bridgetest.StartCluster(t, 1)
 //	br := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{})
 //	// point the v2 client at br.URL
+//
+// Liveness tests put the bridge behind the members' fault-injecting proxies
+// and break the members in the ways machines break (faults.go):
+//
+//	cl := v2bridgetest.StartProcessCluster(t, 3) // or StartCluster: no Freeze
+//	br := v2bridgetest.StartBridge(t, cl.ProxiedEndpoints(), v2bridgetest.Options{})
+//	i := cl.Index(br.Backend.Endpoint())
+//	cl.Blackhole(i) // powered off: silence, no FIN, no RST
+//	cl.Heal(i)
+//	cl.Freeze(i)    // SIGSTOP; Thaw(i) is SIGCONT
+//	cl.Isolate(i)   // cut off from its peers: it loses quorum
 package v2bridgetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,19 +45,41 @@ import (
 	"github.com/v2bridge/v2bridge/v3backend"
 )
 
-// Cluster is an in-process etcd v3 cluster.
+// Cluster is an etcd v3 cluster on loopback, its members in this process
+// (StartCluster) or in child processes (StartProcessCluster). Each member's
+// client URL and peer URL sit behind a fault-injecting proxy of its own (see
+// faults.go): Endpoints are the members' own URLs, ProxiedEndpoints go
+// through the proxies, and the members reach each other only through them.
 type Cluster struct {
 	t       testing.TB
 	Members []*Member
+
+	mu  sync.RWMutex
+	ids map[string]int // hex member id -> index
 }
 
 // Member is one etcd member of a Cluster.
 type Member struct {
-	Name      string
+	Name string
+	// ClientURL is the member's own client URL; ProxyURL reaches it through
+	// the member's fault-injecting proxy.
 	ClientURL string
-	PeerURL   string
-	Etcd      *embed.Etcd
-	stopOnce  sync.Once
+	ProxyURL  string
+	// PeerURL is the member's peer listener; the other members reach it
+	// through its peer proxy.
+	PeerURL string
+	// ID is the etcd member id.
+	ID uint64
+	// Etcd is the member when it runs in this process (nil when it runs in
+	// a child process).
+	Etcd *embed.Etcd
+
+	stopOnce   sync.Once
+	client     *faultProxy
+	peer       *faultProxy
+	proc       *memberProcess
+	blackholed atomic.Bool
+	isolated   atomic.Bool
 }
 
 // FreeURL returns http://127.0.0.1:<port> with a port the OS just handed out.
@@ -61,51 +97,149 @@ func FreeURL(t testing.TB) string {
 // serve; they stop when the test ends.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
-	var initial []string
+	return startCluster(t, n, false)
+}
+
+// memberSpec is what a member needs to start, in this process or (as JSON)
+// in a child process.
+type memberSpec struct {
+	Name             string `json:"name"`
+	Dir              string `json:"dir"`
+	ClientURL        string `json:"clientURL"`
+	PeerURL          string `json:"peerURL"`
+	AdvertisePeerURL string `json:"advertisePeerURL"`
+	InitialCluster   string `json:"initialCluster"`
+	LogLevel         string `json:"logLevel"`
+}
+
+func (s memberSpec) config() (*embed.Config, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = s.Name
+	cfg.Dir = s.Dir
+	var us [3]*url.URL
+	for i, raw := range []string{s.ClientURL, s.PeerURL, s.AdvertisePeerURL} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return nil, fmt.Errorf("member %s: %w", s.Name, err)
+		}
+		us[i] = u
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*us[0]}, []url.URL{*us[0]}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*us[1]}, []url.URL{*us[2]}
+	cfg.InitialCluster = s.InitialCluster
+	cfg.InitialClusterToken = "v2bridgetest"
+	cfg.LogLevel = s.LogLevel
+	return cfg, nil
+}
+
+func startInProcess(s memberSpec) (*embed.Etcd, error) {
+	cfg, err := s.config()
+	if err != nil {
+		return nil, err
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("%s failed: %w", s.Name, err)
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("%s not ready after 60s", s.Name)
+	}
+}
+
+func hostOf(u string) string { return strings.TrimPrefix(u, "http://") }
+
+func startCluster(t testing.TB, n int, inChildren bool) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, ids: map[string]int{}}
 	for i := 0; i < n; i++ {
-		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: FreeURL(t), PeerURL: FreeURL(t)}
-		c.Members = append(c.Members, m)
-		initial = append(initial, m.Name+"="+m.PeerURL)
+		c.Members = append(c.Members, &Member{Name: fmt.Sprintf("m%d", i), ClientURL: FreeURL(t), PeerURL: FreeURL(t)})
+	}
+	t.Cleanup(c.Stop)
+	// Members is complete before the first proxy serves: the proxies read it.
+	var initial []string
+	for i, m := range c.Members {
+		var err error
+		m.client, err = newFaultProxy(hostOf(m.ClientURL), false, func(int) bool { return m.blackholed.Load() }, c.lookup)
+		if err != nil {
+			t.Fatalf("proxy: %v", err)
+		}
+		m.peer, err = newFaultProxy(hostOf(m.PeerURL), true, func(src int) bool { return c.peerCut(i, src) }, c.lookup)
+		if err != nil {
+			t.Fatalf("proxy: %v", err)
+		}
+		m.ProxyURL = m.client.url
+		initial = append(initial, m.Name+"="+m.peer.url)
 	}
 	dir := t.TempDir()
 	errc := make(chan error, n)
 	for _, m := range c.Members {
+		spec := memberSpec{Name: m.Name, Dir: filepath.Join(dir, m.Name), ClientURL: m.ClientURL, PeerURL: m.PeerURL,
+			AdvertisePeerURL: m.peer.url, InitialCluster: strings.Join(initial, ","),
+			LogLevel: "fatal"} // etcd logs its own shutdown as errors
 		go func(m *Member) {
-			cfg := embed.NewConfig()
-			cfg.Name = m.Name
-			cfg.Dir = filepath.Join(dir, m.Name)
-			cu, _ := url.Parse(m.ClientURL)
-			pu, _ := url.Parse(m.PeerURL)
-			cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-			cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-			cfg.InitialCluster = strings.Join(initial, ",")
-			cfg.InitialClusterToken = "v2bridgetest"
-			cfg.LogLevel = "fatal" // etcd logs its own shutdown as errors
-			e, err := embed.StartEtcd(cfg)
-			if err != nil {
-				errc <- fmt.Errorf("start %s: %w", m.Name, err)
-				return
+			var err error
+			if inChildren {
+				spec.LogLevel = "error"
+				m.proc, err = startMemberProcess(spec)
+			} else {
+				m.Etcd, err = startInProcess(spec)
 			}
-			m.Etcd = e
-			select {
-			case <-e.Server.ReadyNotify():
-				errc <- nil
-			case <-time.After(60 * time.Second):
-				errc <- fmt.Errorf("%s not ready after 60s", m.Name)
-			}
+			errc <- err
 		}(m)
 	}
+	var errs []error
 	for i := 0; i < n; i++ {
 		if err := <-errc; err != nil {
-			t.Fatal(err)
+			errs = append(errs, err)
 		}
 	}
-	t.Cleanup(c.Stop)
+	if len(errs) > 0 {
+		t.Fatal(errors.Join(errs...))
+	}
+	c.learnIDs(t)
 	return c
 }
 
-// Endpoints are the members' v3 client URLs.
+// learnIDs reads the member ids, which the peer proxies need to tell who
+// opened a connection.
+func (c *Cluster) learnIDs(t testing.TB) {
+	t.Helper()
+	cli := c.MemberClient(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatalf("member list: %v", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, pm := range resp.Members {
+		for i, m := range c.Members {
+			if m.Name == pm.Name {
+				m.ID = pm.ID
+				c.ids[strconv.FormatUint(pm.ID, 16)] = i
+			}
+		}
+	}
+}
+
+func (c *Cluster) lookup(hexID string) int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if i, ok := c.ids[hexID]; ok {
+		return i
+	}
+	return -1
+}
+
+// Endpoints are the members' own v3 client URLs.
 func (c *Cluster) Endpoints() []string {
 	var out []string
 	for _, m := range c.Members {
@@ -114,18 +248,36 @@ func (c *Cluster) Endpoints() []string {
 	return out
 }
 
-// Stop stops every member.
+// Stop lifts every fault and stops every member, then the proxies.
 func (c *Cluster) Stop() {
+	for i, m := range c.Members {
+		if m.proc != nil {
+			m.proc.thaw()
+		}
+		c.heal(i)
+	}
 	for _, m := range c.Members {
 		m.Stop()
 	}
+	for _, m := range c.Members {
+		if m.client != nil {
+			m.client.close()
+		}
+		if m.peer != nil {
+			m.peer.close()
+		}
+	}
 }
 
-// Stop stops the member (once; later calls do nothing).
+// Stop stops the member (once; later calls do nothing): a member in this
+// process is closed, a child process is killed.
 func (m *Member) Stop() {
 	m.stopOnce.Do(func() {
 		if m.Etcd != nil {
 			m.Etcd.Close()
+		}
+		if m.proc != nil {
+			m.proc.kill()
 		}
 	})
 }
@@ -194,6 +346,13 @@ func StartBridge(t testing.TB, endpoints []string, o Options) *Bridge {
 	go func() { _ = srv.Serve(ln) }()
 	b := &Bridge{URL: u, Backend: be, API: api, Registry: reg, srv: srv}
 	t.Cleanup(b.Stop)
+	// Watches are served once the hub's shared v3 watch is created, a few
+	// milliseconds after New returns (until then they get 500).
+	for deadline := time.Now().Add(10 * time.Second); !be.Ready(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bridge's watch hub is not ready after 10s")
+		}
+	}
 	return b
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,6 +22,8 @@ type session struct {
 	endpoint string
 	index    int
 	started  time.Time
+	lastOK   atomic.Int64 // unix nanoseconds of the last good heartbeat
+	lostAt   time.Time    // set by lose, under Backend.mu
 }
 
 func (s *session) end() {
@@ -35,6 +38,7 @@ func (b *Backend) dial(ctx context.Context, endpoint string) (*clientv3.Client, 
 		DialKeepAliveTime:    b.cfg.KeepAliveTime,
 		DialKeepAliveTimeout: b.cfg.KeepAliveTimeout,
 		PermitWithoutStream:  true,
+		DialOptions:          b.cfg.DialOptions,
 		TLS:                  b.cfg.TLS,
 		Username:             b.cfg.Username,
 		Password:             b.cfg.Password,
@@ -45,9 +49,18 @@ func (b *Backend) dial(ctx context.Context, endpoint string) (*clientv3.Client, 
 
 // health is the heartbeat: the gRPC health service, which etcd answers
 // without touching its storage, so a defrag or a slow disk is not mistaken
-// for a dead member.
+// for a dead member (a read, or a progress request on the watch stream,
+// waits for storage: a defrag of a few hundred MB stalls them for seconds).
+//
+// It carries the require-leader mark, which etcd checks (for every unary
+// call, this one included) before answering: a member that has no leader,
+// such as one cut off from its peers, fails the heartbeat as well, which is
+// sooner than etcd cancels require-leader watches (three election
+// timeouts). A leader election in a healthy cluster leaves a follower
+// without a leader for well under a second, less than the misses needed.
 func (b *Backend) health(ctx context.Context, cli *clientv3.Client) error {
-	resp, err := healthpb.NewHealthClient(cli.ActiveConnection()).Check(ctx, &healthpb.HealthCheckRequest{})
+	resp, err := healthpb.NewHealthClient(cli.ActiveConnection()).Check(clientv3.WithRequireLeader(ctx),
+		&healthpb.HealthCheckRequest{})
 	if err != nil {
 		return err
 	}
@@ -57,22 +70,41 @@ func (b *Backend) health(ctx context.Context, cli *clientv3.Client) error {
 	return nil
 }
 
-// connect dials the endpoints in turn, starting at index start, and keeps
-// the first one that answers a health check and a read.
-func (b *Backend) connect(ctx context.Context, start int) (*session, error) {
-	var errs []error
+// connect dials every endpoint at once and keeps the first that answers a
+// health check and a read, both requiring a leader: a dead member cannot
+// hold up the others, and a member cut off from quorum is not chosen.
+func (b *Backend) connect(ctx context.Context) (*session, error) {
+	type result struct {
+		s   *session
+		ep  string
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	n := len(b.cfg.Endpoints)
-	for i := 0; i < n; i++ {
-		idx := (start + i) % n
-		ep := b.cfg.Endpoints[idx]
-		s, err := b.tryEndpoint(ctx, ep, idx)
-		if err == nil {
-			return s, nil
+	results := make(chan result, n)
+	for i, ep := range b.cfg.Endpoints {
+		go func() {
+			s, err := b.tryEndpoint(ctx, ep, i)
+			results <- result{s, ep, err}
+		}()
+	}
+	var errs []error
+	for k := 0; k < n; k++ {
+		r := <-results
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", r.ep, r.err))
+			continue
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
-		if ctx.Err() != nil {
-			break
-		}
+		// The others are canceled; close any that answered too.
+		go func(left int) {
+			for ; left > 0; left-- {
+				if o := <-results; o.s != nil {
+					o.s.end()
+				}
+			}
+		}(n - k - 1)
+		return r.s, nil
 	}
 	return nil, fmt.Errorf("no etcd v3 endpoint answered: %w", errors.Join(errs...))
 }
@@ -89,7 +121,7 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	err = b.health(cctx, cli)
 	if err == nil {
 		var resp *clientv3.GetResponse
-		resp, err = cli.Get(cctx, "health", clientv3.WithSerializable(), clientv3.WithCountOnly())
+		resp, err = cli.Get(clientv3.WithRequireLeader(cctx), "health", clientv3.WithSerializable(), clientv3.WithCountOnly())
 		if err == nil {
 			b.noteHeader(resp.Header)
 		}
@@ -99,11 +131,20 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 		_ = cli.Close()
 		return nil, err
 	}
-	return &session{cli: cli, ctx: sctx, cancel: cancel, endpoint: ep, index: idx, started: time.Now()}, nil
+	s := &session{cli: cli, ctx: sctx, cancel: cancel, endpoint: ep, index: idx, started: time.Now()}
+	s.lastOK.Store(time.Now().UnixNano())
+	return s, nil
 }
 
-func (b *Backend) setSession(s *session, reason string) {
+// setSession makes s the current session; it reports false (and ends s)
+// when the backend is closed.
+func (b *Backend) setSession(s *session, reason string) bool {
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		s.end()
+		return false
+	}
 	b.sess = s
 	ch := b.sessCh
 	b.sessCh = make(chan struct{})
@@ -111,6 +152,7 @@ func (b *Backend) setSession(s *session, reason string) {
 	close(ch)
 	b.metrics.backendUp.Set(1)
 	b.lg.Info("etcd v3 backend connected", zap.String("endpoint", s.endpoint), zap.String("reason", reason))
+	return true
 }
 
 // sessionChanged returns a channel closed at the next session change.
@@ -121,8 +163,8 @@ func (b *Backend) sessionChanged() (*session, <-chan struct{}) {
 }
 
 // lose declares session s lost (if it is still the current one): every
-// request and watch on it ends, and new requests fail fast until the monitor
-// connects again.
+// request and watch on it ends at once, and new requests fail fast until the
+// monitor connects again, which it starts doing at once.
 func (b *Backend) lose(s *session, reason string) {
 	b.mu.Lock()
 	if b.sess != s || s == nil {
@@ -130,13 +172,19 @@ func (b *Backend) lose(s *session, reason string) {
 		return
 	}
 	b.sess = nil
+	s.lostAt = time.Now()
 	ch := b.sessCh
 	b.sessCh = make(chan struct{})
 	b.mu.Unlock()
+	// Cancel first: that ends the hub's watch and so every v2 watch fed by
+	// it, and every request in flight. Closing the client may wait on
+	// the connection; it must not hold up the monitor or the hub.
+	s.cancel()
+	go func() { _ = s.cli.Close() }()
 	close(ch)
-	s.end()
 	b.metrics.backendUp.Set(0)
 	b.metrics.losses.Inc()
+	b.metrics.detectSeconds.Observe(s.lostAt.Sub(time.Unix(0, s.lastOK.Load())).Seconds())
 	b.lg.Warn("etcd v3 backend lost", zap.String("endpoint", s.endpoint), zap.String("reason", reason))
 }
 
@@ -155,41 +203,41 @@ func (b *Backend) Endpoint() string {
 	return s.endpoint
 }
 
-// monitor runs the heartbeat and, while the backend is lost, reconnects.
+// monitor runs the heartbeat on the current session and, as soon as the
+// session is lost (by the heartbeat, or by the hub when its watch fails),
+// reconnects.
+//
+// Detection with the defaults (one health check a second, each with a 1 s
+// deadline, two misses in a row): the first check after the fault starts
+// within a second of it and times out a second later; the next one starts
+// at once (its tick is due) and times out another second later. So a member
+// that stops answering is declared lost 2 to 3 s after the fault (2.1 to
+// 2.9 s measured at the v2 watchers by the liveness tests: blackhole and
+// SIGSTOP), and the v2 watches end with it; a member without a leader, 1 to
+// 2 s after it noticed that it has none.
 func (b *Backend) monitor() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.cfg.HeartbeatInterval)
 	defer t.Stop()
+	var last *session
 	misses := 0
-	var lostAt time.Time
-	next := 0
 	for {
+		s, changed := b.sessionChanged()
+		if s == nil {
+			if !b.reconnect(last) {
+				return
+			}
+			continue
+		}
+		if s != last {
+			last, misses = s, 0
+		}
 		select {
 		case <-b.closeCh:
 			return
-		case <-t.C:
-		}
-		s, _ := b.sessionChanged()
-		if s == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.DialTimeout)
-			ns, err := b.connect(ctx, next)
-			cancel()
-			if err != nil {
-				b.lg.Debug("reconnect failed", zap.Error(err))
-				continue
-			}
-			select {
-			case <-b.closeCh:
-				ns.end()
-				return
-			default:
-			}
-			b.setSession(ns, "reconnected")
-			if !lostAt.IsZero() {
-				b.metrics.recoverSeconds.Observe(time.Since(lostAt).Seconds())
-			}
-			misses = 0
+		case <-changed:
 			continue
+		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
 		start := time.Now()
@@ -197,17 +245,56 @@ func (b *Backend) monitor() {
 		cancel()
 		if err == nil {
 			b.metrics.heartbeat.Observe(time.Since(start).Seconds())
+			s.lastOK.Store(time.Now().UnixNano())
 			misses = 0
 			continue
+		}
+		if s.ctx.Err() != nil {
+			continue // lost meanwhile
 		}
 		misses++
 		b.metrics.heartbeatMisses.Inc()
 		b.lg.Debug("heartbeat missed", zap.String("endpoint", s.endpoint), zap.Int("misses", misses), zap.Error(err))
 		if misses >= b.cfg.HeartbeatFailures {
-			lostAt = time.Now()
 			b.lose(s, fmt.Sprintf("%d heartbeats missed: %v", misses, err))
-			next = (s.index + 1) % len(b.cfg.Endpoints)
-			misses = 0
+		}
+	}
+}
+
+// reconnect connects again after session lost (nil at start) ended: at
+// once, then every heartbeat interval until a member answers. It reports
+// false when the backend is closing.
+func (b *Backend) reconnect(lost *session) bool {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.DialTimeout)
+		go func() { // Close need not wait for the attempt
+			select {
+			case <-b.closeCh:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		ns, err := b.connect(ctx)
+		cancel()
+		if err == nil {
+			if !b.setSession(ns, "reconnected") {
+				return false
+			}
+			if lost != nil {
+				b.mu.Lock()
+				lostAt := lost.lostAt
+				b.mu.Unlock()
+				if !lostAt.IsZero() {
+					b.metrics.recoverSeconds.Observe(time.Since(lostAt).Seconds())
+				}
+			}
+			return true
+		}
+		b.lg.Debug("reconnect failed", zap.Error(err))
+		select {
+		case <-b.closeCh:
+			return false
+		case <-time.After(b.cfg.HeartbeatInterval):
 		}
 	}
 }

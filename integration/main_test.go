@@ -1,0 +1,15 @@
+package integration
+
+import (
+	"os"
+	"testing"
+
+	"github.com/v2bridge/v2bridge/v2bridgetest"
+)
+
+// TestMain lets v2bridgetest.StartProcessCluster run etcd members as child
+// processes of this test binary (the liveness tests freeze them).
+func TestMain(m *testing.M) {
+	v2bridgetest.MemberMain()
+	os.Exit(m.Run())
+}

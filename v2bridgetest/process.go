@@ -1,0 +1,254 @@
+//go:build unix
+
+package v2bridgetest
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// memberEnv carries a child process's memberSpec (JSON).
+const memberEnv = "V2BRIDGETEST_MEMBER"
+
+// StartProcessCluster is StartCluster with every member in a child process
+// of its own, so that a test can freeze one (Freeze, Thaw) or kill it (Kill)
+// as it would a machine. The child is this test binary run again, which
+// needs MemberMain at the top of the package's TestMain:
+//
+//	func TestMain(m *testing.M) {
+//		v2bridgetest.MemberMain()
+//		os.Exit(m.Run())
+//	}
+//
+// The children are killed when the test ends, and (on Linux) when this
+// process dies.
+func StartProcessCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return startCluster(t, n, true)
+}
+
+// MemberMain returns at once, unless this process was started by
+// StartProcessCluster to be an etcd member: then it runs the member until its
+// parent goes away, and exits.
+func MemberMain() {
+	spec := os.Getenv(memberEnv)
+	if spec == "" {
+		return
+	}
+	os.Exit(runMember(spec))
+}
+
+func runMember(js string) int {
+	var spec memberSpec
+	if err := json.Unmarshal([]byte(js), &spec); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", memberEnv, err)
+		return 2
+	}
+	cfg, err := spec.config()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "start %s: %v\n", spec.Name, err)
+		return 1
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		fmt.Fprintf(os.Stderr, "%s failed: %v\n", spec.Name, err)
+		return 1
+	case <-time.After(60 * time.Second):
+		fmt.Fprintf(os.Stderr, "%s not ready after 60s\n", spec.Name)
+		return 1
+	}
+	fmt.Println(readyLine)
+	// The parent holds our stdin open for as long as it wants us.
+	parentGone := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(parentGone)
+	}()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	select {
+	case <-parentGone:
+	case <-sig:
+	case err := <-e.Err():
+		fmt.Fprintf(os.Stderr, "%s: %v\n", spec.Name, err)
+	}
+	e.Close()
+	return 0
+}
+
+const readyLine = "v2bridgetest member ready"
+
+// memberProcess is a member running in a child process.
+type memberProcess struct {
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	stderr *tailBuffer
+	exited chan struct{}
+	frozen atomic.Bool
+	mu     sync.Mutex // serializes signals with reaping
+}
+
+func startMemberProcess(spec memberSpec) (*memberProcess, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	// Without MemberMain in TestMain the child runs no test and exits.
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), memberEnv+"="+string(js))
+	cmd.SysProcAttr = memberSysProcAttr()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	// A pipe of our own (not StdoutPipe), so reaping the child never races
+	// with reading what it printed.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = w
+	p := &memberProcess{cmd: cmd, stdin: stdin, stderr: &tailBuffer{max: 16 << 10}, exited: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	go func() {
+		_ = cmd.Wait()
+		p.mu.Lock()
+		close(p.exited)
+		p.mu.Unlock()
+	}()
+	ready := make(chan bool, 1)
+	go func() {
+		// Read to the end (the child exiting), so that the child never
+		// blocks on, or dies of, a full or closed stdout.
+		defer r.Close()
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			if sc.Text() == readyLine {
+				ready <- true
+				_, _ = io.Copy(io.Discard, r)
+				return
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if ok {
+			return p, nil
+		}
+		<-p.exited
+		return nil, fmt.Errorf("member %s (child process) exited before serving (is v2bridgetest.MemberMain() the first "+
+			"call in TestMain?): %s; output: %s", spec.Name, cmd.ProcessState, strings.TrimSpace(p.stderr.String()))
+	case <-time.After(90 * time.Second):
+		p.kill()
+		return nil, fmt.Errorf("member %s (child process) not ready after 90s; output: %s", spec.Name,
+			strings.TrimSpace(p.stderr.String()))
+	}
+}
+
+// signal sends sig unless the child has been reaped (its pid may be reused).
+func (p *memberProcess) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.exited:
+		return errors.New("member process has exited")
+	default:
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+func (p *memberProcess) freeze() error {
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	p.frozen.Store(true)
+	// The signal is asynchronous: wait until the kernel shows it stopped.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if st, ok := procState(p.cmd.Process.Pid); !ok || st == 'T' {
+			return nil
+		}
+	}
+	return errors.New("member process did not stop")
+}
+
+func (p *memberProcess) thaw() {
+	if p.frozen.Swap(false) {
+		_ = p.signal(syscall.SIGCONT)
+	}
+}
+
+func (p *memberProcess) kill() {
+	_ = p.stdin.Close()
+	_ = p.signal(syscall.SIGKILL)
+	<-p.exited
+	p.frozen.Store(false)
+}
+
+// procState is the process state letter from /proc (Linux); ok is false
+// where there is no /proc.
+func procState(pid int) (byte, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, false
+	}
+	return b[i+2], true
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
