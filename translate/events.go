@@ -37,7 +37,7 @@ func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Tim
 	for _, e := range evs {
 		if p, ok := l.PathOfMarker(e.KV.Key); ok && e.Delete && e.Prev != nil && e.Prev.Lease != 0 && validRel(p[1:]) {
 			expiredDirs = append(expiredDirs, p)
-			prev := DirNode(p, e.Prev, nil, now)
+			prev := DirNode(p, e.Prev, ls, now)
 			out = append(out, &Event{Action: ActionExpire, PrevNode: prev,
 				Node: &Node{Key: p, Dir: true, ModifiedIndex: uint64(rev), CreatedIndex: prev.CreatedIndex}})
 		}
@@ -92,6 +92,9 @@ func (l Layout) fromJournal(rev int64, j *Journal, evs []V3Event) *Event {
 		prev := *j.PrevNode
 		ev.PrevNode = &prev
 	}
+	if node.Dir && (j.Action == ActionDelete || j.Action == ActionCompareAndDelete) {
+		ev.Removed = l.removedPaths(node.Key, evs)
+	}
 	for _, e := range evs {
 		if node.Value != nil && !e.Delete && e.KV.Key == l.DataKey(node.Key) {
 			node.Value = strPtr(string(e.KV.Value))
@@ -101,6 +104,49 @@ func (l Layout) fromJournal(rev int64, j *Journal, evs []V3Event) *Event {
 		}
 	}
 	return ev
+}
+
+// removedPaths lists the directory dir and every path below it that the
+// deletes of one revision removed (with the directories implied by them).
+func (l Layout) removedPaths(dir string, evs []V3Event) map[string]bool {
+	out := map[string]bool{dir: true}
+	for _, e := range evs {
+		if !e.Delete {
+			continue
+		}
+		p, ok := l.PathOfData(e.KV.Key)
+		if !ok {
+			p, ok = l.PathOfMarker(e.KV.Key)
+		}
+		if !ok || !strings.HasPrefix(p, childPath(dir)) || !validRel(p[1:]) {
+			continue
+		}
+		for q := p; q != dir && !out[q]; q = Parent(q) {
+			out[q] = true
+		}
+	}
+	return out
+}
+
+// SweptPaths is what the sweep of the expired directory dir removed, given
+// the v3 keys (data and markers) it deleted: the directory itself and every
+// path below it.
+func (l Layout) SweptPaths(dir string, deleted []string) map[string]bool {
+	evs := make([]V3Event, len(deleted))
+	for i, k := range deleted {
+		evs[i] = V3Event{Delete: true, KV: KV{Key: k}}
+	}
+	return l.removedPaths(dir, evs)
+}
+
+// SetRemoved records on the expire event of dir among evs what its expiry
+// removed (nil: unknown, every path inside is told).
+func SetRemoved(evs []*Event, dir string, removed map[string]bool) {
+	for _, ev := range evs {
+		if ev.Action == ActionExpire && ev.Node != nil && ev.Node.Dir && ev.Node.Key == dir {
+			ev.Removed = removed
+		}
+	}
 }
 
 // isHiddenBelow is v2's isHidden: whether keyPath, seen from a watch on
@@ -125,6 +171,39 @@ func Matches(key string, recursive bool, ev *Event) bool {
 		return true
 	}
 	if ev.Node.Dir && (ev.Action == ActionDelete || ev.Action == ActionExpire) && strings.HasPrefix(key, k+"/") {
+		// v2 tells the watchers on the nodes the deletion removed; a path
+		// inside that did not exist hears nothing.
+		return ev.Removed == nil || ev.Removed[key]
+	}
+	return false
+}
+
+// WatchMatches tells a watcher created when the store index was current
+// whether ev concerns it: events at or before current were in v2's history
+// when the watch arrived (MatchesHistory), later ones reach it live
+// (Matches).
+func WatchMatches(key string, recursive bool, current uint64, ev *Event) bool {
+	if ev.Index() <= current {
+		return MatchesHistory(key, recursive, ev)
+	}
+	return Matches(key, recursive, ev)
+}
+
+// MatchesHistory is v2's rule for events already in its history, as
+// EventHistory.scan applies it to a watch with a past waitIndex: its own
+// key; with recursive, anything below it, hidden or not; and the deletion
+// or expiry of a directory whose key is a plain string prefix of the
+// watched key (no '/' boundary, so deleting /a answers a watch on /ab).
+func MatchesHistory(key string, recursive bool, ev *Event) bool {
+	k := ev.Node.Key
+	if k == key {
+		return true
+	}
+	if recursive && strings.HasPrefix(k, strings.TrimSuffix(key, "/")+"/") {
+		return true
+	}
+	if (ev.Action == ActionDelete || ev.Action == ActionExpire) && ev.PrevNode != nil && ev.PrevNode.Dir &&
+		strings.HasPrefix(key, ev.PrevNode.Key) {
 		return true
 	}
 	return false

@@ -36,6 +36,10 @@ type Event struct {
 	PrevNode *Node  `json:"prevNode,omitempty"`
 	// EtcdIndex is sent as X-Etcd-Index, not in the body.
 	EtcdIndex uint64 `json:"-"`
+	// Removed lists, for the deletion of a directory, every path it
+	// removed (itself included): v2 tells watchers on those paths, and only
+	// those, of the deletion. Nil when unknown.
+	Removed map[string]bool `json:"-"`
 }
 
 // IsCreated reports whether v2 answers this event with 201.

@@ -154,6 +154,23 @@ type Plan struct {
 	event   Event
 	layout  Layout
 	lease   int64
+	// released holds the leases of the nodes the plan replaces or deletes:
+	// once it commits they hold nothing the bridge still shows.
+	released map[int64]bool
+}
+
+// Releases reports whether the plan replaces or deletes the node that
+// carried lease id (a POST, for one, leaves its directory's lease alone).
+func (p *Plan) Releases(id int64) bool { return id != 0 && p.released[id] }
+
+func (p *Plan) release(kv *KV) {
+	if kv == nil || kv.Lease == 0 {
+		return
+	}
+	if p.released == nil {
+		p.released = map[int64]bool{}
+	}
+	p.released[kv.Lease] = true
 }
 
 // Guards are the compares that hold while nothing read by s has changed.
@@ -190,13 +207,17 @@ func (l Layout) Guards(s *Snapshot) []Cmp {
 // way v2's store does, returning the v2 error or the v3 transaction.
 func (l Layout) PlanWrite(r *Request, s *Snapshot, ls Leases, now time.Time) (*Plan, *Error) {
 	idx := uint64(s.Rev)
-	if r.TTL != nil && *r.TTL > MaxLeaseTTL {
+	ttl := r.TTL
+	if r.Method == "DELETE" {
+		ttl = nil // v2 parses a DELETE's ttl but has no use for it
+	}
+	if ttl != nil && *ttl > MaxLeaseTTL {
 		return nil, NewError(EcodeTTLNaN, fmt.Sprintf("ttl exceeds the maximum of %d", int64(MaxLeaseTTL)), 0)
 	}
 	p := &Plan{layout: l, Refresh: r.Refresh}
 	p.Cmps = l.Guards(s)
-	if r.TTL != nil {
-		p.TTL = int64(*r.TTL)
+	if ttl != nil {
+		p.TTL = int64(*ttl)
 		if p.TTL < 1 {
 			p.TTL = 1 // v2's ttl=0 expires at once; v3 rounds to its minimum lease
 		}
@@ -266,6 +287,7 @@ func (l Layout) planSet(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Ti
 	l.markAncestors(p, s)
 	p.event = Event{Action: ActionSet}
 	if s.fileExists() {
+		p.release(s.File)
 		p.event.PrevNode = s.node(ls, now)
 		if r.Dir {
 			p.Ops = append(p.Ops, Op{Type: OpDelete, Key: l.DataKey(s.Path)})
@@ -335,11 +357,22 @@ func (l Layout) planUpdate(p *Plan, r *Request, s *Snapshot, ls Leases, now time
 	if r.Refresh && s.fileExists() {
 		value = string(s.File.Value)
 	}
+	p.release(s.File)
+	p.release(s.Marker)
 	p.event = Event{Action: ActionUpdate, PrevNode: s.node(ls, now)}
 	l.markAncestors(p, s)
 	p.event.Node = l.putNode(p, s.Path, s.dirExists(), value)
 	p.event.Node.CreatedIndex = p.event.PrevNode.CreatedIndex
 	return nil
+}
+
+// causePath is how a v2 error names the node at p: v2 trims its internal
+// keys prefix "/1" from causes, and the root's internal path is "/1" itself.
+func causePath(p string) string {
+	if p == "/" {
+		return ""
+	}
+	return p
 }
 
 // compareFailCause is v2's getCompareFailCause.
@@ -376,6 +409,7 @@ func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, 
 	if r.Refresh {
 		value = string(s.File.Value)
 	}
+	p.release(s.File)
 	p.event = Event{Action: ActionCompareAndSwap, PrevNode: s.node(ls, now)}
 	p.event.Node = l.putNode(p, s.Path, false, value)
 	p.event.Node.CreatedIndex = uint64(s.File.CreateRevision)
@@ -384,6 +418,8 @@ func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, 
 
 // deleteNode removes the node at s.Path and, for a directory, its subtree.
 func (l Layout) deleteNode(p *Plan, s *Snapshot, action string, ls Leases, now time.Time) {
+	p.release(s.File)
+	p.release(s.Marker)
 	prev := s.node(ls, now)
 	p.event = Event{Action: action, PrevNode: prev,
 		Node: &Node{Key: s.Path, Dir: prev.Dir, CreatedIndex: prev.CreatedIndex}}
@@ -428,7 +464,9 @@ func (l Layout) planCompareAndDelete(p *Plan, r *Request, s *Snapshot, ls Leases
 		return s.MissError()
 	}
 	if s.dirExists() {
-		return NewError(EcodeNotFile, s.Path, idx)
+		// v2 names the directory by its internal path: for the root that
+		// is the keys namespace itself, which trims to an empty cause.
+		return NewError(EcodeNotFile, causePath(s.Path), idx)
 	}
 	if cause, ok := compareFailCause(s.File, r.PrevValue, r.PrevIndex); !ok {
 		return NewError(EcodeTestFailed, cause, idx)

@@ -1,0 +1,119 @@
+package conformance
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestCompare checks the normalisation on hand-made answers, without servers.
+func TestCompare(t *testing.T) {
+	get := &Request{Method: "GET", Path: "/v2/keys/d"}
+	sortedGet := &Request{Method: "GET", Path: "/v2/keys/d?sorted=true"}
+	hdr := func(idx string) http.Header {
+		return http.Header{"Content-Type": {"application/json"}, "X-Etcd-Index": {idx}}
+	}
+	// Both servers made the same three writes: ref at 4,5,6, bridge at 10,12,13.
+	writes := func(s *Session) {
+		for _, p := range [][2]uint64{{4, 10}, {5, 12}, {6, 13}} {
+			s.Idx[Ref].Add(p[0])
+			s.Idx[Bridge].Add(p[1])
+		}
+	}
+	cases := []struct {
+		name     string
+		req      *Request
+		ref, br  string
+		refX, bX string
+		want     []string // Where of each remaining difference
+	}{
+		{"indexes through the writes", get,
+			`{"action":"get","node":{"key":"/d","value":"v","modifiedIndex":5,"createdIndex":4}}`,
+			`{"action":"get","node":{"key":"/d","value":"v","modifiedIndex":12,"createdIndex":10}}`, "6", "14", nil},
+		{"a different write", get,
+			`{"action":"get","node":{"key":"/d","value":"v","modifiedIndex":5,"createdIndex":4}}`,
+			`{"action":"get","node":{"key":"/d","value":"v","modifiedIndex":13,"createdIndex":10}}`, "6", "13",
+			[]string{"body.node.modifiedIndex"}},
+		{"current index after a different write", get, `{"action":"get"}`, `{"action":"get"}`, "5", "13",
+			[]string{"header X-Etcd-Index"}},
+		{"value", get, `{"action":"get","node":{"key":"/d","value":"v"}}`,
+			`{"action":"get","node":{"key":"/d","value":"w"}}`, "6", "13", []string{"body.node.value"}},
+		{"ttl and expiration tolerances", get,
+			`{"action":"get","node":{"key":"/d","expiration":"2030-01-01T00:00:00.5Z","ttl":100}}`,
+			`{"action":"get","node":{"key":"/d","expiration":"2030-01-01T00:00:02Z","ttl":99}}`, "6", "13", nil},
+		{"ttl too far apart", get, `{"action":"get","node":{"key":"/d","ttl":100}}`,
+			`{"action":"get","node":{"key":"/d","ttl":97}}`, "6", "13", []string{"body.node.ttl"}},
+		{"unsorted listing in any order", get,
+			`{"action":"get","node":{"key":"/d","dir":true,"nodes":[{"key":"/d/b","dir":true},{"key":"/d/a","dir":true}]}}`,
+			`{"action":"get","node":{"key":"/d","dir":true,"nodes":[{"key":"/d/a","dir":true},{"key":"/d/b","dir":true}]}}`,
+			"6", "13", nil},
+		{"sorted listing in order", sortedGet,
+			`{"action":"get","node":{"key":"/d","dir":true,"nodes":[{"key":"/d/b","dir":true},{"key":"/d/a","dir":true}]}}`,
+			`{"action":"get","node":{"key":"/d","dir":true,"nodes":[{"key":"/d/a","dir":true},{"key":"/d/b","dir":true}]}}`,
+			"6", "13", []string{"body.node.nodes"}},
+		{"in-order names", get,
+			`{"action":"get","node":{"key":"/d/00000000000000000005"}}`,
+			`{"action":"get","node":{"key":"/d/00000000000000000011"}}`, "6", "13", nil},
+		{"compare failure cause", get,
+			`{"errorCode":101,"message":"Compare failed","cause":"[4 != 6]","index":6}`,
+			`{"errorCode":101,"message":"Compare failed","cause":"[10 != 13]","index":13}`, "6", "13", nil},
+		{"field order", get, `{"action":"get","node":{"key":"/d","value":"v"}}`,
+			`{"node":{"value":"v","key":"/d"},"action":"get"}`, "6", "13", []string{"body field order"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewSession()
+			writes(s)
+			x := NewExchange([2]*Request{c.req, c.req}, [2]*Response{
+				{Status: 200, Header: hdr(c.refX), Body: []byte(c.ref + "\n")},
+				{Status: 200, Header: hdr(c.bX), Body: []byte(c.br + "\n")}})
+			var got []string
+			for _, d := range s.Compare(x, c.req.BoolParam("sorted")) {
+				got = append(got, d.Where)
+			}
+			if strings.Join(got, "|") != strings.Join(c.want, "|") {
+				t.Errorf("differences %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// TestSetCreatedIndexNeedsAReplace: the divergence excuses an older
+// createdIndex only for a key that a set replaced at the index v2 shows.
+func TestSetCreatedIndexNeedsAReplace(t *testing.T) {
+	put := &Request{Method: "PUT", Path: "/v2/keys/a"}
+	s := NewSession()
+	resp := func(idx, body string) *Response {
+		return &Response{Status: 200, Header: http.Header{"X-Etcd-Index": {idx}}, Body: []byte(body)}
+	}
+	// Write 1 creates /a (ref 4, bridge 10); write 2 is a set replacing it.
+	s.Register(NewExchange([2]*Request{put, put}, [2]*Response{
+		resp("4", `{"action":"set","node":{"key":"/a","value":"1","modifiedIndex":4,"createdIndex":4}}`),
+		resp("10", `{"action":"set","node":{"key":"/a","value":"1","modifiedIndex":10,"createdIndex":10}}`)}))
+	s.Register(NewExchange([2]*Request{put, put}, [2]*Response{
+		resp("5", `{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":5,"createdIndex":5},"prevNode":{"key":"/a","value":"1","modifiedIndex":4,"createdIndex":4}}`),
+		resp("11", `{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":11,"createdIndex":11},"prevNode":{"key":"/a","value":"1","modifiedIndex":10,"createdIndex":10}}`)}))
+	get := &Request{Method: "GET", Path: "/v2/keys/a"}
+	for _, c := range []struct {
+		key, refCI, brCI string
+		excused          bool
+	}{
+		{"/a", "5", "10", true},  // v2's replace vs the original create
+		{"/a", "4", "10", false}, // not a difference at all, but not this one either
+		{"/b", "5", "10", false}, // another key
+		{"/a", "5", "11", false}, // the bridge's is not older
+	} {
+		x := NewExchange([2]*Request{get, get}, [2]*Response{
+			resp("5", `{"action":"get","node":{"key":"`+c.key+`","value":"2","modifiedIndex":5,"createdIndex":`+c.refCI+`}}`),
+			resp("11", `{"action":"get","node":{"key":"`+c.key+`","value":"2","modifiedIndex":11,"createdIndex":`+c.brCI+`}}`)})
+		excused := false
+		for _, d := range s.Compare(x, false) {
+			if dv := Excuse(s, x, d); dv != nil && dv.ID == "set-created-index" {
+				excused = true
+			}
+		}
+		if excused != c.excused {
+			t.Errorf("%s created %s vs %s: excused %v, want %v", c.key, c.refCI, c.brCI, excused, c.excused)
+		}
+	}
+}

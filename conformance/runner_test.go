@@ -1,0 +1,417 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// step is one request of a scripted case, sent to both servers. Form and
+// Query are name/value pairs; Path, Form and Query may use {name.field} or
+// {name.field+N} for values saved (per server) by an earlier step's Save:
+// fields mi/ci (node.modifiedIndex/createdIndex), xi (X-Etcd-Index), ei (an
+// error's index) and key (node.key).
+type step struct {
+	Method      string
+	Path        string
+	Form        []string
+	Query       []string
+	RawBody     string
+	ContentType string
+	Save        string
+
+	// Status and Code check the reference's answer, so a case cannot
+	// silently stop testing what it names.
+	Status int
+	Code   int
+
+	// Watch starts a watch named Watch with this request; its headers (or,
+	// for an immediate or error answer, its whole answer) are compared.
+	Watch string
+	// Await compares the next Events (default 1) body lines of watch Await.
+	// End expects the end of its body instead.
+	Await  string
+	Events int
+	End    bool
+
+	// Expect lists the divergences this step shows (each must occur).
+	Expect []string
+	// Shape compares JSON bodies by field names and value types only (for
+	// endpoints whose values are one server's own: ids, URLs, versions).
+	Shape bool
+	// Bulk repeats the request Bulk times ({i} in Path and Form is the
+	// repetition number), comparing only statuses: for filling history.
+	Bulk int
+}
+
+// caseTimeout bounds one scripted case, its watches included.
+const caseTimeout = 3 * time.Minute
+
+type scriptCase struct {
+	Name  string
+	Steps []step
+}
+
+type caseRun struct {
+	t       *testing.T
+	ctx     context.Context // bounds the case's watches
+	e       *env
+	s       *Session
+	v       vars
+	watches map[string]*watchPair
+	n       int
+}
+
+func (e *env) runCase(t *testing.T, c scriptCase) {
+	e.clearTree(t)
+	ctx, cancel := ctxFor(t, caseTimeout)
+	r := &caseRun{t: t, ctx: ctx, e: e, s: NewSession(), v: newVars(), watches: map[string]*watchPair{}}
+	defer func() {
+		cancel()
+		for _, w := range r.watches {
+			w.ws[0].Close()
+			w.ws[1].Close()
+		}
+		e.account(r.s, r.n)
+	}()
+	for i, st := range c.Steps {
+		if t.Failed() {
+			return
+		}
+		r.step(i, st)
+	}
+}
+
+func (r *caseRun) build(side Side, st step) *Request {
+	t := r.t
+	req := &Request{Method: st.Method, Path: r.v.expand(t, side, st.Path), RawBody: st.RawBody,
+		ContentType: st.ContentType,
+		Form:        r.v.expandValues(t, side, pairs(st.Form)), Query: r.v.expandValues(t, side, pairs(st.Query))}
+	if req.Method == "" {
+		req.Method = "GET"
+	}
+	return req
+}
+
+func (r *caseRun) step(i int, st step) {
+	t := r.t
+	t.Helper()
+	label := fmt.Sprintf("step %d", i+1)
+	switch {
+	case st.Bulk > 0:
+		r.bulk(label, st)
+		return
+	case st.Await != "":
+		r.await(label, st)
+		return
+	case st.Watch != "":
+		r.startWatch(label, st)
+		return
+	}
+	reqs := [2]*Request{r.build(Ref, st), r.build(Bridge, st)}
+	ctx, cancel := ctxFor(t, requestTimeout)
+	defer cancel()
+	resps, err := r.e.pair.DoBoth(ctx, reqs)
+	if err != nil {
+		t.Fatalf("%s: %v", label, err)
+	}
+	x := NewExchange(reqs, resps)
+	r.finish(label, st, x, [2]*Response{})
+}
+
+// finish checks, registers, compares and saves one exchange.
+func (r *caseRun) finish(label string, st step, x *Exchange, watchResp [2]*Response) {
+	t := r.t
+	t.Helper()
+	r.n++
+	if st.Status != 0 && x.Resp[Ref].Status != st.Status {
+		t.Errorf("%s: the reference answered %s, the case expects status %d\n%s", label, x.Resp[Ref], st.Status,
+			x.Req[Ref])
+	}
+	if st.Code != 0 && x.ErrorCode(Ref) != st.Code {
+		t.Errorf("%s: the reference answered %s, the case expects error %d\n%s", label, x.Resp[Ref], st.Code,
+			x.Req[Ref])
+	}
+	r.s.Register(x)
+	if st.Save != "" {
+		r.v.save(st.Save, x, watchResp)
+	}
+	var fails []Diff
+	excused := map[string]int{}
+	if st.Shape {
+		for _, d := range compareShape(x) {
+			if dv := Excuse(r.s, x, d); dv != nil {
+				excused[dv.ID]++
+				r.s.Tolerated[dv.ID]++
+				continue
+			}
+			fails = append(fails, d)
+		}
+	} else {
+		fails, excused = judge(r.s, x, x.Req[Ref].BoolParam("sorted"))
+	}
+	if len(fails) > 0 {
+		t.Errorf("%s: undocumented divergence\n%s", label, report(x, fails))
+	}
+	for _, id := range st.Expect {
+		if excused[id] == 0 {
+			t.Errorf("%s: expected divergence %q did not occur (fixed? then drop it from allow.go and "+
+				"docs/compatibility.md)\n%s", label, id, report(x, nil))
+		}
+	}
+}
+
+func (r *caseRun) startWatch(label string, st step) {
+	t := r.t
+	t.Helper()
+	reqs := [2]*Request{r.build(Ref, st), r.build(Bridge, st)}
+	ctx := r.ctx
+	var ws [2]*Watch
+	errs := make(chan error, 2)
+	for side := Ref; side <= Bridge; side++ {
+		go func(side Side) {
+			w, err := r.e.pair[side].StartWatch(ctx, reqs[side])
+			ws[side] = w
+			errs <- err
+		}(side)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("%s: %v", label, err)
+		}
+	}
+	r.watches[st.Watch] = &watchPair{ws: ws, reqs: reqs}
+	heads := [2]*Response{ws[0].Resp, ws[1].Resp}
+	if ws[0].Resp.Status != 200 || ws[1].Resp.Status != 200 {
+		// An error answer: compare it whole.
+		var resps [2]*Response
+		for side := range ws {
+			body := r.readAll(label, ws[side])
+			resps[side] = &Response{Status: ws[side].Resp.Status, Header: ws[side].Resp.Header, Body: body}
+		}
+		x := NewExchange(reqs, resps)
+		x.Watch = true
+		r.finish(label, st, x, [2]*Response{})
+		return
+	}
+	x := NewExchange(reqs, [2]*Response{
+		{Status: heads[0].Status, Header: heads[0].Header},
+		{Status: heads[1].Status, Header: heads[1].Header},
+	})
+	x.Watch = true
+	r.finish(label, st, x, heads)
+}
+
+func (r *caseRun) readAll(label string, w *Watch) []byte {
+	ctx, cancel := ctxFor(r.t, requestTimeout)
+	defer cancel()
+	var out []byte
+	for {
+		l, err := w.Next(ctx)
+		if err != nil {
+			r.t.Fatalf("%s: %v", label, err)
+		}
+		if l == nil {
+			return out
+		}
+		out = append(out, l...)
+	}
+}
+
+// awaitTimeout bounds the wait for an event a case expects; expiry events
+// take up to a few seconds on both servers.
+const awaitTimeout = 15 * time.Second
+
+// watchPair is one watch started on both servers.
+type watchPair struct {
+	ws   [2]*Watch
+	reqs [2]*Request
+}
+
+// graceAfterFirst is how long an event may trail the other server's
+// (expiry sweeps run every 500 ms on either side).
+const graceAfterFirst = 3 * time.Second
+
+func (r *caseRun) await(label string, st step) {
+	t := r.t
+	t.Helper()
+	wp, ok := r.watches[st.Await]
+	if !ok {
+		t.Fatalf("%s: no watch %q", label, st.Await)
+	}
+	ws := wp.ws
+	ctx, cancel := ctxFor(t, awaitTimeout)
+	defer cancel()
+	if st.End {
+		for side := range ws {
+			l, err := ws[side].Next(ctx)
+			if err != nil || l != nil {
+				t.Errorf("%s: %s: want the end of the watch body, got %q, %v", label, Side(side), l, err)
+			}
+		}
+		return
+	}
+	n := st.Events
+	if n == 0 {
+		n = 1
+	}
+	for k := 0; k < n; k++ {
+		type got struct {
+			side Side
+			line []byte
+			err  error
+		}
+		ch := make(chan got, 2)
+		gctx, gcancel := context.WithCancel(ctx)
+		for side := range ws {
+			go func(side Side) {
+				l, err := ws[side].Next(gctx)
+				ch <- got{side, l, err}
+			}(Side(side))
+		}
+		var lines [2][]byte
+		var errs []string
+		first := <-ch
+		var timer <-chan time.Time
+		if first.err == nil {
+			timer = time.After(graceAfterFirst)
+		}
+		second := got{side: 1 - first.side}
+		select {
+		case second = <-ch:
+		case <-timer:
+			gcancel()
+			<-ch
+			second.err = fmt.Errorf("no event %v after the other server's", graceAfterFirst)
+		}
+		gcancel()
+		for _, g := range []got{first, second} {
+			lines[g.side] = g.line
+			if g.err != nil {
+				errs = append(errs, fmt.Sprintf("%s: %v", g.side, g.err))
+			} else if g.line == nil {
+				errs = append(errs, fmt.Sprintf("%s: the watch ended without an event", g.side))
+			}
+		}
+		if lines[0] == nil && lines[1] == nil {
+			t.Fatalf("%s: event %d of watch %s: %s", label, k+1, st.Await, strings.Join(errs, "; "))
+		}
+		x := NewExchange(wp.reqs, [2]*Response{{Status: 200, Header: map[string][]string{}, Body: lines[0]},
+			{Status: 200, Header: map[string][]string{}, Body: lines[1]}})
+		x.Watch = true
+		x.Event = true
+		r.finish(fmt.Sprintf("%s event %d", label, k+1), st, x, [2]*Response{})
+		if lines[0] == nil || lines[1] == nil {
+			return // one watch is out of step with the other now
+		}
+	}
+}
+
+// compareShape compares status, content type and the JSON structure (field
+// names and kinds of values) of two answers; an empty list matches a list of
+// anything but is reported, as the bridge's empty peerURLs are.
+func compareShape(x *Exchange) []Diff {
+	var out []Diff
+	if x.Resp[Ref].Status != x.Resp[Bridge].Status {
+		out = append(out, Diff{Where: "status", Field: "status", Ref: x.Resp[Ref].Status, Bridge: x.Resp[Bridge].Status})
+	}
+	if a, b := x.Resp[Ref].Header.Get("Content-Type"), x.Resp[Bridge].Header.Get("Content-Type"); a != b {
+		out = append(out, Diff{Where: "header Content-Type", Field: "Content-Type", Ref: a, Bridge: b})
+	}
+	if x.JSON[Ref] == nil && x.JSON[Bridge] == nil {
+		return out
+	}
+	return append(out, diffShape("body", "", x.JSON[Ref], x.JSON[Bridge])...)
+}
+
+func diffShape(where, field string, r, b any) []Diff {
+	if kind(r) != kind(b) {
+		return []Diff{{Where: where, Field: field, Ref: kind(r), Bridge: kind(b), Note: "shape"}}
+	}
+	switch rv := r.(type) {
+	case map[string]any:
+		bv := b.(map[string]any)
+		var out []Diff
+		for _, k := range unionKeys(rv, bv) {
+			out = append(out, diffShape(where+"."+k, k, rv[k], bv[k])...)
+		}
+		return out
+	case []any:
+		bv := b.([]any)
+		if len(rv) == 0 || len(bv) == 0 {
+			if len(rv) != len(bv) {
+				return []Diff{{Where: where, Field: field, Ref: len(rv), Bridge: len(bv), Note: "list length"}}
+			}
+			return nil
+		}
+		return diffShape(where+"[0]", field, rv[0], bv[0])
+	}
+	return nil
+}
+
+func kind(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "object"
+	case []any:
+		return "list"
+	case string:
+		return "string"
+	case json.Number:
+		return "number"
+	case bool:
+		return "bool"
+	case nil:
+		return "absent"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// bulk sends st.Bulk requests to each server (one after the other on each,
+// both servers at once) and registers the writes.
+func (r *caseRun) bulk(label string, st step) {
+	t := r.t
+	ctx, cancel := ctxFor(t, 2*time.Minute)
+	defer cancel()
+	var resps [2][]*Response
+	var reqs [2][]*Request
+	errs := make(chan error, 2)
+	for side := Ref; side <= Bridge; side++ {
+		for i := 0; i < st.Bulk; i++ {
+			one := st
+			one.Path = strings.ReplaceAll(st.Path, "{i}", fmt.Sprint(i))
+			one.Form = nil
+			for _, f := range st.Form {
+				one.Form = append(one.Form, strings.ReplaceAll(f, "{i}", fmt.Sprint(i)))
+			}
+			reqs[side] = append(reqs[side], r.build(side, one))
+		}
+		go func(side Side) {
+			for _, q := range reqs[side] {
+				resp, err := r.e.pair[side].Do(ctx, q)
+				if err != nil {
+					errs <- err
+					return
+				}
+				resps[side] = append(resps[side], resp)
+			}
+			errs <- nil
+		}(side)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("%s: %v", label, err)
+		}
+	}
+	for i := range resps[0] {
+		x := NewExchange([2]*Request{reqs[0][i], reqs[1][i]}, [2]*Response{resps[0][i], resps[1][i]})
+		if x.Resp[Ref].Status != x.Resp[Bridge].Status || x.Resp[Ref].Status >= 300 {
+			t.Fatalf("%s: repetition %d\n%s", label, i, report(x, nil))
+		}
+		r.s.Register(x)
+	}
+	r.n += st.Bulk
+}
