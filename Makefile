@@ -27,6 +27,30 @@ unit:
 integration:
 	$(GO) test -count=1 -timeout $(TESTTIME) ./integration/...
 
+## conformance: the same v2 requests to the bridge and a real etcd v2 server, answers compared (~1 min; CONFORMANCE_SEED=n replays)
+conformance:
+	$(GO) test -count=1 ./conformance/...
+
+## conformance-long: the same with many more random operations
+conformance-long:
+	CONFORMANCE_LONG=1 $(GO) test -count=1 -timeout 60m ./conformance/...
+
+## bench: v2bridge vs direct clientv3, etcd v2 and etcd's v2v3 side by side (< 10 min; bench/RESULTS.md, bench/results.jsonl)
+bench:
+	$(GO) run ./bench/cmd/v2bench -mode full $(BENCHFLAGS)
+
+## bench-quick: a reduced set, one run each (< 2 min; bench/RESULTS-quick.md)
+bench-quick:
+	$(GO) run ./bench/cmd/v2bench -mode quick $(BENCHFLAGS)
+
+## bench-watch: the watch section only (idle 1,000/10,000 watchers, sustained; bench/RESULTS-watch.md)
+bench-watch:
+	$(GO) run ./bench/cmd/v2bench -mode watch $(BENCHFLAGS)
+
+## bench-failover: time for v2 watchers to learn of a lost backend, the bridge vs the incident's TCP forwarder (< 10 min; bench/FAILOVER.md)
+bench-failover:
+	V2BRIDGE_BENCH_FAILOVER=1 $(GO) test -count=1 -timeout 30m -run TestFailoverBench -v ./bench/failover/
+
 vet:
 	$(GO) vet ./...
 

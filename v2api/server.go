@@ -232,7 +232,10 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Re
 	setEventHeaders(w, wa.StartIndex(), meta)
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
-	if fl != nil {
+	// The headers go out at once, as v2 sends them; a one-shot watch whose
+	// event is already there (a re-watch served from the hub's memory) sends
+	// them with the event in one write instead of two.
+	if fl != nil && (req.Stream || len(wa.Events()) == 0) {
 		fl.Flush()
 	}
 	enc := json.NewEncoder(w)

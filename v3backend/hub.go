@@ -34,6 +34,7 @@ type Hub struct {
 	live    bool  // the shared v3 watch is up
 	byKey   map[string]map[*Watcher]struct{}
 	count   int
+	cur     curRev // shares the current-revision reads of watch requests
 
 	closeCh chan struct{}
 	wg      sync.WaitGroup
@@ -136,6 +137,28 @@ func (h *Hub) endAllLocked(reason string) {
 	}
 }
 
+// waitLive gives a hub that is (re)creating its shared watch on a live
+// session a moment to finish, so a watch re-issued right after a failover is
+// served instead of refused; it never waits past ctx or the session.
+func (h *Hub) waitLive(ctx context.Context, s *session) bool {
+	deadline := time.NewTimer(2 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !h.Live() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.ctx.Done():
+			return false
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
+}
+
 // Live reports whether the shared v3 watch is established.
 func (h *Hub) Live() bool {
 	h.mu.Lock()
@@ -161,7 +184,7 @@ func (h *Hub) Watch(ctx context.Context, key string, recursive, stream bool, wai
 	}
 	rctx, cancel := b.reqCtx(ctx, s)
 	defer cancel()
-	resp, err := s.cli.Get(rctx, b.layout.JournalKey(), clientv3.WithSerializable(), clientv3.WithCountOnly())
+	resp, err := h.cur.get(rctx, b, s)
 	if err != nil {
 		return nil, b.Meta(), b.mapErr(s, err)
 	}
@@ -179,6 +202,9 @@ func (h *Hub) Watch(ctx context.Context, key string, recursive, stream bool, wai
 		w.next = cur + 1
 	}
 
+	if !h.waitLive(rctx, s) {
+		return nil, meta, ErrUnavailable
+	}
 	h.mu.Lock()
 	if !h.live {
 		h.mu.Unlock()
@@ -227,7 +253,7 @@ func (h *Hub) oldestAvailable(ctx context.Context, s *session, lo, hi int64) int
 func (h *Hub) serveFromRingLocked(w *Watcher) {
 	for i := 0; i < h.n; i++ {
 		ev := h.ring[(h.head+i)%len(h.ring)]
-		if ev.Index() < w.next || !translate.Matches(w.key, w.recursive, ev) {
+		if ev.Index() < w.next || !translate.WatchMatches(w.key, w.recursive, w.start, ev) {
 			continue
 		}
 		if !h.deliverLocked(w, ev) {
@@ -268,7 +294,7 @@ func (h *Hub) dispatchLocked(evs []*translate.Event) {
 		h.ring[(h.head+h.n)%len(h.ring)] = ev
 		h.n++
 		for _, w := range h.candidatesLocked(ev) {
-			if ev.Index() < w.next || !translate.Matches(w.key, w.recursive, ev) {
+			if ev.Index() < w.next || !translate.WatchMatches(w.key, w.recursive, w.start, ev) {
 				continue
 			}
 			if !h.deliverLocked(w, ev) {
@@ -330,13 +356,16 @@ func (h *Hub) run() {
 			return
 		default:
 		}
-		if s.ctx.Err() == nil {
+		if s.ctx.Err() == nil && !errors.Is(err, errResumedPastCompaction) {
 			// The watch failed while the member still answers heartbeats
 			// (for example it lost its leader): move to another member.
 			h.b.lose(s, fmt.Sprintf("shared watch ended: %v", err))
 		}
 	}
 }
+
+// errResumedPastCompaction: the shared watch restarts on the same session.
+var errResumedPastCompaction = errors.New("shared watch resumed past a compaction")
 
 func (h *Hub) watchSession(s *session) error {
 	b := h.b
@@ -369,6 +398,8 @@ func (h *Hub) watchSession(s *session) error {
 		case resp, ok = <-wch:
 		case <-h.closeCh:
 			return errors.New("closing")
+		case <-s.ctx.Done(): // the session is lost: its v2 watches end now
+			return s.ctx.Err()
 		}
 		if !ok {
 			return errors.New("watch channel closed")
@@ -380,7 +411,7 @@ func (h *Hub) watchSession(s *session) error {
 			h.mu.Lock()
 			h.head, h.n, h.lastRev, h.floor = 0, 0, 0, 0
 			h.mu.Unlock()
-			return fmt.Errorf("compacted at %d", resp.CompactRevision)
+			return fmt.Errorf("%w at %d", errResumedPastCompaction, resp.CompactRevision)
 		}
 		if err := resp.Err(); err != nil {
 			return err
@@ -411,8 +442,8 @@ func (h *Hub) process(s *session, resp clientv3.WatchResponse) {
 			cancel()
 		}
 		v2evs, sweeps := b.layout.DecodeRevision(rev, evs, ls, time.Now())
-		for _, d := range sweeps {
-			go b.sweep(s, d)
+		for _, d := range sweeps { // before the event goes out, as v2 removes a subtree at once
+			translate.SetRemoved(v2evs, d, b.sweep(s, d, rev))
 		}
 		h.mu.Lock()
 		h.dispatchLocked(v2evs)
@@ -433,7 +464,7 @@ func (h *Hub) process(s *session, resp clientv3.WatchResponse) {
 // sweep removes what is left below a directory whose TTL ran out (its marker
 // carried the lease; its children carry none). Bridges racing to sweep the
 // same directory are harmless: the guard lets the first one act.
-func (b *Backend) sweep(s *session, dir string) {
+func (b *Backend) sweep(s *session, dir string, rev int64) map[string]bool {
 	l := b.layout
 	dc, mc := l.DataChildPrefix(dir), l.MarkerChildPrefix(dir)
 	j := fmt.Sprintf(`{"a":"expire","n":{"key":%q,"dir":true},"s":true,"dp":%q}`, dir, l.DataPrefix)
@@ -449,6 +480,20 @@ func (b *Backend) sweep(s *session, dir string) {
 	if err != nil {
 		b.lg.Warn("sweeping an expired directory failed", zap.String("dir", dir), zap.Error(err))
 	}
+	// What the expiry removed (whichever bridge swept): the subtree as it
+	// was at the expiry's revision. Nil if unknown.
+	var deleted []string
+	for _, pfx := range []string{dc, mc} {
+		resp, err := s.cli.Get(ctx, pfx, clientv3.WithRange(translate.PrefixEnd(pfx)), clientv3.WithRev(rev),
+			clientv3.WithKeysOnly(), clientv3.WithSerializable())
+		if err != nil {
+			return nil
+		}
+		for _, kv := range resp.Kvs {
+			deleted = append(deleted, string(kv.Key))
+		}
+	}
+	return l.SweptPaths(dir, deleted)
 }
 
 // startReplay serves w from v3 history with a watch of its own, starting at
@@ -473,7 +518,7 @@ func (h *Hub) startReplay(s *session, w *Watcher) {
 				evs, _ := toV3Events(g)
 				v2evs, _ := b.layout.DecodeRevision(g[0].Kv.ModRevision, evs, nil, time.Now())
 				for _, ev := range v2evs {
-					if ev.Index() < w.next || !translate.Matches(w.key, w.recursive, ev) {
+					if ev.Index() < w.next || !translate.WatchMatches(w.key, w.recursive, w.start, ev) {
 						continue
 					}
 					select {

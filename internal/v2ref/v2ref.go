@@ -330,6 +330,9 @@ func (s *Server) stop() error {
 // Stderr returns the last few KiB the server wrote to stderr.
 func (s *Server) Stderr() string { return s.stderr.String() }
 
+// Pid is the server's process id (benchmarks read its RSS from /proc).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // kill kills the child and waits (bounded) for it to be reaped.
 func (s *Server) kill() {
 	_ = s.cmd.Process.Kill()

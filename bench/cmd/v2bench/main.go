@@ -1,0 +1,359 @@
+// Command v2bench measures v2bridge side by side with direct clientv3 on the
+// same etcd member, a real etcd v2 server and etcd's own v2v3 emulation, all
+// started by the benchmark on loopback, and prints a markdown table (also
+// written to bench/RESULTS*.md) plus one JSON object per figure
+// (bench/results*.jsonl).
+//
+//	go run ./bench/cmd/v2bench -mode full    # make bench        (< 10 min)
+//	go run ./bench/cmd/v2bench -mode quick   # make bench-quick  (< 2 min)
+//	go run ./bench/cmd/v2bench -mode watch   # make bench-watch
+//
+// The bridge and its embedded etcd member run in a child process (this
+// binary re-executed), the etcd v2 and v2v3 servers in v2ref child
+// processes; the server RSS per watcher is read from /proc/<pid>/status of
+// that process. The load generators run in this process.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+)
+
+type config struct {
+	mode       string
+	runs       int
+	warm, dur  time.Duration
+	kv, watch  bool
+	idleN      []int
+	idleRate   map[int]float64
+	idleSteady map[int]time.Duration
+	sustainedN int
+	sustained  time.Duration
+	window     int
+	stallAfter time.Duration
+	drain      time.Duration
+	systems    []string
+	out        string
+	mdName     string
+	jsonlName  string
+	profile    string
+	profileDir string
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == childCommand {
+		if err := serveBridge(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bridge child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	cfg := &config{}
+	fs := flag.NewFlagSet("v2bench", flag.ExitOnError)
+	fs.StringVar(&cfg.mode, "mode", "full", "full (make bench), quick (make bench-quick) or watch (make bench-watch)")
+	runs := fs.Int("runs", 0, "runs per figure (default: 3; quick: 1)")
+	systems := fs.String("systems", strings.Join(allSystems, ","), "systems to run, comma-separated")
+	fs.StringVar(&cfg.out, "out", "bench", "directory for RESULTS*.md and results*.jsonl")
+	fs.StringVar(&cfg.profile, "profile", "", "CPU-profile the bridge during this workload (put-64, get-64, ttl-cycle-64, watch-idle-10000, watch-sustained-1000, ...) into -profile-dir")
+	fs.StringVar(&cfg.profileDir, "profile-dir", "bench/profiles", "where -profile writes")
+	dur := fs.Duration("dur", 0, "override the measured time of each key-value load")
+	fs.DurationVar(&bridgeHeartbeatTimeout, "bridge-heartbeat-timeout", 0, "run the bridge with this --heartbeat-timeout (0: its default)")
+	only := fs.String("only", "", "run only these sections: kv, idle, sustained (comma-separated)")
+	_ = fs.Parse(os.Args[1:])
+
+	switch cfg.mode {
+	case "full":
+		cfg.runs, cfg.warm, cfg.dur = 3, 200*time.Millisecond, 700*time.Millisecond
+		cfg.kv, cfg.watch = true, true
+		cfg.idleN = []int{1000, 10000}
+		cfg.sustained, cfg.drain = 3*time.Second, 6*time.Second
+		cfg.mdName, cfg.jsonlName = "RESULTS.md", "results.jsonl"
+	case "quick":
+		cfg.runs, cfg.warm, cfg.dur = 1, 200*time.Millisecond, 600*time.Millisecond
+		cfg.kv, cfg.watch = true, true
+		cfg.idleN = []int{1000}
+		cfg.sustained, cfg.drain = 3*time.Second, 3*time.Second
+		cfg.mdName, cfg.jsonlName = "RESULTS-quick.md", "results-quick.jsonl"
+	case "watch":
+		cfg.runs = 3
+		cfg.watch = true
+		cfg.idleN = []int{1000, 10000}
+		cfg.sustained, cfg.drain = 3*time.Second, 6*time.Second
+		cfg.mdName, cfg.jsonlName = "RESULTS-watch.md", "results-watch.jsonl"
+	default:
+		fatalf("unknown -mode %q", cfg.mode)
+	}
+	if *dur > 0 {
+		cfg.dur = *dur
+	}
+	if *runs > 0 {
+		cfg.runs = *runs
+	}
+	if *only != "" {
+		sec := map[string]bool{}
+		for _, s := range strings.Split(*only, ",") {
+			sec[strings.TrimSpace(s)] = true
+		}
+		cfg.kv = cfg.kv && sec["kv"]
+		if !sec["idle"] {
+			cfg.idleN = nil
+		}
+		if !sec["sustained"] {
+			cfg.sustainedN = -1
+		}
+	}
+	if cfg.sustainedN == 0 {
+		cfg.sustainedN = 1000
+	}
+	cfg.idleRate = map[int]float64{1000: 20, 10000: 2}
+	cfg.idleSteady = map[int]time.Duration{1000: 2 * time.Second, 10000: 2 * time.Second}
+	cfg.window, cfg.stallAfter = 64, 500*time.Millisecond
+	for _, s := range strings.Split(*systems, ",") {
+		cfg.systems = append(cfg.systems, strings.TrimSpace(s))
+	}
+
+	nofile := raiseNofile()
+	started := time.Now()
+	res := newResults()
+	logf("v2bench -mode %s: %d run(s) per figure, systems %v, RLIMIT_NOFILE %d", cfg.mode, cfg.runs, cfg.systems, nofile)
+	if cfg.kv {
+		runKV(cfg, res)
+	}
+	if cfg.watch {
+		runWatch(cfg, res)
+	}
+	elapsed := time.Since(started)
+
+	md := res.markdown(header(cfg, elapsed))
+	fmt.Print(md)
+	if err := res.writeFiles(cfg.out, cfg.mdName, cfg.jsonlName, md); err != nil {
+		fatalf("writing results: %v", err)
+	}
+	logf("done in %v; wrote %s and %s", elapsed.Round(time.Second),
+		filepath.Join(cfg.out, cfg.mdName), filepath.Join(cfg.out, cfg.jsonlName))
+}
+
+// profiles reports whether -profile names workload.
+func (c *config) profiles(workload string) bool {
+	for _, p := range strings.Split(c.profile, ",") {
+		if strings.TrimSpace(p) == workload {
+			return true
+		}
+	}
+	return false
+}
+
+func has(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// runKV runs the key-value workloads: one bridge child (the bridge and
+// direct-v3 share its etcd member), one etcd v2, one v2v3, all running for
+// the whole section; each run uses fresh keys.
+func runKV(cfg *config, res *results) {
+	logf("key-value workloads")
+	benches := map[string]*kvBench{}
+	var bridge *instance
+	for _, sys := range cfg.systems {
+		var in *instance
+		var err error
+		if (sys == sysBridge || sys == sysV3) && bridge != nil {
+			in = bridge
+		} else {
+			in, err = startInstance(sys)
+			if err != nil {
+				fatalf("starting %s: %v", sys, err)
+			}
+			defer in.Stop()
+			if in.kind == sysBridge {
+				bridge = in
+			}
+		}
+		b := &kvBench{in: in, cfg: cfg, res: res, sys: sys, profiled: map[string]bool{}}
+		if sys == sysV3 {
+			b.k = v3kv{in.V3()}
+		} else {
+			b.k = newV2KV(in.v2URL)
+		}
+		if err := b.prepare(); err != nil {
+			fatalf("preparing %s: %v", sys, err)
+		}
+		benches[sys] = b
+	}
+	defer func() {
+		for _, b := range benches {
+			closeIdle(b.k)
+		}
+	}()
+	for run := 1; run <= cfg.runs; run++ {
+		logf("  kv run %d", run)
+		for wi := range kvWorkloads {
+			for i := range cfg.systems {
+				// Rotate the order so no system always runs first.
+				sys := cfg.systems[(i+run-1+wi)%len(cfg.systems)]
+				benches[sys].runWorkload(wi, run)
+			}
+		}
+	}
+}
+
+// runWatch runs the watch workloads, each run on a fresh server process (a
+// system's leftovers from one workload must not weigh on the next).
+func runWatch(cfg *config, res *results) {
+	logf("watch workloads")
+	// A finished server stops while the next one boots; measuring starts
+	// only once the old one is gone.
+	var stopping sync.WaitGroup
+	start := func(sys, what string) *watchTarget {
+		t, err := newWatchTarget(sys)
+		stopping.Wait()
+		if err != nil {
+			res.note("%s on %s: cannot start: %s", what, sys, fmtErr(err))
+			return nil
+		}
+		return t
+	}
+	stop := func(t *watchTarget) {
+		stopping.Add(1)
+		go func() {
+			defer stopping.Done()
+			t.stop()
+		}()
+	}
+	defer stopping.Wait()
+	for _, n := range cfg.idleN {
+		for run := 1; run <= cfg.runs; run++ {
+			for i := range cfg.systems {
+				sys := cfg.systems[(i+run-1)%len(cfg.systems)]
+				t := start(sys, fmt.Sprintf("watch-idle-%d", n))
+				if t == nil {
+					continue
+				}
+				watchIdle(cfg, res, t, n, cfg.idleRate[n], cfg.idleSteady[n], run)
+				stop(t)
+			}
+		}
+	}
+	if cfg.sustainedN > 0 {
+		for run := 1; run <= cfg.runs; run++ {
+			for i := range cfg.systems {
+				sys := cfg.systems[(i+run-1)%len(cfg.systems)]
+				t := start(sys, fmt.Sprintf("watch-sustained-%d", cfg.sustainedN))
+				if t == nil {
+					continue
+				}
+				watchSustained(cfg, res, t, cfg.sustainedN, run)
+				stop(t)
+			}
+		}
+	}
+}
+
+// profileBridge fetches a CPU profile of the bridge child over secs seconds
+// into the profile directory; the returned func waits for it.
+func profileBridge(cfg *config, in *instance, name string, secs int) func() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
+		resp, err := c.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", in.v2URL, secs))
+		if err != nil {
+			warnf("profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		_ = os.MkdirAll(cfg.profileDir, 0o755)
+		p := filepath.Join(cfg.profileDir, name+".pprof")
+		fh, err := os.Create(p)
+		if err != nil {
+			warnf("profile: %v", err)
+			return
+		}
+		defer fh.Close()
+		_, _ = io.Copy(fh, resp.Body)
+		logf("  wrote CPU profile of the bridge to %s", p)
+	}()
+	return func() { <-done }
+}
+
+// snapshotBridge saves a heap profile (after a GC) and the goroutine dump
+// of the bridge child, for -profile heap-<workload>.
+func snapshotBridge(cfg *config, in *instance, name string) {
+	_ = os.MkdirAll(cfg.profileDir, 0o755)
+	c := &http.Client{Timeout: time.Minute}
+	for _, p := range []struct{ path, file string }{
+		{"/debug/pprof/heap?gc=1", name + ".heap.pprof"},
+		{"/debug/pprof/goroutine", name + ".goroutine.pprof"},
+	} {
+		resp, err := c.Get(in.v2URL + p.path)
+		if err != nil {
+			warnf("snapshot: %v", err)
+			continue
+		}
+		fp := filepath.Join(cfg.profileDir, p.file)
+		if fh, err := os.Create(fp); err == nil {
+			_, _ = io.Copy(fh, resp.Body)
+			fh.Close()
+			logf("  wrote %s", fp)
+		}
+		resp.Body.Close()
+	}
+}
+
+func header(cfg *config, elapsed time.Duration) string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# v2bridge benchmark (`-mode %s`)\n\n", cfg.mode)
+	fmt.Fprintf(&b, "%s · %d CPUs (%s) · %s · %s/%s · %d run(s) per figure, each cell the median (<sub>(n)</sub> = runs) · took %v\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cpu, runtime.Version(), runtime.GOOS, runtime.GOARCH,
+		cfg.runs, elapsed.Round(time.Second))
+	b.WriteString("Systems, all on loopback, started by the benchmark: **v2bridge** over an embedded etcd 3.6 member " +
+		"(bridge and member in one child process); **direct clientv3** to that same member; **etcd v2** = etcd 3.5 " +
+		"with the v2 store (v2ref); **etcd v2v3** = etcd 3.5's experimental v2-over-v3 emulation (v2ref --v2v3). " +
+		"v2 traffic is raw HTTP/1.1 with keep-alive; v3 traffic is clientv3. Clients run in the benchmark process, " +
+		"on the same 2 cores.\n\n")
+	if cfg.kv {
+		fmt.Fprintf(&b, "Key-value loads are closed loops for %v after a %v warm-up. direct-v3 equivalents: PUT = Put, "+
+			"GET = Get (serializable; quorum = linearizable), CAS = Txn(mod revision) with Else(Get), recursive GET = "+
+			"prefix Get, TTL create = Grant + create-if-absent Txn with the lease, refresh = KeepAliveOnce. "+
+			"ttl-cycle: each client creates a key with prevExist=false&ttl=60, renews it 4 times with "+
+			"prevIndex&ttl=60, then moves on to a new key. Server CPU per op = CPU time of the server process "+
+			"(bridge + its etcd; etcd for the others) over the whole load ÷ operations. Throughputs depend on the "+
+			"machine's other load; the CPU-per-op rows much less.\n\n", cfg.dur, cfg.warm)
+	}
+	if cfg.watch {
+		fmt.Fprintf(&b, "Watch loads: every v2 watcher has its own connection and behaves like a v2 client (one-shot "+
+			"long-poll, re-watch with waitIndex=modifiedIndex+1); direct-v3 watchers are clientv3 watch streams. "+
+			"Each run starts a fresh server process. watch-idle-N: N watchers recursive on one directory plus %d on "+
+			"distinct other keys; RSS per watcher = (server VmRSS with watchers − before) / (N+%d); then one write "+
+			"(fan-out to all N) and a writer at a steady rate (20 w/s for %v at N=1,000; 2 w/s for %v at N=10,000). "+
+			"watch-sustained-%d: the writer never runs more than %d writes ahead of the slowest watcher (waiting at most %v), for %v. "+
+			"Latency is from the start of the write to the watcher's receipt of the event; lost = events a watcher "+
+			"should have seen but did not within %v of the last write (or after 2 s without any receipt). Server CPU per delivery = CPU time of the "+
+			"server process (bridge + its etcd; etcd for the others) over the phase ÷ events delivered.\n\n",
+			keyWatches, keyWatches, cfg.idleSteady[1000], cfg.idleSteady[10000], max(cfg.sustainedN, 1000), cfg.window, cfg.stallAfter, cfg.sustained, cfg.drain)
+	}
+	b.WriteString("↑ higher is better, ↓ lower is better; ratios are bridge ÷ other.\n")
+	return b.String()
+}

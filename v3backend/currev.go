@@ -1,0 +1,80 @@
+package v3backend
+
+import (
+	"context"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// curRev shares the read of the current revision that every v2 watch
+// request makes (for its X-Etcd-Index and its start) among the requests that
+// ask while another read is in flight. Each caller gets the answer of a read
+// that was sent after it asked — what a read of its own would have returned
+// had it been sent a moment later — so the answer means exactly what it did.
+// One event answers every watcher of a directory and they all come back at
+// once: with 10,000 watchers that was 10,000 backend round trips per event
+// (enough to starve the liveness heartbeat); now it is one or two. The gRPC
+// call also runs off the HTTP handler's goroutine, whose stack then stays
+// small for the whole long-poll.
+type curRev struct {
+	mu      sync.Mutex
+	pending *curRevCall // asked for, not sent yet
+	busy    bool        // a sender goroutine is running
+}
+
+type curRevCall struct {
+	s    *session
+	done chan struct{}
+	resp *clientv3.GetResponse
+	err  error
+}
+
+// get returns a serializable count-only read of the journal key on s (its
+// header carries the revision), sent after get was called.
+func (c *curRev) get(ctx context.Context, b *Backend, s *session) (*clientv3.GetResponse, error) {
+	c.mu.Lock()
+	call := c.pending
+	if call != nil && call.s != s { // a session change is under way: no sharing
+		c.mu.Unlock()
+		return b.readCurrent(s)
+	}
+	if call == nil {
+		call = &curRevCall{s: s, done: make(chan struct{})}
+		c.pending = call
+		if !c.busy {
+			c.busy = true
+			go c.send(b)
+		}
+	}
+	c.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.resp, call.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// send sends the pending reads one after the other until none is left.
+func (c *curRev) send(b *Backend) {
+	for {
+		c.mu.Lock()
+		call := c.pending
+		if call == nil {
+			c.busy = false
+			c.mu.Unlock()
+			return
+		}
+		c.pending = nil
+		c.mu.Unlock()
+		call.resp, call.err = b.readCurrent(call.s)
+		close(call.done)
+	}
+}
+
+func (b *Backend) readCurrent(s *session) (*clientv3.GetResponse, error) {
+	ctx, cancel := b.reqCtx(context.Background(), s)
+	defer cancel()
+	return s.cli.Get(ctx, b.layout.JournalKey(), clientv3.WithSerializable(), clientv3.WithCountOnly())
+}
