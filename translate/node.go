@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"strconv"
 	"time"
 )
 
@@ -111,6 +112,11 @@ func DirNode(p string, marker *KV, ls Leases, now time.Time) *Node {
 	if marker != nil {
 		n.ModifiedIndex, n.CreatedIndex = uint64(marker.ModRevision), uint64(marker.CreateRevision)
 		ls.apply(n, marker.Lease, now)
+		if n.Expiration == nil && marker.Lease != 0 {
+			if ns, err := strconv.ParseInt(string(marker.Value), 10, 64); err == nil {
+				n.SetExpiration(time.Unix(0, ns), now)
+			}
+		}
 	}
 	return n
 }

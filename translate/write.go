@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -505,8 +506,17 @@ func (p *Plan) Bind(lease int64, exp time.Time, now time.Time) {
 	p.lease = lease
 	if lease != 0 {
 		p.event.Node.SetExpiration(exp, now)
-		p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.LeaseKey(lease),
-			Value: []byte(strconv.FormatInt(exp.UnixNano(), 10)), WithLease: true})
+		expNs := []byte(strconv.FormatInt(exp.UnixNano(), 10))
+		// A TTL directory's marker carries its expiration too, so the
+		// expire event can show it even after the lease and its record
+		// are gone.
+		markers := p.layout.MetaPrefix + "d"
+		for i := range p.Ops {
+			if p.Ops[i].WithLease && strings.HasPrefix(p.Ops[i].Key, markers) {
+				p.Ops[i].Value = expNs
+			}
+		}
+		p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.LeaseKey(lease), Value: expNs, WithLease: true})
 	}
 	j := Journal{Action: p.event.Action, Node: stripValue(p.event.Node), PrevNode: stripValue(p.event.PrevNode),
 		Refresh: p.Refresh, DataPrefix: p.layout.DataPrefix}

@@ -515,8 +515,14 @@ func (h *Hub) startReplay(s *session, w *Watcher) {
 				return
 			}
 			for _, g := range groupByRevision(resp.Events) {
-				evs, _ := toV3Events(g)
-				v2evs, _ := b.layout.DecodeRevision(g[0].Kv.ModRevision, evs, nil, time.Now())
+				evs, leased := toV3Events(g)
+				var ls translate.Leases
+				if len(leased) > 0 {
+					lctx, lcancel := context.WithTimeout(ctx, time.Second)
+					ls = b.resolveLeases(lctx, s, translate.LeasesOf(leased))
+					lcancel()
+				}
+				v2evs, _ := b.layout.DecodeRevision(g[0].Kv.ModRevision, evs, ls, time.Now())
 				for _, ev := range v2evs {
 					if ev.Index() < w.next || !translate.WatchMatches(w.key, w.recursive, w.start, ev) {
 						continue
