@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -130,7 +129,7 @@ func (c *Cluster) Kill(i int) {
 
 // MemberClient is a clientv3 client of member i alone, on its own client URL
 // (around the proxy), closed when the test ends.
-func (c *Cluster) MemberClient(t testing.TB, i int) *clientv3.Client {
+func (c *Cluster) MemberClient(t TB, i int) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.member(i).ClientURL}, DialTimeout: 5 * time.Second,
 		Logger: zap.NewNop()})
@@ -145,7 +144,7 @@ func (c *Cluster) MemberClient(t testing.TB, i int) *clientv3.Client {
 // so it is gone when Compact returns) and returns that revision. It goes
 // around the proxies, through the first member that does it, trying members
 // without a fault first (a single blackholed member still can).
-func (c *Cluster) Compact(t testing.TB) int64 {
+func (c *Cluster) Compact(t TB) int64 {
 	t.Helper()
 	var healthy, faulted []int
 	for i, m := range c.Members {

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"testing"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -36,7 +35,7 @@ const memberEnv = "V2BRIDGETEST_MEMBER"
 //
 // The children are killed when the test ends, and (on Linux) when this
 // process dies.
-func StartProcessCluster(t testing.TB, n int) *Cluster {
+func StartProcessCluster(t TB, n int) *Cluster {
 	t.Helper()
 	return startCluster(t, n, true)
 }

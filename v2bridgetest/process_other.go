@@ -5,12 +5,11 @@ package v2bridgetest
 import (
 	"errors"
 	"sync/atomic"
-	"testing"
 )
 
 // StartProcessCluster needs Unix signals (SIGSTOP, SIGCONT): elsewhere it
 // skips the test.
-func StartProcessCluster(t testing.TB, n int) *Cluster {
+func StartProcessCluster(t TB, n int) *Cluster {
 	t.Helper()
 	t.Skip("v2bridgetest: members in child processes need a Unix system")
 	return nil

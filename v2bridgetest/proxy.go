@@ -158,7 +158,9 @@ func (p *faultProxy) srcOf(pc *proxyConn) int {
 func (p *faultProxy) dropNow(pc *proxyConn) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if p.cut(p.srcOf(pc)) {
+	// A connection that lost bytes carries a broken stream: it keeps
+	// dropping until heal closes it, even once the fault is lifted.
+	if pc.dropped.Load() || p.cut(p.srcOf(pc)) {
 		pc.dropped.Store(true)
 		return true
 	}

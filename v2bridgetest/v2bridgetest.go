@@ -31,7 +31,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,13 +44,24 @@ import (
 	"github.com/v2bridge/v2bridge/v3backend"
 )
 
+// TB is what the fixture needs of a test: *testing.T and *testing.B satisfy
+// it, and so can a program's own type (see the package example).
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+	Cleanup(func())
+	TempDir() string
+}
+
 // Cluster is an etcd v3 cluster on loopback, its members in this process
 // (StartCluster) or in child processes (StartProcessCluster). Each member's
 // client URL and peer URL sit behind a fault-injecting proxy of its own (see
 // faults.go): Endpoints are the members' own URLs, ProxiedEndpoints go
 // through the proxies, and the members reach each other only through them.
 type Cluster struct {
-	t       testing.TB
+	t       TB
 	Members []*Member
 
 	mu  sync.RWMutex
@@ -83,7 +93,7 @@ type Member struct {
 }
 
 // FreeURL returns http://127.0.0.1:<port> with a port the OS just handed out.
-func FreeURL(t testing.TB) string {
+func FreeURL(t TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -95,7 +105,7 @@ func FreeURL(t testing.TB) string {
 
 // StartCluster starts n etcd members in this process and waits until they
 // serve; they stop when the test ends.
-func StartCluster(t testing.TB, n int) *Cluster {
+func StartCluster(t TB, n int) *Cluster {
 	t.Helper()
 	return startCluster(t, n, false)
 }
@@ -155,24 +165,41 @@ func startInProcess(s memberSpec) (*embed.Etcd, error) {
 
 func hostOf(u string) string { return strings.TrimPrefix(u, "http://") }
 
-func startCluster(t testing.TB, n int, inChildren bool) *Cluster {
+func startCluster(t TB, n int, inChildren bool) *Cluster {
+	t.Helper()
+	// etcd binds its own ports: one another process took between FreeURL
+	// and the bind is retried with fresh ports.
+	for attempt := 1; ; attempt++ {
+		c, err := tryStartCluster(t, n, inChildren)
+		if err == nil {
+			t.Cleanup(c.Stop)
+			c.learnIDs(t)
+			return c
+		}
+		c.Stop()
+		if attempt == 5 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+	}
+}
+
+func tryStartCluster(t TB, n int, inChildren bool) (*Cluster, error) {
 	t.Helper()
 	c := &Cluster{t: t, ids: map[string]int{}}
 	for i := 0; i < n; i++ {
 		c.Members = append(c.Members, &Member{Name: fmt.Sprintf("m%d", i), ClientURL: FreeURL(t), PeerURL: FreeURL(t)})
 	}
-	t.Cleanup(c.Stop)
 	// Members is complete before the first proxy serves: the proxies read it.
 	var initial []string
 	for i, m := range c.Members {
 		var err error
 		m.client, err = newFaultProxy(hostOf(m.ClientURL), false, func(int) bool { return m.blackholed.Load() }, c.lookup)
 		if err != nil {
-			t.Fatalf("proxy: %v", err)
+			return c, fmt.Errorf("proxy: %w", err)
 		}
 		m.peer, err = newFaultProxy(hostOf(m.PeerURL), true, func(src int) bool { return c.peerCut(i, src) }, c.lookup)
 		if err != nil {
-			t.Fatalf("proxy: %v", err)
+			return c, fmt.Errorf("proxy: %w", err)
 		}
 		m.ProxyURL = m.client.url
 		initial = append(initial, m.Name+"="+m.peer.url)
@@ -200,16 +227,12 @@ func startCluster(t testing.TB, n int, inChildren bool) *Cluster {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		t.Fatal(errors.Join(errs...))
-	}
-	c.learnIDs(t)
-	return c
+	return c, errors.Join(errs...)
 }
 
 // learnIDs reads the member ids, which the peer proxies need to tell who
 // opened a connection.
-func (c *Cluster) learnIDs(t testing.TB) {
+func (c *Cluster) learnIDs(t TB) {
 	t.Helper()
 	cli := c.MemberClient(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -284,7 +307,7 @@ func (m *Member) Stop() {
 
 // Client is a clientv3 client of the cluster (a v3-native reader or writer),
 // closed when the test ends.
-func (c *Cluster) Client(t testing.TB) *clientv3.Client {
+func (c *Cluster) Client(t TB) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second,
 		Logger: zap.NewNop()})
@@ -314,7 +337,7 @@ type Bridge struct {
 
 // StartBridge starts a bridge over the given v3 endpoints on a free port;
 // it stops when the test ends.
-func StartBridge(t testing.TB, endpoints []string, o Options) *Bridge {
+func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 	t.Helper()
 	if o.MetaPrefix == "" {
 		o.MetaPrefix = "_v2bridge/"
@@ -325,7 +348,10 @@ func StartBridge(t testing.TB, endpoints []string, o Options) *Bridge {
 	}
 	reg := prometheus.NewRegistry()
 	cfg := v3backend.Config{Endpoints: endpoints, Layout: layout, Registry: reg,
-		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
+		Logger: zap.NewNop()}
+	if tt, ok := t.(zaptest.TestingT); ok { // a *testing.T: warnings go to the test log
+		cfg.Logger = zaptest.NewLogger(tt, zaptest.Level(zap.WarnLevel))
+	}
 	if o.Backend != nil {
 		o.Backend(&cfg)
 	}
