@@ -95,6 +95,16 @@ func v2client(t *testing.T, urls ...string) client.KeysAPI {
 	return client.NewKeysAPI(c)
 }
 
+// v2clientWith is v2client over a given transport (TLS).
+func v2clientWith(t *testing.T, tr client.CancelableTransport, urls ...string) client.KeysAPI {
+	t.Helper()
+	c, err := client.New(client.Config{Endpoints: urls, Transport: tr, HeaderTimeoutPerRequest: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.NewKeysAPI(c)
+}
+
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

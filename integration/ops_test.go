@@ -13,11 +13,16 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
@@ -200,5 +205,72 @@ func TestMetrics(t *testing.T) {
 	}
 	if r := do(t, "GET", url, "/readyz", nil); r.status != 200 {
 		t.Errorf("readyz %d", r.status)
+	}
+}
+
+// TestTLSEndToEnd: an HTTPS bridge with client-certificate auth in front of a
+// TLS etcd that also requires client certificates (the README's production
+// setup), checked from both ends.
+func TestTLSEndToEnd(t *testing.T) {
+	p := newPKI(t)
+	ca := filepath.Join(p.dir, "ca.pem")
+	ecert, ekey := p.issue("etcd", "etcd-1", true)
+	bcert, bkey := p.issue("bridge-client", "v2bridge", false)
+	scert, skey := p.issue("bridge-server", "bridge", true)
+	ccert, ckey := p.issue("flannel", "flannel", false)
+
+	etcdURL := "https://" + strings.TrimPrefix(v2bridgetest.FreeURL(t), "http://")
+	cfg := embed.NewConfig()
+	cfg.Dir = t.TempDir()
+	cu, _ := url.Parse(etcdURL)
+	pu, _ := url.Parse(v2bridgetest.FreeURL(t))
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: ecert, KeyFile: ekey, TrustedCAFile: ca, ClientCertAuth: true}
+	cfg.LogLevel = "fatal"
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		t.Fatal("TLS etcd not ready")
+	}
+
+	bridgeURL := "https://" + strings.TrimPrefix(v2bridgetest.FreeURL(t), "http://")
+	metrics := v2bridgetest.FreeURL(t)
+	proc := startBridgeProcess(t, nil, "--endpoints", etcdURL, "--cacert", ca, "--cert", bcert, "--key", bkey,
+		"--listen-client-urls", bridgeURL, "--cert-file", scert, "--key-file", skey,
+		"--trusted-ca-file", ca, "--client-cert-auth", "--listen-metrics-urls", metrics, "--log-level", "warn")
+	proc.waitHealthy(t, metrics)
+
+	pool := x509.NewCertPool()
+	pool.AddCert(p.ca)
+	pair, err := tls.LoadX509KeyPair(ccert, ckey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}
+	defer tr.CloseIdleConnections()
+	k := v2clientWith(t, tr, bridgeURL)
+	ctx := ctxT(t, time.Minute)
+	if _, err := k.Set(ctx, "/coreos.com/network/config", `{"Network":"10.1.0.0/16"}`, nil); err != nil {
+		t.Fatalf("v2 set through the HTTPS bridge: %v", err)
+	}
+	tlsCfg, err := (transport.TLSInfo{CertFile: bcert, KeyFile: bkey, TrustedCAFile: ca}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v3, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, TLS: tlsCfg, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v3.Close()
+	r, err := v3.Get(ctx, "/coreos.com/network/config")
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != `{"Network":"10.1.0.0/16"}` {
+		t.Fatalf("the write did not reach the TLS etcd: %+v %v", r, err)
 	}
 }
