@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -127,7 +128,11 @@ type Backend struct {
 	closed  bool
 	closeCh chan struct{}
 	revokes chan revokeReq
-	wg      sync.WaitGroup
+	// lastAnswer is when the backend last answered any request (unix ns):
+	// a heartbeat that times out while other requests are answered is a
+	// busy member, not a dead one.
+	lastAnswer atomic.Int64
+	wg         sync.WaitGroup
 }
 
 // New connects to the first answering endpoint and starts the liveness
@@ -190,6 +195,7 @@ func (b *Backend) noteHeader(h *etcdserverpb.ResponseHeader) Meta {
 		return b.Meta()
 	}
 	m := Meta{ClusterID: h.ClusterId, MemberID: h.MemberId, RaftTerm: h.RaftTerm}
+	b.lastAnswer.Store(time.Now().UnixNano())
 	b.mu.Lock()
 	b.meta = m
 	b.mu.Unlock()

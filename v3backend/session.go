@@ -9,7 +9,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // session is one connection to one backend member. Everything that runs on
@@ -251,6 +253,13 @@ func (b *Backend) monitor() {
 		}
 		if s.ctx.Err() != nil {
 			continue // lost meanwhile
+		}
+		if status.Code(err) == codes.DeadlineExceeded && b.lastAnswer.Load() > start.UnixNano() {
+			// The member answered other requests while this check waited:
+			// it is overloaded (or this process is starved of CPU), not
+			// gone. A dead, frozen or cut-off member answers nothing.
+			b.lg.Debug("heartbeat slow but the backend answers", zap.String("endpoint", s.endpoint))
+			continue
 		}
 		misses++
 		b.metrics.heartbeatMisses.Inc()
