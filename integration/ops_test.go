@@ -25,6 +25,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/v2bridge/v2bridge/v2bridgetest"
+	"github.com/v2bridge/v2bridge/v3backend"
 )
 
 // pki is a throwaway CA issuing server and client certificates.
@@ -206,6 +207,9 @@ func TestMetrics(t *testing.T) {
 	if r := do(t, "GET", url, "/readyz", nil); r.status != 200 {
 		t.Errorf("readyz %d", r.status)
 	}
+	if r := do(t, "GET", url, "/livez", nil); r.status != 200 {
+		t.Errorf("livez %d", r.status)
+	}
 }
 
 // TestTLSEndToEnd: an HTTPS bridge with client-certificate auth in front of a
@@ -272,5 +276,25 @@ func TestTLSEndToEnd(t *testing.T) {
 	r, err := v3.Get(ctx, "/coreos.com/network/config")
 	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != `{"Network":"10.1.0.0/16"}` {
 		t.Fatalf("the write did not reach the TLS etcd: %+v %v", r, err)
+	}
+}
+
+// TestEndpointsAutoSync: given one member, the bridge learns the others from
+// the member list and fails over to one of them when its member goes.
+func TestEndpointsAutoSync(t *testing.T) {
+	cl := v2bridgetest.StartCluster(t, 3)
+	first := cl.Members[0].ClientURL
+	br := v2bridgetest.StartBridge(t, []string{first}, v2bridgetest.Options{Backend: func(c *v3backend.Config) {
+		c.AutoSyncInterval = 100 * time.Millisecond
+	}})
+	waitFor(t, 10*time.Second, "the member list to be synced", func() bool { return len(br.Backend.Endpoints()) == 3 })
+	do(t, "PUT", br.URL, "/v2/keys/before", form("value", "1"))
+	cl.Members[0].Stop()
+	waitFor(t, 20*time.Second, "failover to a synced member", func() bool {
+		ep := br.Backend.Endpoint()
+		return ep != "" && ep != first
+	})
+	if r := do(t, "GET", br.URL, "/v2/keys/before", form("quorum", "true")); r.status != 200 {
+		t.Fatalf("after failover: %d %s", r.status, r.body)
 	}
 }

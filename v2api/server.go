@@ -36,6 +36,8 @@ type Store interface {
 	// Ready reports whether the backend answers and the watch path works
 	// (the shared v3 watch has been created).
 	Ready() bool
+	// Alive reports whether the bridge itself still makes progress.
+	Alive(d time.Duration) bool
 }
 
 // Config configures the HTTP surface.
@@ -109,7 +111,7 @@ func New(cfg Config) *Server {
 // addProbes mounts what both the client and the metrics listeners serve.
 func (s *Server) addProbes(r *mux.Router) {
 	r.HandleFunc("/health", s.health)
-	r.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	r.HandleFunc("/livez", s.livez)
 	r.HandleFunc("/readyz", s.readyz)
 	if s.cfg.Gatherer != nil {
 		r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -388,6 +390,17 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"health": "true"})
+}
+
+// livez fails only when the process is wedged (its locks cannot be taken),
+// as etcd's /livez: a lost backend is /readyz's business, not a reason to
+// restart the bridge.
+func (s *Server) livez(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.Store.Alive(5 * time.Second) {
+		http.Error(w, "wedged", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
 }
 
 // readyz fails until the backend answers and its watch path works.

@@ -59,6 +59,10 @@ type Config struct {
 	// RequestTimeout bounds every backend call made for a v2 request.
 	RequestTimeout time.Duration
 
+	// AutoSyncInterval > 0 refreshes the endpoint list from the cluster's
+	// member list at that interval, so failover follows membership changes.
+	AutoSyncInterval time.Duration
+
 	Layout   translate.Layout
 	Logger   *zap.Logger
 	Registry prometheus.Registerer
@@ -122,6 +126,7 @@ type Backend struct {
 	hub     *Hub
 
 	mu      sync.Mutex
+	eps     []string // the endpoints failover chooses from
 	sess    *session // nil while the backend is lost
 	sessCh  chan struct{}
 	meta    Meta
@@ -143,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, errors.New("v3backend: no endpoints")
 	}
 	b := &Backend{cfg: cfg, layout: cfg.Layout, lg: cfg.Logger, sessCh: make(chan struct{}), closeCh: make(chan struct{}),
-		revokes: make(chan revokeReq, 256)}
+		revokes: make(chan revokeReq, 256), eps: append([]string(nil), cfg.Endpoints...)}
 	b.metrics = newMetrics(cfg.Registry)
 	b.leases = newLeaseCache()
 	s, err := b.connect(ctx)
@@ -155,6 +160,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.wg.Add(2)
 	go b.monitor()
 	go b.revoker()
+	if cfg.AutoSyncInterval > 0 {
+		b.wg.Add(1)
+		go b.autoSync()
+	}
 	return b, nil
 }
 
@@ -512,4 +521,73 @@ func (b *Backend) Version(ctx context.Context) (string, error) {
 		return "", b.mapErr(s, err)
 	}
 	return st.Version, nil
+}
+
+// Endpoints is the endpoint list failover chooses from.
+func (b *Backend) Endpoints() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.eps...)
+}
+
+// autoSync follows cluster membership: the member list's client URLs
+// replace the endpoint list, as clientv3's AutoSyncInterval does for its own.
+func (b *Backend) autoSync() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.cfg.AutoSyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.closeCh:
+			return
+		case <-t.C:
+		}
+		s, err := b.client()
+		if err != nil {
+			continue
+		}
+		ctx, cancel := b.reqCtx(context.Background(), s)
+		resp, err := s.cli.MemberList(ctx)
+		cancel()
+		if err != nil {
+			b.lg.Debug("endpoint auto-sync failed", zap.Error(err))
+			continue
+		}
+		var eps []string
+		for _, m := range resp.Members {
+			if !m.IsLearner {
+				eps = append(eps, m.ClientURLs...)
+			}
+		}
+		if len(eps) == 0 {
+			continue
+		}
+		b.mu.Lock()
+		changed := strings.Join(eps, ",") != strings.Join(b.eps, ",")
+		b.eps = eps
+		b.mu.Unlock()
+		if changed {
+			b.lg.Info("backend endpoints synced from the member list", zap.Strings("endpoints", eps))
+		}
+	}
+}
+
+// Alive reports whether the bridge's own machinery still makes progress:
+// its locks can be taken within d. It says nothing of the backend (that is
+// /health and /readyz); a false here means the process is wedged.
+func (b *Backend) Alive(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		b.mu.Lock()
+		b.mu.Unlock() //nolint:staticcheck // an empty critical section is the probe
+		b.hub.mu.Lock()
+		b.hub.mu.Unlock() //nolint:staticcheck
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }

@@ -83,9 +83,10 @@ func (b *Backend) connect(ctx context.Context) (*session, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	n := len(b.cfg.Endpoints)
+	eps := b.Endpoints()
+	n := len(eps)
 	results := make(chan result, n)
-	for i, ep := range b.cfg.Endpoints {
+	for i, ep := range eps {
 		go func() {
 			s, err := b.tryEndpoint(ctx, ep, i)
 			results <- result{s, ep, err}

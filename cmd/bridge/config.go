@@ -31,6 +31,9 @@ type config struct {
 	heartbeatTimeout     time.Duration
 	heartbeatFailures    int
 	requestTimeout       time.Duration
+	autoSyncInterval     time.Duration
+	discoverySRV         string
+	discoverySRVName     string
 
 	dataDir            string
 	embeddedClientURLs string
@@ -73,6 +76,9 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.heartbeatTimeout, "heartbeat-timeout", time.Second, "deadline of one heartbeat")
 	fs.IntVar(&c.heartbeatFailures, "heartbeat-failures", 2, "missed heartbeats in a row that declare the backend lost")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 5*time.Second, "deadline of every backend call made for a v2 request")
+	fs.DurationVar(&c.autoSyncInterval, "endpoints-auto-sync-interval", 0, "refresh the backend endpoints from the cluster's member list at this interval (0: never)")
+	fs.StringVar(&c.discoverySRV, "discovery-srv", "", "domain whose DNS SRV records (_etcd-client-ssl._tcp, _etcd-client._tcp) list the backend endpoints")
+	fs.StringVar(&c.discoverySRVName, "discovery-srv-name", "", "suffix of the SRV service name, as etcd's --discovery-srv-name")
 	fs.StringVar(&c.dataDir, "data-dir", "default.v2bridge", "embedded etcd's data directory")
 	fs.StringVar(&c.embeddedClientURLs, "embedded-client-urls", "http://127.0.0.1:22379", "embedded etcd's v3 client URL (v3 clients share the data here)")
 	fs.StringVar(&c.embeddedPeerURLs, "embedded-peer-urls", "http://127.0.0.1:22380", "embedded etcd's peer URL")
@@ -216,6 +222,8 @@ func (c *config) validate() error {
 		}
 	}
 	switch {
+	case c.discoverySRV != "" && c.endpoints != "":
+		return fmt.Errorf("--discovery-srv and --endpoints conflict: give one")
 	case c.user != "" && !strings.Contains(c.user, ":"):
 		return fmt.Errorf("--user must be name:password")
 	case (c.certFile == "") != (c.keyFile == ""):

@@ -69,6 +69,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad user", []string{"--user", "root"}, nil, "", "name:password"},
 		{"bad tls version", []string{"--tls-min-version", "TLS1.0"}, nil, "", "--tls-min-version"},
 		{"extra argument", []string{"serve"}, nil, "", "unexpected argument"},
+		{"srv and endpoints", []string{"--discovery-srv", "example.com"}, map[string]string{"V2BRIDGE_ENDPOINTS": "http://a:2379"}, "", "--discovery-srv and --endpoints conflict"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := map[string]string{}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.etcd.io/etcd/client/pkg/v3/srv"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -96,6 +97,14 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		return err
 	}
 	endpoints := splitList(c.endpoints)
+	if c.discoverySRV != "" {
+		srvs, err := srv.GetClient("etcd-client", c.discoverySRV, c.discoverySRVName)
+		if err != nil {
+			return fmt.Errorf("--discovery-srv %s: %w", c.discoverySRV, err)
+		}
+		endpoints = srvs.Endpoints
+		lg.Info("backend endpoints from DNS SRV", zap.String("domain", c.discoverySRV), zap.Strings("endpoints", endpoints))
+	}
 	var etcd *embed.Etcd
 	if len(endpoints) == 0 {
 		etcd, err = v3backend.StartEmbedded(v3backend.EmbeddedConfig{
@@ -119,7 +128,8 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		Endpoints: endpoints, DialTimeout: c.dialTimeout,
 		KeepAliveTime: c.dialKeepAliveTime, KeepAliveTimeout: c.dialKeepAliveTimeout,
 		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout, HeartbeatFailures: c.heartbeatFailures,
-		RequestTimeout: c.requestTimeout, Layout: layout, Logger: lg.Named("backend"), Registry: reg,
+		RequestTimeout: c.requestTimeout, AutoSyncInterval: c.autoSyncInterval,
+		Layout: layout, Logger: lg.Named("backend"), Registry: reg,
 		DialOptions: []grpc.DialOption{
 			grpc.WithChainUnaryInterceptor(grpcMetrics.UnaryClientInterceptor()),
 			grpc.WithChainStreamInterceptor(grpcMetrics.StreamClientInterceptor()),
