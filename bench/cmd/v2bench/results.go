@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/v2bridge/v2bridge/migrate"
 )
 
 // row is one line of the table: a workload's metric.
@@ -108,22 +110,8 @@ func fmtNum(v float64) string {
 	}
 }
 
-func commas(n int64) string {
-	s := fmt.Sprint(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+// commas formats n with thousands separators, as migrate's progress does.
+func commas(n int64) string { return migrate.Count(int(n)) }
 
 // markdown renders the table: each cell the median of its runs, then the
 // bridge's ratio to each other system.
