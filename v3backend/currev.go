@@ -76,5 +76,12 @@ func (c *curRev) send(b *Backend) {
 func (b *Backend) readCurrent(s *session) (*clientv3.GetResponse, error) {
 	ctx, cancel := b.reqCtx(context.Background(), s)
 	defer cancel()
-	return s.cli.Get(ctx, b.layout.JournalKey(), clientv3.WithSerializable(), clientv3.WithCountOnly())
+	return b.probe(ctx, s, 0)
+}
+
+// probe is the cheapest read that tells the revision (rev 0: the current
+// one, in its header) or whether revision rev is still kept (ErrCompacted if
+// not): a serializable count-only read of the journal key.
+func (b *Backend) probe(ctx context.Context, s *session, rev int64) (*clientv3.GetResponse, error) {
+	return s.cli.Get(ctx, b.layout.JournalKey(), getOpts(true, rev, clientv3.WithCountOnly())...)
 }

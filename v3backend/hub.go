@@ -218,8 +218,7 @@ func (h *Hub) Watch(ctx context.Context, key string, recursive, stream bool, wai
 	h.mu.Unlock()
 
 	// Older than the ring: v3 history, unless compacted.
-	if _, err := s.cli.Get(rctx, b.layout.JournalKey(), clientv3.WithSerializable(), clientv3.WithCountOnly(),
-		clientv3.WithRev(int64(w.next))); err != nil {
+	if _, err := b.probe(rctx, s, int64(w.next)); err != nil {
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			oldest := h.oldestAvailable(rctx, s, int64(w.next), int64(cur))
 			return nil, meta, translate.NewError(translate.EcodeEventIndexCleared,
@@ -235,7 +234,7 @@ func (h *Hub) Watch(ctx context.Context, key string, recursive, stream bool, wai
 func (h *Hub) oldestAvailable(ctx context.Context, s *session, lo, hi int64) int64 {
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		_, err := s.cli.Get(ctx, h.b.layout.JournalKey(), clientv3.WithSerializable(), clientv3.WithCountOnly(), clientv3.WithRev(mid))
+		_, err := h.b.probe(ctx, s, mid)
 		switch {
 		case err == nil:
 			hi = mid
@@ -373,9 +372,7 @@ func (h *Hub) watchSession(s *session) error {
 	start := h.lastRev + 1
 	h.mu.Unlock()
 	if start == 1 {
-		ctx, cancel := b.reqCtx(context.Background(), s)
-		resp, err := s.cli.Get(ctx, b.layout.JournalKey(), clientv3.WithSerializable(), clientv3.WithCountOnly())
-		cancel()
+		resp, err := b.readCurrent(s)
 		if err != nil {
 			return err
 		}
@@ -434,14 +431,7 @@ func (h *Hub) process(s *session, resp clientv3.WatchResponse) {
 	b := h.b
 	for _, g := range groupByRevision(resp.Events) {
 		rev := g[0].Kv.ModRevision
-		evs, leaseKVs := toV3Events(g)
-		var ls translate.Leases
-		if len(leaseKVs) > 0 {
-			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
-			ls = b.resolveLeases(ctx, s, translate.LeasesOf(leaseKVs))
-			cancel()
-		}
-		v2evs, sweeps := b.layout.DecodeRevision(rev, evs, ls, time.Now())
+		v2evs, sweeps := b.decodeRevision(s.ctx, s, g)
 		for _, d := range sweeps { // before the event goes out, as v2 removes a subtree at once
 			translate.SetRemoved(v2evs, d, b.sweep(s, d, rev))
 		}
@@ -515,14 +505,7 @@ func (h *Hub) startReplay(s *session, w *Watcher) {
 				return
 			}
 			for _, g := range groupByRevision(resp.Events) {
-				evs, leased := toV3Events(g)
-				var ls translate.Leases
-				if len(leased) > 0 {
-					lctx, lcancel := context.WithTimeout(ctx, time.Second)
-					ls = b.resolveLeases(lctx, s, translate.LeasesOf(leased))
-					lcancel()
-				}
-				v2evs, _ := b.layout.DecodeRevision(g[0].Kv.ModRevision, evs, ls, time.Now())
+				v2evs, _ := b.decodeRevision(ctx, s, g)
 				for _, ev := range v2evs {
 					if ev.Index() < w.next || !translate.WatchMatches(w.key, w.recursive, w.start, ev) {
 						continue
@@ -540,6 +523,20 @@ func (h *Hub) startReplay(s *session, w *Watcher) {
 			}
 		}
 	}()
+}
+
+// decodeRevision turns one revision's v3 events into v2 events, resolving
+// the expirations of the leases they carry (bounded to a second, so a slow
+// lookup shows a key as permanent rather than stall the watch).
+func (b *Backend) decodeRevision(ctx context.Context, s *session, g []*clientv3.Event) ([]*translate.Event, []string) {
+	evs, leased := toV3Events(g)
+	var ls translate.Leases
+	if len(leased) > 0 {
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		ls = b.resolveLeases(lctx, s, translate.LeasesOf(leased))
+		cancel()
+	}
+	return b.layout.DecodeRevision(g[0].Kv.ModRevision, evs, ls, time.Now())
 }
 
 // groupByRevision splits a watch response's events into revisions.
