@@ -321,8 +321,11 @@ func (h *Hub) candidatesLocked(ev *translate.Event) []*Watcher {
 		add("/")
 	}
 	if ev.Node.Dir && (ev.Action == translate.ActionDelete || ev.Action == translate.ActionExpire) {
+		// A plain prefix, not k+"/": a watcher that arrived before the hub
+		// saw this event gets it by v2's history rule, under which deleting
+		// /d answers a watch on /dd (WatchMatches decides).
 		for key := range h.byKey {
-			if strings.HasPrefix(key, k+"/") {
+			if key != k && strings.HasPrefix(key, k) {
 				add(key)
 			}
 		}
