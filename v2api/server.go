@@ -21,23 +21,49 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/translate"
-	"github.com/v2bridge/v2bridge/v3backend"
 )
 
+// Meta is what a response's headers report besides the index: the identity
+// of the cluster and member that answered, and the raft term.
+type Meta struct {
+	ClusterID uint64
+	MemberID  uint64
+	RaftTerm  uint64
+}
+
+// Watch is one v2 watch, as a Store serves it. Events delivers the events
+// due to it (one for a plain watch, any number with stream=true); Done is
+// closed when it ends without more events (its backend was lost, it fell
+// behind, the bridge is closing), Reason says why. Events already queued
+// when Done closes are still valid.
+type Watch interface {
+	StartIndex() uint64 // X-Etcd-Index of the response
+	Events() <-chan *translate.Event
+	Done() <-chan struct{}
+	Reason() string
+	// Cancel releases the watch (answered, or the client went away).
+	Cancel()
+}
+
 // Store is what the HTTP layer needs from a backend; a decorator (metrics,
-// cross-checking) can wrap it without touching the handlers.
+// cross-checking) can wrap it without touching the handlers, and a fake can
+// stand in for it in tests.
 type Store interface {
-	Get(ctx context.Context, r *translate.Request) (*translate.Event, v3backend.Meta, error)
-	Write(ctx context.Context, r *translate.Request) (*translate.Event, v3backend.Meta, error)
-	Watch(ctx context.Context, r *translate.Request) (*v3backend.Watcher, v3backend.Meta, error)
+	Get(ctx context.Context, r *translate.Request) (*translate.Event, Meta, error)
+	Write(ctx context.Context, r *translate.Request) (*translate.Event, Meta, error)
+	// Watch registers a watch; an error (401 for cleared history, an
+	// unavailable backend) comes back before any header is written.
+	Watch(ctx context.Context, r *translate.Request) (Watch, Meta, error)
 	Health(ctx context.Context) error
 	Version(ctx context.Context) (string, error)
-	Meta() v3backend.Meta
+	Meta() Meta
 	// Ready reports whether the backend answers and the watch path works
 	// (the shared v3 watch has been created).
 	Ready() bool
 	// Alive reports whether the bridge itself still makes progress.
 	Alive(d time.Duration) bool
+	// Watchers is the number of v2 watches in flight (/v2/stats/store).
+	Watchers() int
 }
 
 // Config configures the HTTP surface.
@@ -49,8 +75,6 @@ type Config struct {
 	// Registry receives the HTTP metrics; Gatherer is served on /metrics.
 	Registry prometheus.Registerer
 	Gatherer prometheus.Gatherer
-	// Watchers reports in-flight v2 watchers for /v2/stats/store.
-	Watchers func() int
 	// EnablePprof serves runtime profiles at /debug/pprof/.
 	EnablePprof bool
 }
@@ -156,7 +180,7 @@ func writeError(w http.ResponseWriter, err error) int {
 	return ve.StatusCode()
 }
 
-func setEventHeaders(w http.ResponseWriter, index uint64, meta v3backend.Meta) {
+func setEventHeaders(w http.ResponseWriter, index uint64, meta Meta) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Etcd-Index", strconv.FormatUint(index, 10))
@@ -194,7 +218,7 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var ev *translate.Event
-	var meta v3backend.Meta
+	var meta Meta
 	var err error
 	if r.Method == "GET" || r.Method == "HEAD" {
 		ev, meta, err = s.cfg.Store.Get(r.Context(), req)
@@ -354,9 +378,7 @@ func (s *Server) statsStore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := s.stats.snapshot()
-	if s.cfg.Watchers != nil {
-		m["watchers"] = uint64(s.cfg.Watchers())
-	}
+	m["watchers"] = uint64(s.cfg.Store.Watchers())
 	writeJSON(w, http.StatusOK, m)
 }
 

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -39,6 +38,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
 	"github.com/v2bridge/v2bridge/v3backend"
@@ -332,7 +332,7 @@ type Bridge struct {
 	Backend  *v3backend.Backend
 	API      *v2api.Server
 	Registry *prometheus.Registry
-	srv      *http.Server
+	bridge   *server.Bridge
 }
 
 // StartBridge starts a bridge over the given v3 endpoints on a free port;
@@ -346,47 +346,42 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	cfg := v3backend.Config{Endpoints: endpoints, Layout: layout, Registry: reg,
-		Logger: zap.NewNop()}
+	cfg := server.Config{Backend: v3backend.Config{Endpoints: endpoints, Layout: layout}, Logger: zap.NewNop()}
 	if tt, ok := t.(zaptest.TestingT); ok { // a *testing.T: warnings go to the test log
 		cfg.Logger = zaptest.NewLogger(tt, zaptest.Level(zap.WarnLevel))
 	}
 	if o.Backend != nil {
-		o.Backend(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	be, err := v3backend.New(ctx, cfg)
-	if err != nil {
-		t.Fatalf("backend: %v", err)
+		o.Backend(&cfg.Backend)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	u := "http://" + ln.Addr().String()
-	api := v2api.New(v2api.Config{Store: be, AdvertiseURLs: []string{u}, Registry: reg, Gatherer: reg,
-		Watchers: be.Hub().Watchers})
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	b := &Bridge{URL: u, Backend: be, API: api, Registry: reg, srv: srv}
+	cfg.AdvertiseURLs = []string{u}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	br, err := server.New(ctx, cfg)
+	if err != nil {
+		_ = ln.Close()
+		t.Fatalf("bridge: %v", err)
+	}
+	br.Serve(ln, br.API, nil)
+	b := &Bridge{URL: u, Backend: br.Backend, API: br.API, Registry: br.Registry, bridge: br}
 	t.Cleanup(b.Stop)
 	// Watches are served once the hub's shared v3 watch is created, a few
-	// milliseconds after New returns (until then they get 500).
-	for deadline := time.Now().Add(10 * time.Second); !be.Ready(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the bridge's watch hub is not ready after 10s")
-		}
+	// milliseconds after New returns (until then they are refused).
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	if err := br.WaitReady(rctx); err != nil {
+		t.Fatal(err)
 	}
 	return b
 }
 
 // Stop ends the bridge's watches and closes it.
 func (b *Bridge) Stop() {
-	b.Backend.Hub().EndAll("test ending")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = b.srv.Shutdown(ctx)
-	_ = b.Backend.Close()
+	_ = b.bridge.Close(ctx)
 }

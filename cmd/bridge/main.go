@@ -28,6 +28,7 @@ import (
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 
+	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
 	"github.com/v2bridge/v2bridge/v3backend"
@@ -151,8 +152,8 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		return err
 	}
 	defer be.Close()
-	api := v2api.New(v2api.Config{Store: be, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
-		Logger: lg.Named("v2api"), Registry: reg, Gatherer: reg, Watchers: be.Hub().Watchers, EnablePprof: c.enablePprof})
+	api := v2api.New(v2api.Config{Store: server.Store{B: be}, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
+		Logger: lg.Named("v2api"), Registry: reg, Gatherer: reg, EnablePprof: c.enablePprof})
 
 	tlsInfo := serverTLS(c)
 	errc := make(chan error, 8)

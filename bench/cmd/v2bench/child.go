@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/translate"
-	"github.com/v2bridge/v2bridge/v2api"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
 
@@ -64,42 +64,36 @@ func serveBridge(args []string) error {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	be, err := v3backend.New(ctx, v3backend.Config{Endpoints: []string{etcdURL}, Layout: layout, Registry: reg,
-		HeartbeatTimeout: *hbTimeout, HeartbeatFailures: *hbFailures})
-	cancel()
-	if err != nil {
-		return err
-	}
-	defer be.Close()
-
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	u := "http://" + ln.Addr().String()
-	api := v2api.New(v2api.Config{Store: be, AdvertiseURLs: []string{u}, Registry: reg, Gatherer: reg,
-		Watchers: be.Hub().Watchers})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	br, err := server.New(ctx, server.Config{Registry: reg, AdvertiseURLs: []string{u},
+		Backend: v3backend.Config{Endpoints: []string{etcdURL}, Layout: layout,
+			HeartbeatTimeout: *hbTimeout, HeartbeatFailures: *hbFailures}})
+	cancel()
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/", api)
+	mux.Handle("/", br.API)
 	// pprof for profiling the bridge while a workload runs (loopback only).
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.Handle("/debug/vars", expvar.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	br.Serve(ln, mux, nil)
 
 	fmt.Printf("READY %s %s\n", u, etcdURL)
 	_, _ = io.Copy(io.Discard, os.Stdin)
 
-	be.Hub().EndAll("benchmark ending")
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
-	_ = srv.Shutdown(sctx)
-	return nil
+	return br.Close(sctx)
 }
 
 // freeURL is http://127.0.0.1:<a port the OS just handed out>.

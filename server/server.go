@@ -1,0 +1,192 @@
+// Package server assembles a bridge from its parts: the etcd v3 backend (with
+// its liveness monitor and watch hub), the v2 HTTP surface over it, and the
+// metrics registry they share. The command, the migration tool, the test
+// fixture and the benchmarks all build a bridge here, so there is one way to
+// do it and one place for its defaults.
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v2api"
+	"github.com/v2bridge/v2bridge/v3backend"
+)
+
+// Config is what a bridge is built from.
+type Config struct {
+	// Backend configures the v3 side; its Logger and Registry are filled
+	// in from this Config when unset.
+	Backend v3backend.Config
+
+	// Name is the member name the bridge reports; AdvertiseURLs are what
+	// /v2/members and /v2/machines advertise.
+	Name          string
+	AdvertiseURLs []string
+	EnablePprof   bool
+
+	Logger *zap.Logger
+	// Registry receives every metric and is served on /metrics; nil means a
+	// new registry with the Go and process collectors.
+	Registry *prometheus.Registry
+	// GRPCClientMetrics adds v2bridge_grpc_client_* metrics of the v3 client.
+	GRPCClientMetrics bool
+
+	// ReadHeaderTimeout bounds reading a request's headers on every
+	// listener (a parked watch is past this point, so it is never cut).
+	ReadHeaderTimeout time.Duration
+}
+
+// Bridge is an assembled bridge. Serve hands it listeners; Close ends every
+// watch, lets in-flight requests finish and closes the backend.
+type Bridge struct {
+	Backend  *v3backend.Backend
+	API      *v2api.Server
+	Registry *prometheus.Registry
+
+	cfg Config
+	lg  *zap.Logger
+
+	mu      sync.Mutex // guards servers and closed
+	servers []*http.Server
+	closed  bool
+	wg      sync.WaitGroup // one per Serve goroutine
+}
+
+// New connects the backend (waiting at most until ctx ends) and builds the
+// HTTP surface over it.
+func New(ctx context.Context, cfg Config) (*Bridge, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.ReadHeaderTimeout == 0 {
+		cfg.ReadHeaderTimeout = 10 * time.Second
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	bcfg := cfg.Backend
+	if bcfg.Logger == nil {
+		bcfg.Logger = cfg.Logger.Named("backend")
+	}
+	if bcfg.Registry == nil {
+		bcfg.Registry = reg
+	}
+	if cfg.GRPCClientMetrics {
+		m := grpcprom.NewClientMetrics(
+			grpcprom.WithClientCounterOptions(grpcprom.WithSubsystem("v2bridge")),
+			grpcprom.WithClientHandlingTimeHistogram(grpcprom.WithHistogramSubsystem("v2bridge")))
+		reg.MustRegister(m)
+		bcfg.DialOptions = append(bcfg.DialOptions,
+			grpc.WithChainUnaryInterceptor(m.UnaryClientInterceptor()),
+			grpc.WithChainStreamInterceptor(m.StreamClientInterceptor()))
+	}
+	be, err := v3backend.New(ctx, bcfg)
+	if err != nil {
+		return nil, err
+	}
+	api := v2api.New(v2api.Config{Store: Store{be}, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
+		Logger: cfg.Logger.Named("v2api"), Registry: reg, Gatherer: reg, EnablePprof: cfg.EnablePprof})
+	return &Bridge{Backend: be, API: api, Registry: reg, cfg: cfg, lg: cfg.Logger}, nil
+}
+
+// WaitReady waits until the backend answers and the hub's shared watch is
+// created (watches are refused until then), or ctx ends.
+func (b *Bridge) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for !b.Backend.Ready() {
+		select {
+		case <-ctx.Done():
+			return errors.New("the bridge's backend or watch hub is not ready: " + ctx.Err().Error())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Serve serves h (the v2 API, or the metrics handler) on ln until Close;
+// errors other than a normal close go to errc when it is not nil.
+func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: b.cfg.ReadHeaderTimeout,
+		ErrorLog: zap.NewStdLog(b.lg.Named("http"))}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		_ = ln.Close()
+		return
+	}
+	b.servers = append(b.servers, srv)
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && errc != nil {
+			errc <- err
+		}
+	}()
+}
+
+// Close ends every v2 watch (clients re-issue them), lets in-flight requests
+// finish until ctx ends, and closes the backend.
+func (b *Bridge) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	servers := b.servers
+	b.mu.Unlock()
+	b.Backend.Hub().EndAll("bridge shutting down")
+	var errs []error
+	for _, srv := range servers {
+		errs = append(errs, srv.Shutdown(ctx))
+	}
+	b.wg.Wait()
+	errs = append(errs, b.Backend.Close())
+	return errors.Join(errs...)
+}
+
+// Store adapts a backend to the HTTP layer's Store interface.
+type Store struct{ B *v3backend.Backend }
+
+var _ v2api.Store = Store{}
+
+func (s Store) Get(ctx context.Context, r *translate.Request) (*translate.Event, v2api.Meta, error) {
+	ev, m, err := s.B.Get(ctx, r)
+	return ev, v2api.Meta(m), err
+}
+
+func (s Store) Write(ctx context.Context, r *translate.Request) (*translate.Event, v2api.Meta, error) {
+	ev, m, err := s.B.Write(ctx, r)
+	return ev, v2api.Meta(m), err
+}
+
+func (s Store) Watch(ctx context.Context, r *translate.Request) (v2api.Watch, v2api.Meta, error) {
+	w, m, err := s.B.Watch(ctx, r)
+	if err != nil {
+		return nil, v2api.Meta(m), err
+	}
+	return w, v2api.Meta(m), nil
+}
+
+func (s Store) Health(ctx context.Context) error            { return s.B.Health(ctx) }
+func (s Store) Version(ctx context.Context) (string, error) { return s.B.Version(ctx) }
+func (s Store) Meta() v2api.Meta                            { return v2api.Meta(s.B.Meta()) }
+func (s Store) Ready() bool                                 { return s.B.Ready() }
+func (s Store) Alive(d time.Duration) bool                  { return s.B.Alive(d) }
+func (s Store) Watchers() int                               { return s.B.Hub().Watchers() }
