@@ -310,7 +310,7 @@ func (s *Session) normKey(side Side, key string) string {
 var causeIndexes = regexp.MustCompile(`\[(\S*) != (\S*)\]`)
 
 // normCause normalises what a cause carries that differs between servers:
-// in-order names in paths and the indexes of a 101 cause.
+// in-order names in paths and the indexes of a 101 or 401 cause.
 func (s *Session) normCause(side Side, code int, cause string) string {
 	if code == 101 {
 		// "[prevValue != value]" or "[prevIndex != modifiedIndex]": a pair of
@@ -326,8 +326,19 @@ func (s *Session) normCause(side Side, code int, cause string) string {
 			return "[" + s.Idx[side].Name(a) + " != " + s.Idx[side].Name(b) + "]"
 		})
 	}
+	if code == 401 {
+		// "[oldest kept index/waitIndex]".
+		return clearedIndexes.ReplaceAllStringFunc(cause, func(m string) string {
+			p := clearedIndexes.FindStringSubmatch(m)
+			a, _ := strconv.ParseUint(p[1], 10, 64)
+			b, _ := strconv.ParseUint(p[2], 10, 64)
+			return "[" + s.Idx[side].Name(a) + "/" + s.Idx[side].Name(b) + "]"
+		})
+	}
 	return s.normKey(side, cause)
 }
+
+var clearedIndexes = regexp.MustCompile(`\[(\d+)/(\d+)\]`)
 
 // Compare compares an exchange and returns its differences.
 func (s *Session) Compare(x *Exchange, sortedListing bool) []Diff {

@@ -28,8 +28,9 @@ var (
 	flagSeqs = flag.Int("sequences", 0, "random sequences to run (overrides -ops)")
 )
 
-// bridgeRingSize is the bridge's ring of recent events in the suite.
-const bridgeRingSize = 16
+// bridgeRingSize is the bridge's ring of recent events in the suite: v2's
+// window, so both answer 401 for the same waitIndexes.
+const bridgeRingSize = 1000
 
 // env is one reference server and one bridge, shared by every case.
 type env struct {

@@ -542,3 +542,28 @@ func (p *Plan) Result(rev int64) *Event {
 	ev.EtcdIndex = uint64(rev)
 	return &ev
 }
+
+// SweepTxn is the transaction that removes what is left below a directory
+// whose TTL ran out (its marker carried the lease; its children carry none):
+// guarded on the marker being gone, it deletes the subtree's data and
+// markers and leaves a journal record marked as a sweep, which watchers
+// ignore (the expire event already told them). Bridges racing to sweep the
+// same directory are harmless: the guard lets the first one act.
+func (l Layout) SweepTxn(dir string) ([]Cmp, []Op) {
+	dc, mc := l.DataChildPrefix(dir), l.MarkerChildPrefix(dir)
+	j, _ := json.Marshal(Journal{Action: ActionExpire, Node: &Node{Key: dir, Dir: true}, Sweep: true,
+		DataPrefix: l.DataPrefix}) // plain fields: cannot fail
+	return []Cmp{{Key: l.MarkerKey(dir), Target: CmpCreate, Result: "=", Value: 0}},
+		[]Op{
+			{Type: OpDelete, Key: dc, End: PrefixEnd(dc)},
+			{Type: OpDelete, Key: mc, End: PrefixEnd(mc)},
+			{Type: OpPut, Key: l.JournalKey(), Value: j},
+		}
+}
+
+// GetReads are the reads of a v2 GET of p, in one read-only transaction: the
+// file, the directory marker, and the data and marker keys below p.
+func (l Layout) GetReads(p string) []Read {
+	dc, mc := l.DataChildPrefix(p), l.MarkerChildPrefix(p)
+	return []Read{{Key: l.DataKey(p)}, {Key: l.MarkerKey(p)}, {Key: dc, End: PrefixEnd(dc)}, {Key: mc, End: PrefixEnd(mc)}}
+}

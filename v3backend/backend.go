@@ -1,13 +1,23 @@
-// Package v3backend fulfils v2 requests with etcd v3: it owns the clientv3
-// connection, its liveness, the watch hub and the leases behind v2 TTLs.
+// Package v3backend fulfils v2 requests with etcd v3. Its parts, each the
+// owner of what it names:
+//
+//   - the connection and its liveness (session.go): one session to one
+//     member at a time, a heartbeat that declares it lost, reconnection;
+//     sessionChanged publishes every change to whoever listens;
+//   - the feeds of the watch hub (feed.go): the shared v3 watch and the
+//     history watches, decoded into v2 events; the hub itself (package hub)
+//     owns the ring and every watcher;
+//   - the request path (request.go, currev.go, leases.go): reads, writes,
+//     watch registrations and the leases behind v2 TTLs.
+//
+// Backend ties them together; Close stops them in order and waits for
+// every goroutine they started.
 package v3backend
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +25,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -24,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v3backend/hub"
 )
 
 // ErrUnavailable is returned at once while no backend member answers, so no
@@ -71,9 +81,12 @@ type Config struct {
 	// interceptors).
 	DialOptions []grpc.DialOption
 
-	// Hub tuning (zero values take defaults).
-	RingSize      int
-	WatcherBuffer int
+	// Hub tuning (zero values take the hub's defaults): how many recent
+	// events are kept (the history horizon in events), a stream reader's
+	// queue, and how far back in revisions a replay may read.
+	RingSize           int
+	WatcherBuffer      int
+	MaxReplayRevisions int64
 }
 
 func (c *Config) setDefaults() {
@@ -101,12 +114,6 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	if c.RingSize == 0 {
-		c.RingSize = 4096
-	}
-	if c.WatcherBuffer == 0 {
-		c.WatcherBuffer = 100
-	}
 }
 
 // Meta is what a v2 response's headers report besides the index.
@@ -123,21 +130,29 @@ type Backend struct {
 	lg      *zap.Logger
 	metrics *metrics
 	leases  *leaseCache
-	hub     *Hub
+	hub     *hub.Hub
+	cur     curRev // shares the current-revision reads of watch requests
 
+	// mu guards the fields below it. It is never held while another lock
+	// is taken, nor across a backend call.
 	mu      sync.Mutex
-	eps     []string // the endpoints failover chooses from
-	sess    *session // nil while the backend is lost
-	sessCh  chan struct{}
-	meta    Meta
+	eps     []string      // the endpoints failover chooses from
+	sess    *session      // nil while the backend is lost
+	sessCh  chan struct{} // closed (and replaced) at every session change
+	meta    Meta          // identity of the member that answered last
 	closed  bool
-	closeCh chan struct{}
+	closeCh <-chan struct{} // ctx.Done(): the monitor, revoker and auto-sync stop
 	revokes chan revokeReq
 	// lastAnswer is when the backend last answered any request (unix ns):
 	// a heartbeat that times out while other requests are answered is a
 	// busy member, not a dead one.
 	lastAnswer atomic.Int64
-	wg         sync.WaitGroup
+	// ctx ends at Close; stop ends it.
+	ctx  context.Context
+	stop context.CancelFunc
+	// wg waits for the monitor, the revoker, auto-sync and the goroutines
+	// they start (endpoint dials, client closes).
+	wg sync.WaitGroup
 }
 
 // New connects to the first answering endpoint and starts the liveness
@@ -147,16 +162,21 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("v3backend: no endpoints")
 	}
-	b := &Backend{cfg: cfg, layout: cfg.Layout, lg: cfg.Logger, sessCh: make(chan struct{}), closeCh: make(chan struct{}),
+	b := &Backend{cfg: cfg, layout: cfg.Layout, lg: cfg.Logger, sessCh: make(chan struct{}),
 		revokes: make(chan revokeReq, 256), eps: append([]string(nil), cfg.Endpoints...)}
+	b.ctx, b.stop = context.WithCancel(context.Background())
+	b.closeCh = b.ctx.Done()
 	b.metrics = newMetrics(cfg.Registry)
 	b.leases = newLeaseCache()
 	s, err := b.connect(ctx)
 	if err != nil {
+		b.stop()
+		b.wg.Wait() // the dials that did not answer
 		return nil, err
 	}
 	b.setSession(s, "")
-	b.hub = newHub(b)
+	b.hub = hub.New(hub.Config{Source: hubSource{b}, RingSize: cfg.RingSize, WatcherBuffer: cfg.WatcherBuffer,
+		MaxReplayRevisions: cfg.MaxReplayRevisions, Logger: cfg.Logger.Named("hub"), Registry: cfg.Registry})
 	b.wg.Add(2)
 	go b.monitor()
 	go b.revoker()
@@ -175,10 +195,10 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	close(b.closeCh)
+	b.stop()
 	s := b.sess
 	b.mu.Unlock()
-	b.hub.close()
+	b.hub.Close()
 	b.wg.Wait()
 	if s != nil {
 		s.end()
@@ -187,7 +207,7 @@ func (b *Backend) Close() error {
 }
 
 // Hub is the watch hub fed by this backend.
-func (b *Backend) Hub() *Hub { return b.hub }
+func (b *Backend) Hub() *hub.Hub { return b.hub }
 
 // Layout is the key layout the backend serves.
 func (b *Backend) Layout() translate.Layout { return b.layout }
@@ -247,249 +267,8 @@ func (b *Backend) mapErr(s *session, err error) error {
 	return err
 }
 
-func toKV(kv *mvccpb.KeyValue) *translate.KV {
-	return &translate.KV{Key: string(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision,
-		ModRevision: kv.ModRevision, Lease: kv.Lease}
-}
-
-func getOpts(serializable bool, rev int64, opts ...clientv3.OpOption) []clientv3.OpOption {
-	if serializable {
-		opts = append(opts, clientv3.WithSerializable())
-	}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	return opts
-}
-
-// readSnapshot reads a write's snapshot of p in one transaction.
-func (b *Backend) readSnapshot(ctx context.Context, s *session, p string, withSeq, serializable bool, rev int64) (*translate.Snapshot, error) {
-	reads := b.layout.SnapshotReads(p, withSeq)
-	ops := make([]clientv3.Op, len(reads))
-	for i, r := range reads {
-		if r.End != "" {
-			ops[i] = clientv3.OpGet(r.Key, getOpts(serializable, rev, clientv3.WithRange(r.End), clientv3.WithLimit(1))...)
-		} else {
-			ops[i] = clientv3.OpGet(r.Key, getOpts(serializable, rev)...)
-		}
-	}
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return nil, err
-	}
-	b.noteHeader(resp.Header)
-	kvs := make([]*translate.KV, len(reads))
-	for i, r := range resp.Responses {
-		if rr := r.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-			kvs[i] = toKV(rr.Kvs[0])
-		}
-	}
-	return b.layout.NewSnapshot(p, resp.Header.Revision, withSeq, kvs), nil
-}
-
-// Get serves a v2 GET (quorum=true: linearizable; otherwise serializable,
-// as v2 served plain GETs from the local member).
-func (b *Backend) Get(ctx context.Context, r *translate.Request) (*translate.Event, Meta, error) {
-	s, err := b.client()
-	if err != nil {
-		return nil, b.Meta(), err
-	}
-	ctx, cancel := b.reqCtx(ctx, s)
-	defer cancel()
-	ev, err := b.get(ctx, s, r)
-	return ev, b.Meta(), b.mapErr(s, err)
-}
-
-func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*translate.Event, error) {
-	p, l := r.Path, b.layout
-	ser := !r.Quorum
-	dc, mc := l.DataChildPrefix(p), l.MarkerChildPrefix(p)
-	ops := []clientv3.Op{
-		clientv3.OpGet(l.DataKey(p), getOpts(ser, 0)...),
-		clientv3.OpGet(l.MarkerKey(p), getOpts(ser, 0)...),
-		clientv3.OpGet(dc, getOpts(ser, 0, clientv3.WithRange(translate.PrefixEnd(dc)))...),
-		clientv3.OpGet(mc, getOpts(ser, 0, clientv3.WithRange(translate.PrefixEnd(mc)))...),
-	}
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return nil, err
-	}
-	b.noteHeader(resp.Header)
-	rev := resp.Header.Revision
-	lists := make([][]*translate.KV, 4)
-	for i, rr := range resp.Responses {
-		for _, kv := range rr.GetResponseRange().Kvs {
-			lists[i] = append(lists[i], toKV(kv))
-		}
-	}
-	first := func(l []*translate.KV) *translate.KV {
-		if len(l) == 0 {
-			return nil
-		}
-		return l[0]
-	}
-	file, marker := first(lists[0]), first(lists[1])
-	ls := b.resolveLeases(ctx, s, translate.LeasesOf(lists...))
-	node := l.BuildGet(p, file, marker, lists[2], lists[3], r.Recursive, ls, time.Now())
-	if node == nil {
-		snap, err := b.readSnapshot(ctx, s, p, false, true, rev)
-		if err != nil {
-			return nil, err
-		}
-		return nil, snap.MissError()
-	}
-	return &translate.Event{Action: translate.ActionGet, Node: node, EtcdIndex: uint64(rev)}, nil
-}
-
-// Write serves a v2 PUT, POST or DELETE as one guarded v3 transaction,
-// re-reading and re-deciding when a concurrent write changed what the
-// decision depended on.
-func (b *Backend) Write(ctx context.Context, r *translate.Request) (*translate.Event, Meta, error) {
-	s, err := b.client()
-	if err != nil {
-		return nil, b.Meta(), err
-	}
-	ctx, cancel := b.reqCtx(ctx, s)
-	defer cancel()
-	ev, err := b.write(ctx, s, r)
-	return ev, b.Meta(), b.mapErr(s, err)
-}
-
-const maxWriteAttempts = 64
-
-func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (*translate.Event, error) {
-	for attempt := 0; attempt < maxWriteAttempts; attempt++ {
-		snap, err := b.readSnapshot(ctx, s, r.Path, r.Method == "POST", attempt == 0, 0)
-		if err != nil {
-			return nil, err
-		}
-		var kvs []*translate.KV
-		if snap.File != nil {
-			kvs = append(kvs, snap.File)
-		}
-		if snap.Marker != nil {
-			kvs = append(kvs, snap.Marker)
-		}
-		now := time.Now()
-		ls := b.resolveLeases(ctx, s, translate.LeasesOf(kvs))
-		plan, verr := b.layout.PlanWrite(r, snap, ls, now)
-		if verr != nil {
-			return nil, verr
-		}
-		var lease clientv3.LeaseID
-		var exp time.Time
-		if plan.TTL > 0 {
-			g, err := s.cli.Grant(ctx, plan.TTL)
-			if err != nil {
-				return nil, fmt.Errorf("grant lease: %w", err)
-			}
-			lease, exp = g.ID, now.Add(time.Duration(g.TTL)*time.Second)
-		}
-		plan.Bind(int64(lease), exp, now)
-		resp, err := s.cli.Txn(ctx).If(toCmps(plan.Cmps)...).Then(toOps(plan.Ops, lease)...).Commit()
-		if err != nil || !resp.Succeeded {
-			if lease != 0 {
-				b.revokeLater(s, lease)
-			}
-			if err != nil {
-				return nil, err
-			}
-			b.metrics.writeRetries.Inc()
-			// Back off a little so contending bridges do not lock-step.
-			time.Sleep(time.Duration(rand.IntN(1+attempt)) * time.Millisecond)
-			continue
-		}
-		b.noteHeader(resp.Header)
-		if lease != 0 {
-			b.leases.put(int64(lease), exp, true)
-		}
-		// A replaced node's lease, if this bridge granted it, holds nothing now.
-		for _, kv := range kvs {
-			if kv.Lease != int64(lease) && b.leases.owned(kv.Lease) && plan.Releases(kv.Lease) {
-				b.revokeLater(s, clientv3.LeaseID(kv.Lease))
-			}
-		}
-		return plan.Result(resp.Header.Revision), nil
-	}
-	return nil, errors.New("v2bridge: write gave up after too many conflicting concurrent writes")
-}
-
-type revokeReq struct {
-	s  *session
-	id clientv3.LeaseID
-}
-
-// revokeLater queues the revocation of a lease that holds nothing any more.
-// A revoke is a raft proposal that costs etcd more than the write that freed
-// the lease, so one worker does them one at a time and, when it falls
-// behind, the rest are dropped: such a lease holds no key and simply lapses
-// at its TTL.
-func (b *Backend) revokeLater(s *session, id clientv3.LeaseID) {
-	select {
-	case b.revokes <- revokeReq{s, id}:
-	default:
-		b.leases.drop(int64(id))
-	}
-}
-
-func (b *Backend) revoker() {
-	defer b.wg.Done()
-	for {
-		select {
-		case <-b.closeCh:
-			return
-		case r := <-b.revokes:
-			if r.s.ctx.Err() == nil {
-				ctx, cancel := b.reqCtx(context.Background(), r.s)
-				_, _ = r.s.cli.Revoke(ctx, r.id)
-				cancel()
-			}
-			b.leases.drop(int64(r.id))
-		}
-	}
-}
-
-func toCmps(cs []translate.Cmp) []clientv3.Cmp {
-	out := make([]clientv3.Cmp, len(cs))
-	for i, c := range cs {
-		var cmp clientv3.Cmp
-		if c.Target == translate.CmpCreate {
-			cmp = clientv3.Compare(clientv3.CreateRevision(c.Key), c.Result, c.Value)
-		} else {
-			cmp = clientv3.Compare(clientv3.ModRevision(c.Key), c.Result, c.Value)
-		}
-		if c.End != "" {
-			cmp = cmp.WithRange(c.End)
-		}
-		out[i] = cmp
-	}
-	return out
-}
-
-func toOps(ops []translate.Op, lease clientv3.LeaseID) []clientv3.Op {
-	out := make([]clientv3.Op, len(ops))
-	for i, o := range ops {
-		switch {
-		case o.Type == translate.OpDelete && o.End != "":
-			out[i] = clientv3.OpDelete(o.Key, clientv3.WithRange(o.End))
-		case o.Type == translate.OpDelete:
-			out[i] = clientv3.OpDelete(o.Key)
-		case o.WithLease && lease != 0:
-			out[i] = clientv3.OpPut(o.Key, string(o.Value), clientv3.WithLease(lease))
-		default:
-			out[i] = clientv3.OpPut(o.Key, string(o.Value))
-		}
-	}
-	return out
-}
-
 // Ready reports whether a member answers and the hub's watch is created.
 func (b *Backend) Ready() bool { return b.Up() && b.hub.Live() }
-
-// Watch registers a v2 watch (see Hub.Watch).
-func (b *Backend) Watch(ctx context.Context, r *translate.Request) (*Watcher, Meta, error) {
-	return b.hub.Watch(ctx, r.Path, r.Recursive, r.Stream, r.WaitIndex)
-}
 
 // Health reports whether the backend answers a linearizable read now, as
 // etcd's own /health does.
@@ -574,20 +353,24 @@ func (b *Backend) autoSync() {
 
 // Alive reports whether the bridge's own machinery still makes progress:
 // its locks can be taken within d. It says nothing of the backend (that is
-// /health and /readyz); a false here means the process is wedged.
+// /health and /readyz); a false here means the process is wedged. It polls
+// with TryLock, so a wedged lock leaves no goroutine behind.
 func (b *Backend) Alive(d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		b.mu.Lock()
-		b.mu.Unlock() //nolint:staticcheck // an empty critical section is the probe
-		b.hub.mu.Lock()
-		b.hub.mu.Unlock() //nolint:staticcheck
-		close(done)
-	}()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
+	deadline := time.Now().Add(d)
+	lockable := func() bool {
+		if b.mu.TryLock() {
+			b.mu.Unlock()
+			return true
+		}
 		return false
 	}
+	for _, try := range []func() bool{lockable, b.hub.TryProbe} {
+		for !try() {
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return true
 }

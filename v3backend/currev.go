@@ -18,6 +18,7 @@ import (
 // call also runs off the HTTP handler's goroutine, whose stack then stays
 // small for the whole long-poll.
 type curRev struct {
+	// mu guards pending and busy.
 	mu      sync.Mutex
 	pending *curRevCall // asked for, not sent yet
 	busy    bool        // a sender goroutine is running
@@ -44,7 +45,11 @@ func (c *curRev) get(ctx context.Context, b *Backend, s *session) (*clientv3.Get
 		c.pending = call
 		if !c.busy {
 			c.busy = true
-			go c.send(b)
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				c.send(b)
+			}()
 		}
 	}
 	c.mu.Unlock()

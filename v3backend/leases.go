@@ -16,7 +16,7 @@ import (
 // refresh grants a new lease); a v3 client's lease may be kept alive, so its
 // entry is trusted only briefly.
 type leaseCache struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards m
 	m  map[int64]leaseEntry
 }
 

@@ -13,10 +13,6 @@ type metrics struct {
 	detectSeconds   prometheus.Histogram
 	writeRetries    prometheus.Counter
 	v3Watches       prometheus.Gauge
-	v2Watchers      prometheus.Gauge
-	watchesErrored  prometheus.Counter
-	slowCutoffs     prometheus.Counter
-	eventsDelivered prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,18 +33,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "v2 writes re-decided because a concurrent write changed what they read."}),
 		v3Watches: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_v3_watches",
 			Help: "etcd v3 watches open on behalf of v2 watchers."}),
-		v2Watchers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_v2_watchers",
-			Help: "v2 watch requests waiting for an event."}),
-		watchesErrored: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_watches_errored_total",
-			Help: "v2 watches ended because the backend feeding them was lost."}),
-		slowCutoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_watch_slow_cutoffs_total",
-			Help: "stream=true watchers cut off because they fell behind."}),
-		eventsDelivered: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_watch_events_delivered_total",
-			Help: "v2 events handed to watchers."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.recoverSeconds, m.detectSeconds,
-			m.writeRetries, m.v3Watches, m.v2Watchers, m.watchesErrored, m.slowCutoffs, m.eventsDelivered)
+			m.writeRetries, m.v3Watches)
 	}
 	return m
 }

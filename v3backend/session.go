@@ -86,8 +86,10 @@ func (b *Backend) connect(ctx context.Context) (*session, error) {
 	eps := b.Endpoints()
 	n := len(eps)
 	results := make(chan result, n)
+	b.wg.Add(n)
 	for i, ep := range eps {
 		go func() {
+			defer b.wg.Done()
 			s, err := b.tryEndpoint(ctx, ep, i)
 			results <- result{s, ep, err}
 		}()
@@ -100,7 +102,9 @@ func (b *Backend) connect(ctx context.Context) (*session, error) {
 			continue
 		}
 		// The others are canceled; close any that answered too.
+		b.wg.Add(1)
 		go func(left int) {
+			defer b.wg.Done()
 			for ; left > 0; left-- {
 				if o := <-results; o.s != nil {
 					o.s.end()
@@ -183,7 +187,11 @@ func (b *Backend) lose(s *session, reason string) {
 	// it, and every request in flight. Closing the client may wait on
 	// the connection; it must not hold up the monitor or the hub.
 	s.cancel()
-	go func() { _ = s.cli.Close() }()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		_ = s.cli.Close()
+	}()
 	close(ch)
 	b.metrics.backendUp.Set(0)
 	b.metrics.losses.Inc()
@@ -277,14 +285,10 @@ func (b *Backend) monitor() {
 func (b *Backend) reconnect(lost *session) bool {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.DialTimeout)
-		go func() { // Close need not wait for the attempt
-			select {
-			case <-b.closeCh:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		// Close need not wait for the attempt: closing cancels it.
+		stop := context.AfterFunc(b.ctx, cancel)
 		ns, err := b.connect(ctx)
+		stop()
 		cancel()
 		if err == nil {
 			if !b.setSession(ns, "reconnected") {
@@ -308,3 +312,4 @@ func (b *Backend) reconnect(lost *session) bool {
 		}
 	}
 }
+

@@ -1,0 +1,259 @@
+package v3backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v3backend/hub"
+)
+
+// hubSource feeds the watch hub from etcd v3: a watch over the bridge's
+// whole key range (data and meta together, so a write's journal record,
+// markers and data arrive in the same revision), decoded revision by
+// revision into v2 events. Every feed runs on one session and ends with it.
+type hubSource struct{ b *Backend }
+
+var _ hub.Source = hubSource{}
+
+// Feed waits for a live session and opens the shared watch on it.
+func (src hubSource) Feed(ctx context.Context, from int64) (hub.Feed, error) {
+	b := src.b
+	for {
+		s, changed := b.sessionChanged()
+		if s != nil {
+			return b.openFeed(s, from, true), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// History opens a watch of history on the current session.
+func (src hubSource) History(ctx context.Context, from int64) (hub.Feed, error) {
+	s, err := src.b.client()
+	if err != nil {
+		return nil, err
+	}
+	return src.b.openFeed(s, from, false), nil
+}
+
+// Kept reports whether rev is still in v3 history.
+func (src hubSource) Kept(ctx context.Context, rev int64) (bool, error) {
+	b := src.b
+	s, err := b.client()
+	if err != nil {
+		return false, err
+	}
+	rctx, cancel := b.reqCtx(ctx, s)
+	defer cancel()
+	if _, err := b.probe(rctx, s, rev); err != nil {
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return false, nil
+		}
+		return false, b.mapErr(s, err)
+	}
+	return true, nil
+}
+
+// feed is one v3 watch over the bridge's key range. A shared feed sweeps
+// expired directories and, when its watch fails while the member still
+// answers heartbeats (it lost its leader, say), declares the session lost
+// so the bridge moves to another member. A history feed does neither and,
+// once idle, asks for progress so its reader learns it has caught up.
+type feed struct {
+	b      *Backend
+	s      *session
+	shared bool
+	w      clientv3.Watcher // a stream of its own: progress requests reach this watch only
+	wch    clientv3.WatchChan
+	cancel context.CancelFunc
+	// Revisions of the last response not yet returned; owned by the
+	// hub goroutine that calls Next.
+	pending [][]*clientv3.Event
+	created bool
+}
+
+func (b *Backend) openFeed(s *session, from int64, shared bool) *feed {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
+	lo, hi := b.layout.WatchRange()
+	opts := []clientv3.OpOption{clientv3.WithRange(hi), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()}
+	if from > 0 {
+		opts = append(opts, clientv3.WithRev(from))
+	}
+	if shared {
+		opts = append(opts, clientv3.WithProgressNotify())
+	}
+	f := &feed{b: b, s: s, shared: shared, w: clientv3.NewWatcher(s.cli), cancel: cancel}
+	f.wch = f.w.Watch(ctx, lo, opts...)
+	b.metrics.v3Watches.Inc()
+	return f
+}
+
+// Close ends the watch.
+func (f *feed) Close() {
+	f.cancel()
+	_ = f.w.Close()
+	f.b.metrics.v3Watches.Dec()
+}
+
+// historyIdle is how long a history feed waits for events before it asks
+// etcd whether it has caught up.
+const historyIdle = 50 * time.Millisecond
+
+// Next returns the next revision's events, decoded.
+func (f *feed) Next(ctx context.Context) (hub.Batch, error) {
+	for {
+		if len(f.pending) > 0 {
+			g := f.pending[0]
+			f.pending = f.pending[1:]
+			return f.decode(g), nil
+		}
+		resp, err := f.receive(ctx)
+		if err != nil {
+			if f.shared && f.s.ctx.Err() == nil && ctx.Err() == nil && !errors.Is(err, hub.ErrCompacted) {
+				f.b.lose(f.s, fmt.Sprintf("shared watch ended: %v", err))
+			}
+			return hub.Batch{}, err
+		}
+		switch {
+		case resp.Created:
+			f.created = true
+			return hub.Batch{Created: true, Rev: resp.Header.Revision}, nil
+		case resp.IsProgressNotify():
+			return hub.Batch{Progress: true, Rev: resp.Header.Revision}, nil
+		}
+		f.pending = groupByRevision(resp.Events)
+	}
+}
+
+// receive waits for the next watch response that carries something.
+func (f *feed) receive(ctx context.Context) (clientv3.WatchResponse, error) {
+	var idle <-chan time.Time
+	if !f.shared {
+		t := time.NewTicker(historyIdle)
+		defer t.Stop()
+		idle = t.C
+	}
+	for {
+		select {
+		case resp, ok := <-f.wch:
+			switch {
+			case !ok:
+				return resp, errors.New("watch channel closed")
+			case resp.CompactRevision != 0:
+				return resp, fmt.Errorf("%w (compacted at %d)", hub.ErrCompacted, resp.CompactRevision)
+			case resp.Err() != nil:
+				return resp, resp.Err()
+			case resp.Canceled:
+				return resp, errors.New("watch canceled by the server")
+			}
+			return resp, nil
+		case <-idle:
+			if f.created { // etcd answers once the watch has caught up with the present
+				rctx, cancel := f.b.reqCtx(ctx, f.s)
+				_ = f.w.RequestProgress(rctx)
+				cancel()
+			}
+		case <-ctx.Done():
+			return clientv3.WatchResponse{}, ctx.Err()
+		case <-f.s.ctx.Done(): // the session is lost: what it fed ends now
+			return clientv3.WatchResponse{}, errors.New("backend session lost")
+		}
+	}
+}
+
+// decode turns one revision's events into v2 events; on the shared feed it
+// first sweeps the directories whose TTL ran out, as v2 removes a subtree at
+// once.
+func (f *feed) decode(g []*clientv3.Event) hub.Batch {
+	rev := g[0].Kv.ModRevision
+	evs, sweeps := f.b.decodeRevision(f.s, g)
+	if f.shared {
+		for _, d := range sweeps {
+			translate.SetRemoved(evs, d, f.b.sweep(f.s, d, rev))
+		}
+	}
+	return hub.Batch{Rev: rev, Events: evs}
+}
+
+// sweep removes what is left below a directory whose TTL ran out and reports
+// what the expiry removed (whichever bridge swept): the subtree as it was at
+// the expiry's revision, nil if unknown.
+func (b *Backend) sweep(s *session, dir string, rev int64) map[string]bool {
+	l := b.layout
+	ctx, cancel := b.reqCtx(context.Background(), s)
+	defer cancel()
+	cmps, ops := l.SweepTxn(dir)
+	if _, err := s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit(); err != nil {
+		b.lg.Warn("sweeping an expired directory failed", zap.String("dir", dir), zap.Error(err))
+	}
+	var deleted []string
+	for _, pfx := range []string{l.DataChildPrefix(dir), l.MarkerChildPrefix(dir)} {
+		resp, err := s.cli.Get(ctx, pfx, clientv3.WithRange(translate.PrefixEnd(pfx)), clientv3.WithRev(rev),
+			clientv3.WithKeysOnly(), clientv3.WithSerializable())
+		if err != nil {
+			return nil
+		}
+		for _, kv := range resp.Kvs {
+			deleted = append(deleted, string(kv.Key))
+		}
+	}
+	return l.SweptPaths(dir, deleted)
+}
+
+// decodeRevision turns one revision's v3 events into v2 events, resolving
+// the expirations of the leases they carry (bounded to a second, so a slow
+// lookup shows a key as permanent rather than stall the watch).
+func (b *Backend) decodeRevision(s *session, g []*clientv3.Event) ([]*translate.Event, []string) {
+	evs, leased := toV3Events(g)
+	var ls translate.Leases
+	if len(leased) > 0 {
+		lctx, cancel := context.WithTimeout(s.ctx, time.Second)
+		ls = b.resolveLeases(lctx, s, translate.LeasesOf(leased))
+		cancel()
+	}
+	return b.layout.DecodeRevision(g[0].Kv.ModRevision, evs, ls, time.Now())
+}
+
+// groupByRevision splits a watch response's events into revisions.
+func groupByRevision(evs []*clientv3.Event) [][]*clientv3.Event {
+	var groups [][]*clientv3.Event
+	for _, e := range evs {
+		if n := len(groups); n > 0 && groups[n-1][0].Kv.ModRevision == e.Kv.ModRevision {
+			groups[n-1] = append(groups[n-1], e)
+		} else {
+			groups = append(groups, []*clientv3.Event{e})
+		}
+	}
+	return groups
+}
+
+// toV3Events converts one revision's events and lists the key-values that
+// carry a lease.
+func toV3Events(g []*clientv3.Event) (evs []translate.V3Event, leased []*translate.KV) {
+	evs = make([]translate.V3Event, len(g))
+	for i, e := range g {
+		evs[i] = translate.V3Event{Delete: e.Type == mvccpb.DELETE, KV: *toKV(e.Kv)}
+		if e.PrevKv != nil {
+			evs[i].Prev = toKV(e.PrevKv)
+			if e.PrevKv.Lease != 0 {
+				leased = append(leased, evs[i].Prev)
+			}
+		}
+		if e.Kv.Lease != 0 {
+			leased = append(leased, &evs[i].KV)
+		}
+	}
+	return evs, leased
+}
