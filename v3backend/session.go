@@ -312,4 +312,3 @@ func (b *Backend) reconnect(lost *session) bool {
 		}
 	}
 }
-
