@@ -448,7 +448,7 @@ func (st *storeStats) count(r *translate.Request, ev *translate.Event, err error
 	switch {
 	case r.Method == "GET" || r.Method == "HEAD":
 		i = 0
-	case r.Method == "POST" || (r.PrevExist != nil && !*r.PrevExist):
+	case r.Method == "POST" || (r.Method == "PUT" && r.PrevExist != nil && !*r.PrevExist):
 		i = 8
 	case r.Method == "DELETE" && r.HasCompare():
 		i = 12

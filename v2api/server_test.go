@@ -292,8 +292,10 @@ func TestStatsStoreCountsOperationsAndWatchers(t *testing.T) {
 		{"DELETE", "/v2/keys/a?recursive=true&value=fail"},
 		{"DELETE", "/v2/keys/a?prevIndex=3"},
 		{"DELETE", "/v2/keys/a?prevValue=x&value=fail"},
-		{"PUT", "/v2/keys/a?ttl=bad"},   // refused before the store: not counted
-		{"GET", "/v2/keys/a?wait=true"}, // a watch is not an operation
+		{"DELETE", "/v2/keys/a?prevExist=false"},             // prevExist is ignored on DELETE: a delete
+		{"DELETE", "/v2/keys/a?prevExist=false&prevIndex=3"}, // and a compareAndDelete
+		{"PUT", "/v2/keys/a?ttl=bad"},                        // refused before the store: not counted
+		{"GET", "/v2/keys/a?wait=true"},                      // a watch is not an operation
 	} {
 		serve(s, r.method, r.target, "")
 	}
@@ -305,8 +307,8 @@ func TestStatsStoreCountsOperationsAndWatchers(t *testing.T) {
 		"createSuccess": 2, "createFail": 1,
 		"updateSuccess": 1, "updateFail": 1,
 		"compareAndSwapSuccess": 2, "compareAndSwapFail": 1,
-		"deleteSuccess": 1, "deleteFail": 1,
-		"compareAndDeleteSuccess": 1, "compareAndDeleteFail": 1,
+		"deleteSuccess": 2, "deleteFail": 1,
+		"compareAndDeleteSuccess": 2, "compareAndDeleteFail": 1,
 		"expireCount": 0, "watchers": 3,
 	}
 	if !reflect.DeepEqual(got, want) {
