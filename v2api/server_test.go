@@ -245,6 +245,23 @@ func TestMembersRefusesMembershipChanges(t *testing.T) {
 	}
 }
 
+// GET of one member is v2's 404 "Not found" (only "leader" is served), not
+// a 405 for a method the route allows.
+func TestMemberGetOfAnIDIsNotFound(t *testing.T) {
+	s := newTestServer(t, &fakeStore{})
+	for _, id := range []string{hexID(s), "8e9e05c52164694d"} {
+		w := serve(s, "GET", "/v2/members/"+id, "")
+		if w.Code != http.StatusNotFound {
+			t.Fatalf("GET /v2/members/%s: status %d, want 404", id, w.Code)
+		}
+		var got map[string]string
+		decodeJSON(t, w, &got)
+		if want := map[string]string{"message": "Not found"}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("body %v, want %v", got, want)
+		}
+	}
+}
+
 func TestMachinesIsPlainText(t *testing.T) {
 	s := newTestServer(t, &fakeStore{}, func(c *Config) { c.AdvertiseURLs = []string{"https://b:2379"}; c.Name = "" })
 	w := serve(s, "GET", "/v2/machines", "")
