@@ -338,7 +338,7 @@ func (s *Server) member(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "GET" && id == "leader":
 		writeJSON(w, http.StatusOK, s.self())
 	case r.Method == "GET":
-		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+		writeJSON(w, http.StatusNotFound, map[string]string{"message": "Not found"})
 	case id == s.self().ID:
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"message": "membership is managed on the etcd v3 cluster behind v2bridge"})
 	default:
@@ -448,7 +448,7 @@ func (st *storeStats) count(r *translate.Request, ev *translate.Event, err error
 	switch {
 	case r.Method == "GET" || r.Method == "HEAD":
 		i = 0
-	case r.Method == "POST" || (r.PrevExist != nil && !*r.PrevExist):
+	case r.Method == "POST" || (r.Method == "PUT" && r.PrevExist != nil && !*r.PrevExist):
 		i = 8
 	case r.Method == "DELETE" && r.HasCompare():
 		i = 12

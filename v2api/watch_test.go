@@ -1,0 +1,212 @@
+package v2api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// watchEvent is a watch event as a store hands it over.
+func watchEvent(action, key, value string, index uint64) *translate.Event {
+	return &translate.Event{Action: action, Node: &translate.Node{Key: key, Value: strp(value),
+		ModifiedIndex: index, CreatedIndex: index}, EtcdIndex: index}
+}
+
+// eventLine is the body line v2 writes for ev.
+func eventLine(t *testing.T, ev *translate.Event) string {
+	t.Helper()
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b) + "\n"
+}
+
+// startWatch serves the bridge over a real HTTP server, issues a watch
+// request and returns once its headers have arrived. Every read of the body
+// is bounded by the request's deadline, so a missing flush fails the test
+// instead of hanging it. cancel drops the connection.
+func startWatch(t *testing.T, st *fakeStore, query string) (resp *http.Response, body *bufio.Reader, cancel context.CancelFunc) {
+	t.Helper()
+	ts := httptest.NewServer(newTestServer(t, st))
+	t.Cleanup(ts.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", ts.URL+"/v2/keys/dir?"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err = ts.Client().Do(req)
+	if err != nil {
+		t.Fatalf("no headers before any event: %v", err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp, bufio.NewReader(resp.Body), cancel
+}
+
+func TestWatchFlushesHeadersBeforeTheEventThenEnds(t *testing.T) {
+	fw := newFakeWatch(17, 100)
+	st := &fakeStore{watch: fw, meta: Meta{ClusterID: 0xbeef, RaftTerm: 3}, storeMeta: Meta{ClusterID: 0xbeef}}
+	resp, body, _ := startWatch(t, st, "wait=true&waitIndex=18&recursive=true")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	// The index is the store's when the watch was created, not the event's.
+	for h, want := range map[string]string{"Content-Type": "application/json", "X-Etcd-Index": "17",
+		"X-Raft-Index": "17", "X-Raft-Term": "3", "X-Etcd-Cluster-Id": "beef"} {
+		if got := resp.Header.Get(h); got != want {
+			t.Errorf("%s %q, want %q", h, got, want)
+		}
+	}
+	c := st.only(t)
+	if want := (translate.Request{Method: "GET", Path: "/dir", Wait: true, WaitIndex: 18, Recursive: true}); c.op != "watch" || *c.req != want {
+		t.Fatalf("store got %s %+v, want watch %+v", c.op, *c.req, want)
+	}
+	if fw.isCancelled() {
+		t.Fatal("the watch was cancelled before its event")
+	}
+	ev := watchEvent("set", "/dir/a", "1", 25)
+	fw.events <- ev
+	fw.events <- watchEvent("set", "/dir/b", "2", 26) // a plain watch answers one event
+	got, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := eventLine(t, ev); string(got) != want {
+		t.Fatalf("body %q, want %q", got, want)
+	}
+	fw.waitCancelled(t)
+}
+
+func TestWatchDoneWithoutEventEndsWithAnEmptyBody(t *testing.T) {
+	for _, query := range []string{"wait=true", "wait=true&stream=true"} {
+		t.Run(query, func(t *testing.T) {
+			fw := newFakeWatch(5, 100)
+			resp, body, _ := startWatch(t, &fakeStore{watch: fw}, query)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			fw.end()
+			got, err := io.ReadAll(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 0 {
+				t.Fatalf("body %q, want empty", got)
+			}
+			fw.waitCancelled(t)
+		})
+	}
+}
+
+func TestWatchDeliversEventsQueuedBeforeDone(t *testing.T) {
+	// Events and Done are both ready when the handler first looks: either
+	// order of the select must deliver what was queued; repeat to take both.
+	ev1, ev2 := watchEvent("set", "/dir/a", "1", 8), watchEvent("delete", "/dir/a", "", 9)
+	cases := []struct {
+		query  string
+		queued []*translate.Event
+		want   string
+	}{
+		{"wait=true", []*translate.Event{ev1}, eventLine(t, ev1)},
+		{"wait=true", []*translate.Event{ev1, ev2}, eventLine(t, ev1)},
+		{"wait=true&stream=true", []*translate.Event{ev1, ev2}, eventLine(t, ev1) + eventLine(t, ev2)},
+	}
+	for _, c := range cases {
+		for range 20 {
+			fw := newFakeWatch(7, 100)
+			for _, ev := range c.queued {
+				fw.events <- ev
+			}
+			fw.end()
+			s := newTestServer(t, &fakeStore{watch: fw})
+			w := serve(s, "GET", "/v2/keys/dir?"+c.query, "")
+			if w.Code != 200 || w.Body.String() != c.want {
+				t.Fatalf("%s with %d queued: %d %q, want 200 %q", c.query, len(c.queued), w.Code, w.Body, c.want)
+			}
+			if w.Header().Get("X-Etcd-Index") != "7" {
+				t.Fatalf("X-Etcd-Index %q, want 7", w.Header().Get("X-Etcd-Index"))
+			}
+			if !fw.isCancelled() {
+				t.Fatal("the answered watch was not cancelled")
+			}
+		}
+	}
+}
+
+func TestWatchStreamWritesOneFlushedObjectPerLine(t *testing.T) {
+	fw := newFakeWatch(3, 100)
+	resp, body, _ := startWatch(t, &fakeStore{watch: fw}, "wait=true&stream=true&recursive=true")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for i, ev := range []*translate.Event{
+		watchEvent("set", "/dir/a", "1", 4),
+		watchEvent("create", "/dir/b", "2", 5),
+		{Action: "delete", Node: &translate.Node{Key: "/dir/a", ModifiedIndex: 6, CreatedIndex: 4},
+			PrevNode: &translate.Node{Key: "/dir/a", Value: strp("1"), ModifiedIndex: 4, CreatedIndex: 4}},
+	} {
+		fw.events <- ev
+		// Each event is flushed alone: the line is readable before the next is sent.
+		line, err := body.ReadString('\n')
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if want := eventLine(t, ev); line != want {
+			t.Fatalf("event %d: line %q, want %q", i, line, want)
+		}
+		if fw.isCancelled() {
+			t.Fatal("a stream was cancelled after one event")
+		}
+	}
+	fw.end()
+	if rest, err := io.ReadAll(body); err != nil || len(rest) != 0 {
+		t.Fatalf("after Done: %q %v, want a clean end", rest, err)
+	}
+	fw.waitCancelled(t)
+}
+
+func TestWatchClientDisconnectCancelsTheWatch(t *testing.T) {
+	for _, query := range []string{"wait=true", "wait=true&stream=true"} {
+		t.Run(query, func(t *testing.T) {
+			fw := newFakeWatch(5, 100)
+			resp, _, cancel := startWatch(t, &fakeStore{watch: fw}, query)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			cancel()
+			fw.waitCancelled(t)
+		})
+	}
+}
+
+func TestWatchErrorsAnswerBeforeAnyHeader(t *testing.T) {
+	cases := []struct {
+		name   string
+		err    error
+		status int
+		body   string
+	}{
+		{"history cleared", translate.NewError(translate.EcodeEventIndexCleared, "the requested history has been cleared [20/3]", 30),
+			400, v2ErrorJSON(401, "The event in requested index is outdated and cleared", "the requested history has been cleared [20/3]", 30)},
+		{"unavailable backend", errUnavailable, 500, v2ErrorJSON(300, "Raft Internal Error", errUnavailable.Error(), 0)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := &fakeStore{watchErr: c.err, storeMeta: Meta{ClusterID: 0xc1}, meta: Meta{RaftTerm: 2}}
+			s := newTestServer(t, st)
+			w := serve(s, "GET", "/v2/keys/dir?wait=true&waitIndex=3", "")
+			checkV2Error(t, w, c.status, c.body, "c1")
+			if st.only(t).op != "watch" {
+				t.Fatal("the store was not asked for a watch")
+			}
+		})
+	}
+}
