@@ -132,6 +132,14 @@ type Backend struct {
 	leases  *leaseCache
 	hub     *hub.Hub
 	cur     curRev // shares the current-revision reads of watch requests
+	mirror  *mirror
+	// shared is the shared feed now open (nil between feeds), for progress
+	// requests.
+	shared atomic.Pointer[feed]
+	// acked is the newest revision of a write this bridge acknowledged: a
+	// read served from the mirror waits until the mirror has it, so a
+	// client reads its own writes.
+	acked atomic.Int64
 
 	// mu guards the fields below it. It is never held while another lock
 	// is taken, nor across a backend call.
@@ -168,6 +176,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.closeCh = b.ctx.Done()
 	b.metrics = newMetrics(cfg.Registry)
 	b.leases = newLeaseCache()
+	b.mirror = newMirror(cfg.Layout)
 	s, err := b.connect(ctx)
 	if err != nil {
 		b.stop()

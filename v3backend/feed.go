@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -23,21 +24,46 @@ type hubSource struct{ b *Backend }
 
 var _ hub.Source = hubSource{}
 
-// Feed waits for a live session and opens the shared watch on it.
+// Feed waits for a live session and opens the shared watch on it. The
+// mirror is kept by this feed: it resumes where it stopped if the feed
+// continues from there, and is loaded afresh otherwise (from 0: the feed
+// then starts after the revision it was loaded at).
 func (src hubSource) Feed(ctx context.Context, from int64) (hub.Feed, error) {
 	b := src.b
 	for {
 		s, changed := b.sessionChanged()
-		if s != nil {
-			return b.openFeed(s, from, true), nil
+		if s == nil {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-changed:
+				continue
+			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-changed:
+		var loaded int64
+		if from == 0 || !b.mirror.resume(from) {
+			lctx, cancel := context.WithTimeout(ctx, mirrorLoadTimeout)
+			stop := context.AfterFunc(s.ctx, cancel)
+			rev, err := b.mirror.load(lctx, s.cli)
+			stop()
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("load the key space: %w", err)
+			}
+			if from == 0 {
+				from, loaded = rev+1, rev
+			}
 		}
+		f := b.openFeed(s, from, true)
+		f.loaded = loaded
+		b.shared.Store(f)
+		return f, nil
 	}
 }
+
+// mirrorLoadTimeout bounds the initial read of the key space (a large one
+// takes many pages).
+const mirrorLoadTimeout = time.Minute
 
 // History opens a watch of history on the current session.
 func (src hubSource) History(ctx context.Context, from int64) (hub.Feed, error) {
@@ -82,6 +108,9 @@ type feed struct {
 	// hub goroutine that calls Next.
 	pending [][]*clientv3.Event
 	created bool
+	loaded  int64 // the revision the mirror was loaded at for this feed (0: resumed)
+	// lastNudge is when a progress request was last sent (unix ns).
+	lastNudge atomic.Int64
 }
 
 func (b *Backend) openFeed(s *session, from int64, shared bool) *feed {
@@ -102,6 +131,10 @@ func (b *Backend) openFeed(s *session, from int64, shared bool) *feed {
 
 // Close ends the watch.
 func (f *feed) Close() {
+	if f.shared {
+		f.b.shared.CompareAndSwap(f, nil)
+		f.b.mirror.invalidate()
+	}
 	f.cancel()
 	_ = f.w.Close()
 	f.b.metrics.v3Watches.Dec()
@@ -121,16 +154,26 @@ func (f *feed) Next(ctx context.Context) (hub.Batch, error) {
 		}
 		resp, err := f.receive(ctx)
 		if err != nil {
-			if f.shared && f.s.ctx.Err() == nil && ctx.Err() == nil && !errors.Is(err, hub.ErrCompacted) {
-				f.b.lose(f.s, fmt.Sprintf("shared watch ended: %v", err))
+			if f.shared {
+				f.b.mirror.invalidate()
+				if f.s.ctx.Err() == nil && ctx.Err() == nil && !errors.Is(err, hub.ErrCompacted) {
+					f.b.lose(f.s, fmt.Sprintf("shared watch ended: %v", err))
+				}
 			}
 			return hub.Batch{}, err
 		}
 		switch {
 		case resp.Created:
 			f.created = true
-			return hub.Batch{Created: true, Rev: resp.Header.Revision}, nil
+			rev := resp.Header.Revision
+			if f.loaded > 0 {
+				rev = f.loaded
+			}
+			return hub.Batch{Created: true, Rev: rev}, nil
 		case resp.IsProgressNotify():
+			if f.shared {
+				f.b.mirror.progress(resp.Header.Revision)
+			}
 			return hub.Batch{Progress: true, Rev: resp.Header.Revision}, nil
 		}
 		f.pending = groupByRevision(resp.Events)
@@ -178,7 +221,11 @@ func (f *feed) receive(ctx context.Context) (clientv3.WatchResponse, error) {
 // once.
 func (f *feed) decode(g []*clientv3.Event) hub.Batch {
 	rev := g[0].Kv.ModRevision
-	evs, sweeps := f.b.decodeRevision(f.s, g)
+	v3evs, leased := toV3Events(g)
+	if f.shared {
+		f.b.mirror.apply(rev, v3evs)
+	}
+	evs, sweeps := f.b.decodeRevision(f.s, rev, v3evs, leased)
 	if f.shared {
 		for _, d := range sweeps {
 			translate.SetRemoved(evs, d, f.b.sweep(f.s, d, rev))
@@ -215,15 +262,14 @@ func (b *Backend) sweep(s *session, dir string, rev int64) map[string]bool {
 // decodeRevision turns one revision's v3 events into v2 events, resolving
 // the expirations of the leases they carry (bounded to a second, so a slow
 // lookup shows a key as permanent rather than stall the watch).
-func (b *Backend) decodeRevision(s *session, g []*clientv3.Event) ([]*translate.Event, []string) {
-	evs, leased := toV3Events(g)
+func (b *Backend) decodeRevision(s *session, rev int64, evs []translate.V3Event, leased []*translate.KV) ([]*translate.Event, []string) {
 	var ls translate.Leases
 	if len(leased) > 0 {
 		lctx, cancel := context.WithTimeout(s.ctx, time.Second)
 		ls = b.resolveLeases(lctx, s, translate.LeasesOf(leased))
 		cancel()
 	}
-	return b.layout.DecodeRevision(g[0].Kv.ModRevision, evs, ls, time.Now())
+	return b.layout.DecodeRevision(rev, evs, ls, time.Now())
 }
 
 // groupByRevision splits a watch response's events into revisions.
@@ -256,4 +302,22 @@ func toV3Events(g []*clientv3.Event) (evs []translate.V3Event, leased []*transla
 		}
 	}
 	return evs, leased
+}
+
+// nudge asks etcd for a progress notification on the shared watch, so the
+// mirror learns that it is current even when nothing in the bridge's key
+// space changed. Waiters call it at most every millisecond between them.
+func (b *Backend) nudge() {
+	f := b.shared.Load()
+	if f == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := f.lastNudge.Load()
+	if now-last < int64(time.Millisecond) || !f.lastNudge.CompareAndSwap(last, now) {
+		return
+	}
+	ctx, cancel := b.reqCtx(context.Background(), f.s)
+	defer cancel()
+	_ = f.w.RequestProgress(ctx)
 }

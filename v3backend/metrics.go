@@ -13,6 +13,8 @@ type metrics struct {
 	detectSeconds   prometheus.Histogram
 	writeRetries    prometheus.Counter
 	v3Watches       prometheus.Gauge
+	mirrorReads     prometheus.Counter
+	backendReads    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -31,12 +33,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Time from the last good heartbeat to the declared loss.", Buckets: prometheus.LinearBuckets(0.5, 0.5, 16)}),
 		writeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_write_conflicts_total",
 			Help: "v2 writes re-decided because a concurrent write changed what they read."}),
+		mirrorReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_mirror_reads_total",
+			Help: "v2 reads answered from the bridge's copy of its key space."}),
+		backendReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_reads_total",
+			Help: "v2 reads answered by the backend because the copy could not say (lagging or not loaded)."}),
 		v3Watches: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_v3_watches",
 			Help: "etcd v3 watches open on behalf of v2 watchers."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.recoverSeconds, m.detectSeconds,
-			m.writeRetries, m.v3Watches)
+			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads)
 	}
 	return m
 }

@@ -55,29 +55,38 @@ func getOpts(serializable bool, rev int64, opts ...clientv3.OpOption) []clientv3
 	return opts
 }
 
-// readSnapshot reads a write's snapshot of p in one transaction.
-func (b *Backend) readSnapshot(ctx context.Context, s *session, p string, withSeq, serializable bool, rev int64) (*translate.Snapshot, error) {
-	reads := b.layout.SnapshotReads(p, withSeq)
-	ops := make([]clientv3.Op, len(reads))
-	for i, r := range reads {
-		if r.End != "" {
-			ops[i] = clientv3.OpGet(r.Key, getOpts(serializable, rev, clientv3.WithRange(r.End), clientv3.WithLimit(1))...)
-		} else {
-			ops[i] = clientv3.OpGet(r.Key, getOpts(serializable, rev)...)
-		}
-	}
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+// readSnapshot reads a write's snapshot of p at revision rev (0: now) from
+// the backend, in one transaction.
+func (b *Backend) readSnapshot(ctx context.Context, s *session, p string, withSeq bool, rev int64) (*translate.Snapshot, error) {
+	lists, at, err := b.readBackend(ctx, s, b.layout.SnapshotReads(p, withSeq), true, rev, true)
 	if err != nil {
 		return nil, err
 	}
-	b.noteHeader(resp.Header)
-	kvs := make([]*translate.KV, len(reads))
-	for i, r := range resp.Responses {
-		if rr := r.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-			kvs[i] = toKV(rr.Kvs[0])
+	return b.layout.NewSnapshot(p, at, withSeq, firsts(lists)), nil
+}
+
+// mirroredSnapshot takes a write's snapshot of p from the mirror once it has
+// revision need; nil when the mirror cannot say (the caller reads the
+// backend).
+func (b *Backend) mirroredSnapshot(ctx context.Context, p string, withSeq bool, need int64) *translate.Snapshot {
+	if !b.mirror.waitFor(ctx, need, mirrorWait, b.nudge) {
+		return nil
+	}
+	lists, rev, ok := b.mirror.read(b.layout.SnapshotReads(p, withSeq), true)
+	if !ok {
+		return nil
+	}
+	return b.layout.NewSnapshot(p, rev, withSeq, firsts(lists))
+}
+
+func firsts(lists [][]*translate.KV) []*translate.KV {
+	kvs := make([]*translate.KV, len(lists))
+	for i, l := range lists {
+		if len(l) > 0 {
+			kvs[i] = l[0]
 		}
 	}
-	return b.layout.NewSnapshot(p, resp.Header.Revision, withSeq, kvs), nil
+	return kvs
 }
 
 // Get serves a v2 GET (quorum=true: linearizable; otherwise serializable,
@@ -95,27 +104,10 @@ func (b *Backend) Get(ctx context.Context, r *translate.Request) (*translate.Eve
 
 func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*translate.Event, error) {
 	p, l := r.Path, b.layout
-	ser := !r.Quorum
 	reads := l.GetReads(p)
-	ops := make([]clientv3.Op, len(reads))
-	for i, rd := range reads {
-		if rd.End != "" {
-			ops[i] = clientv3.OpGet(rd.Key, getOpts(ser, 0, clientv3.WithRange(rd.End))...)
-		} else {
-			ops[i] = clientv3.OpGet(rd.Key, getOpts(ser, 0)...)
-		}
-	}
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	lists, rev, err := b.readMirrored(ctx, s, reads, r.Quorum)
 	if err != nil {
 		return nil, err
-	}
-	b.noteHeader(resp.Header)
-	rev := resp.Header.Revision
-	lists := make([][]*translate.KV, len(reads))
-	for i, rr := range resp.Responses {
-		for _, kv := range rr.GetResponseRange().Kvs {
-			lists[i] = append(lists[i], toKV(kv))
-		}
 	}
 	first := func(l []*translate.KV) *translate.KV {
 		if len(l) == 0 {
@@ -127,13 +119,73 @@ func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*t
 	ls := b.resolveLeases(ctx, s, translate.LeasesOf(lists...))
 	node := l.BuildGet(p, file, marker, lists[2], lists[3], r.Recursive, ls, time.Now())
 	if node == nil {
-		snap, err := b.readSnapshot(ctx, s, p, false, true, rev)
-		if err != nil {
-			return nil, err
+		snap := b.mirroredSnapshot(ctx, p, false, rev)
+		if snap == nil {
+			var err error
+			if snap, err = b.readSnapshot(ctx, s, p, false, rev); err != nil {
+				return nil, err
+			}
 		}
 		return nil, snap.MissError()
 	}
 	return &translate.Event{Action: translate.ActionGet, Node: node, EtcdIndex: uint64(rev)}, nil
+}
+
+// mirrorWait is how long a read waits for the mirror to catch up (with the
+// bridge's own last write, or with the present for a quorum read) before it
+// asks the backend instead.
+const mirrorWait = 100 * time.Millisecond
+
+// readMirrored answers reads from the mirror once it has every write this
+// bridge acknowledged (linearizable: every write committed before the read
+// began, learnt by one cheap linearizable read), and from the backend when
+// the mirror cannot say.
+func (b *Backend) readMirrored(ctx context.Context, s *session, reads []translate.Read, linearizable bool) ([][]*translate.KV, int64, error) {
+	need := b.acked.Load()
+	if linearizable {
+		resp, err := s.cli.Get(ctx, b.layout.JournalKey(), clientv3.WithCountOnly())
+		if err != nil {
+			return nil, 0, err
+		}
+		b.noteHeader(resp.Header)
+		need = max(need, resp.Header.Revision)
+	}
+	if b.mirror.waitFor(ctx, need, mirrorWait, b.nudge) {
+		if lists, rev, ok := b.mirror.read(reads, false); ok {
+			b.metrics.mirrorReads.Inc()
+			return lists, rev, nil
+		}
+	}
+	b.metrics.backendReads.Inc()
+	return b.readBackend(ctx, s, reads, !linearizable, 0, false)
+}
+
+// readBackend reads in one read-only transaction (at revision rev if > 0;
+// first: only the first key of each range).
+func (b *Backend) readBackend(ctx context.Context, s *session, reads []translate.Read, serializable bool, rev int64, first bool) ([][]*translate.KV, int64, error) {
+	ops := make([]clientv3.Op, len(reads))
+	for i, rd := range reads {
+		switch {
+		case rd.End != "" && first:
+			ops[i] = clientv3.OpGet(rd.Key, getOpts(serializable, rev, clientv3.WithRange(rd.End), clientv3.WithLimit(1))...)
+		case rd.End != "":
+			ops[i] = clientv3.OpGet(rd.Key, getOpts(serializable, rev, clientv3.WithRange(rd.End))...)
+		default:
+			ops[i] = clientv3.OpGet(rd.Key, getOpts(serializable, rev)...)
+		}
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, 0, err
+	}
+	b.noteHeader(resp.Header)
+	lists := make([][]*translate.KV, len(reads))
+	for i, rr := range resp.Responses {
+		for _, kv := range rr.GetResponseRange().Kvs {
+			lists[i] = append(lists[i], toKV(kv))
+		}
+	}
+	return lists, resp.Header.Revision, nil
 }
 
 // Write serves a v2 PUT, POST or DELETE as one guarded v3 transaction,
@@ -153,10 +205,18 @@ func (b *Backend) Write(ctx context.Context, r *translate.Request) (*translate.E
 const maxWriteAttempts = 64
 
 func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (*translate.Event, error) {
+	need := b.acked.Load()
 	for attempt := 0; attempt < maxWriteAttempts; attempt++ {
-		snap, err := b.readSnapshot(ctx, s, r.Path, r.Method == "POST", attempt == 0, 0)
-		if err != nil {
-			return nil, err
+		// Decide on the mirror (one round trip in all: the guarded Txn,
+		// whose compares reject a decision taken on a stale copy), or on
+		// a snapshot read when the mirror cannot say.
+		withSeq := r.Method == "POST"
+		snap := b.mirroredSnapshot(ctx, r.Path, withSeq, need)
+		if snap == nil {
+			var err error
+			if snap, err = b.readSnapshot(ctx, s, r.Path, withSeq, 0); err != nil {
+				return nil, err
+			}
 		}
 		var kvs []*translate.KV
 		if snap.File != nil {
@@ -190,11 +250,14 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 				return nil, err
 			}
 			b.metrics.writeRetries.Inc()
+			// The next decision waits for a copy that has what beat this one.
+			need = max(need, resp.Header.Revision)
 			// Back off a little so contending bridges do not lock-step.
 			time.Sleep(time.Duration(rand.IntN(1+attempt)) * time.Millisecond)
 			continue
 		}
 		b.noteHeader(resp.Header)
+		b.noteAcked(resp.Header.Revision)
 		if lease != 0 {
 			b.leases.put(int64(lease), exp, true)
 		}
@@ -276,4 +339,14 @@ func toOps(ops []translate.Op, lease clientv3.LeaseID) []clientv3.Op {
 		}
 	}
 	return out
+}
+
+// noteAcked records a write this bridge acknowledged at revision rev.
+func (b *Backend) noteAcked(rev int64) {
+	for {
+		cur := b.acked.Load()
+		if rev <= cur || b.acked.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
 }

@@ -1,0 +1,228 @@
+package v3backend
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/btree"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// mirror is the bridge's copy of its own key space — data keys, directory
+// markers, in-order sequence keys and lease records — as of one revision. It
+// is loaded when the shared feed starts and kept by that feed, which applies
+// every revision before the hub sees its events. Reads and write decisions
+// are taken from it, so a plain GET costs no backend round trip and a write
+// costs one (its guarded transaction, whose compares reject a decision taken
+// on a stale copy). v2 served its reads from the memory of the member that
+// answered; the mirror is the same thing one hop closer.
+type mirror struct {
+	layout translate.Layout
+
+	// mu guards everything below. Readers hold it shared while they read a
+	// whole snapshot, so what they see is one revision.
+	mu      sync.RWMutex
+	kvs     *btree.BTreeG[*translate.KV]
+	rev     int64         // the copy is the key space as of rev
+	valid   bool          // loaded and kept by a live feed
+	changed chan struct{} // closed (and replaced) whenever rev moves or valid changes
+}
+
+func newMirror(l translate.Layout) *mirror {
+	return &mirror{layout: l, kvs: newKVTree(), changed: make(chan struct{})}
+}
+
+func newKVTree() *btree.BTreeG[*translate.KV] {
+	return btree.NewG(32, func(a, b *translate.KV) bool { return a.Key < b.Key })
+}
+
+// keeps reports whether key belongs in the mirror.
+func (m *mirror) keeps(key string) bool {
+	l := m.layout
+	if strings.HasPrefix(key, l.DataPrefix+"/") {
+		return true
+	}
+	if !strings.HasPrefix(key, l.MetaPrefix) {
+		return false
+	}
+	rest := key[len(l.MetaPrefix):]
+	return strings.HasPrefix(rest, "d") || strings.HasPrefix(rest, "s") || strings.HasPrefix(rest, "l/")
+}
+
+// signalLocked wakes every waiter.
+func (m *mirror) signalLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// invalidate stops serving from the mirror until the next load (the feed
+// keeping it ended).
+func (m *mirror) invalidate() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.valid {
+		m.valid = false
+		m.signalLocked()
+	}
+}
+
+// resume reports whether the mirror is the key space as of from-1, so a
+// feed starting at from keeps it exact; it becomes valid again.
+func (m *mirror) resume(from int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rev == 0 || m.rev != from-1 {
+		return false
+	}
+	m.valid = true
+	m.signalLocked()
+	return true
+}
+
+// mirrorPage is how many keys one read of the initial load fetches.
+const mirrorPage = 2000
+
+// load reads the whole key space at one revision, page by page, and makes
+// it the mirror's content; it returns that revision.
+func (m *mirror) load(ctx context.Context, cli *clientv3.Client) (int64, error) {
+	lo, hi := m.layout.WatchRange()
+	t := newKVTree()
+	var rev int64
+	for key := lo; ; {
+		opts := []clientv3.OpOption{clientv3.WithRange(hi), clientv3.WithLimit(mirrorPage), clientv3.WithSerializable()}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := cli.Get(ctx, key, opts...)
+		if err != nil {
+			return 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			if m.keeps(string(kv.Key)) {
+				t.ReplaceOrInsert(toKV(kv))
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.kvs, m.rev, m.valid = t, rev, true
+	m.signalLocked()
+	return rev, nil
+}
+
+// apply brings the mirror to revision rev with that revision's events.
+func (m *mirror) apply(rev int64, evs []translate.V3Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rev <= m.rev {
+		// Loaded after this revision (a feed resumed behind a reload): the
+		// copy already has it.
+		return
+	}
+	for i := range evs {
+		e := &evs[i]
+		if !m.keeps(e.KV.Key) {
+			continue
+		}
+		if e.Delete {
+			m.kvs.Delete(&translate.KV{Key: e.KV.Key})
+		} else {
+			kv := e.KV
+			m.kvs.ReplaceOrInsert(&kv)
+		}
+	}
+	if rev > m.rev {
+		m.rev = rev
+		m.signalLocked()
+	}
+}
+
+// progress records that every revision up to rev has been applied.
+func (m *mirror) progress(rev int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rev > m.rev {
+		m.rev = rev
+		m.signalLocked()
+	}
+}
+
+// Rev is the revision the mirror is at, and whether it is valid.
+func (m *mirror) Rev() (int64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.rev, m.valid
+}
+
+// waitFor waits until the mirror is valid and at revision rev or later; it
+// gives up (false) when ctx ends or after max. nudge is called, once, if
+// the mirror has not got there after a moment (the feed may have nothing to
+// deliver in the bridge's key space: a progress request moves it).
+func (m *mirror) waitFor(ctx context.Context, rev int64, max time.Duration, nudge func()) bool {
+	var deadline, nudgeAt <-chan time.Time
+	for {
+		m.mu.RLock()
+		ok, ch := m.valid && m.rev >= rev, m.changed
+		m.mu.RUnlock()
+		if ok {
+			return true
+		}
+		if deadline == nil {
+			t := time.NewTimer(max)
+			defer t.Stop()
+			deadline = t.C
+			n := time.NewTimer(2 * time.Millisecond)
+			defer n.Stop()
+			nudgeAt = n.C
+		}
+		select {
+		case <-ch:
+		case <-nudgeAt:
+			nudgeAt = nil
+			if nudge != nil {
+				nudge()
+			}
+		case <-deadline:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// read answers reads as one v3 read-only transaction would, at the
+// mirror's revision: a point read gives the key or nothing; a range read
+// gives every key in it, or only the first when first is set. It reports
+// false when the mirror is not valid.
+func (m *mirror) read(reads []translate.Read, first bool) ([][]*translate.KV, int64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if !m.valid {
+		return nil, 0, false
+	}
+	out := make([][]*translate.KV, len(reads))
+	for i, r := range reads {
+		if r.End == "" {
+			if kv, ok := m.kvs.Get(&translate.KV{Key: r.Key}); ok {
+				out[i] = []*translate.KV{kv}
+			}
+			continue
+		}
+		m.kvs.AscendRange(&translate.KV{Key: r.Key}, &translate.KV{Key: r.End}, func(kv *translate.KV) bool {
+			out[i] = append(out[i], kv)
+			return !first
+		})
+	}
+	return out, m.rev, true
+}
