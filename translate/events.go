@@ -17,7 +17,10 @@ type V3Event struct {
 // DecodeRevision turns the v3 events of one revision (as seen by a watch over
 // Layout.WatchRange) into v2 events. A bridge write carries a journal record
 // and yields exactly the event the writer answered with; a refresh yields
-// none. Writes by v3 clients are reported by DESIGN §2's rules. Sweeps lists
+// none. A revision without one (a v3 client's write, a lease expiry) is
+// decoded by rule: a deleted marker that carried a lease is the expiry of
+// its directory; a deleted data key is expire if it carried a lease, else
+// delete; a put is create without a previous value, else set. Sweeps lists
 // directories whose TTL ran out and whose contents must still be removed.
 func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string) {
 	jk := l.JournalKey()

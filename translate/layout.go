@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Layout maps v2 paths to v3 keys (DESIGN §2): a v2 file /a/b is the v3 key
+// Layout maps v2 paths to v3 keys: a v2 file /a/b is the v3 key
 // <data-prefix>/a/b holding the raw value; the bridge's own bookkeeping lives
 // under <meta-prefix>, which no v2 path can reach.
 type Layout struct {
