@@ -247,6 +247,9 @@ func (s *fakeSource) Feed(ctx context.Context, from int64) (Feed, error) {
 func (s *fakeSource) History(ctx context.Context, from int64) (Feed, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.down {
+		return nil, errors.New("fake: no session")
+	}
 	s.histOpened++
 	f := &fakeFeed{src: s, wake: make(chan struct{}, 1), next: from}
 	if from < s.compacted {
