@@ -901,3 +901,47 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("defaults not applied: %+v", c)
 	}
 }
+
+func TestReplayEndingBetweenARingResetAndTheNewFeedKeepsNothing(t *testing.T) {
+	src := newFake()
+	history(src, 10) // /k2../k11
+	h, _ := newHub(t, src, Config{RingSize: 4})
+	src.gateHistory()
+	w := watch(t, h, src, "/k5", false, false, 3)
+	if !src.step(waitTimeout) { // revision 3 read
+		t.Fatal("the replay did not start")
+	}
+	waitFor(t, "the replay to pass revision 3", func() bool {
+		return locked(h, func() bool { return h.replay != nil && h.replay.pos == 4 })
+	})
+	// The shared feed ends as compacted and no new one is up yet; the
+	// replay, on a feed of its own, reads on.
+	src.hold()
+	src.failShared(ErrCompacted)
+	waitDone(t, w, "backend watch ended")
+	waitFor(t, "the ring reset", func() bool {
+		return locked(h, func() bool { return !h.live && h.lastRev == 0 })
+	})
+	if !src.step(waitTimeout) { // revision 4: past the reset floor, the replay ends
+		t.Fatal("the replay did not read on")
+	}
+	waitReplayIdle(t, h)
+	src.up()
+	waitFor(t, "the new shared feed", h.Live)
+	last := src.writeN(4, "/new") // 12..15: a full ring
+	waitDispatched(t, h, last)
+
+	// What the replay read before the reset is no part of the new ring:
+	// the ring holds 12..15 and waitIndex 5 is older than that.
+	if got := locked(h, func() uint64 { return h.ring.at(0).Index() }); got != 12 {
+		t.Fatalf("the ring starts at %d, want 12", got)
+	}
+	if got := locked(h, func() uint64 { return h.floor }); got != 11 {
+		t.Fatalf("floor = %d, want 11 (where the new feed started)", got)
+	}
+	w2, err := h.Watch(context.Background(), "/k5", false, false, 5, uint64(last))
+	if w2 != nil {
+		w2.Cancel()
+	}
+	cleared401(t, err, 12, 5, uint64(last))
+}
