@@ -945,3 +945,28 @@ func TestReplayEndingBetweenARingResetAndTheNewFeedKeepsNothing(t *testing.T) {
 	}
 	cleared401(t, err, 12, 5, uint64(last))
 }
+
+func TestWatchRacingTheEndOfTheFeedIsNotRegistered(t *testing.T) {
+	src := newFake()
+	h, reg := newHub(t, src, Config{LiveWait: 20 * time.Millisecond})
+	last := src.writeN(3, "/a") // 2..4, in the ring
+	waitDispatched(t, h, last)
+	// The feed ends as compacted between Watch seeing it live and taking
+	// the lock: the ring is reset and its floor is 0 until a new feed is up.
+	h.afterWaitLive = func() {
+		src.hold()
+		src.failShared(ErrCompacted)
+		waitFor(t, "the ring reset", func() bool {
+			return locked(h, func() bool { return !h.live && h.lastRev == 0 })
+		})
+	}
+	w, err := h.Watch(context.Background(), "/a", false, false, 3, uint64(last))
+	h.afterWaitLive = nil
+	if !errors.Is(err, ErrNotLive) {
+		if w != nil {
+			w.Cancel()
+		}
+		t.Fatalf("Watch while the feed is down: %v, want ErrNotLive", err)
+	}
+	checkCount(t, h, reg, 0)
+}
