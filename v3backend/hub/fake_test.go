@@ -242,8 +242,8 @@ func (s *fakeSource) Feed(ctx context.Context, from int64) (Feed, error) {
 	return f, nil
 }
 
-// History opens a history feed: the stored revisions from from on, then
-// Progress with the current revision once caught up.
+// History opens a history feed: Created, the stored revisions from from
+// on, then Progress with the current revision once caught up.
 func (s *fakeSource) History(ctx context.Context, from int64) (Feed, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -254,6 +254,8 @@ func (s *fakeSource) History(ctx context.Context, from int64) (Feed, error) {
 	f := &fakeFeed{src: s, wake: make(chan struct{}, 1), next: from}
 	if from < s.compacted {
 		f.err = ErrCompacted
+	} else {
+		f.queue = []Batch{{Created: true, Rev: s.cur}} // as a v3 watch with created notify
 	}
 	s.hist[f] = struct{}{}
 	return f, nil
@@ -294,6 +296,14 @@ func (f *fakeFeed) fail(err error) {
 func (f *fakeFeed) Next(ctx context.Context) (Batch, error) {
 	s := f.src
 	if !f.shared {
+		s.mu.Lock()
+		if len(f.queue) > 0 && f.err == nil { // Created: not held
+			b := f.queue[0]
+			f.queue = f.queue[1:]
+			s.mu.Unlock()
+			return b, nil
+		}
+		s.mu.Unlock()
 		if err := f.waitGate(ctx); err != nil {
 			return Batch{}, err
 		}

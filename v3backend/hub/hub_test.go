@@ -224,6 +224,9 @@ func TestWatchGetsTheFirstMatchingEvent(t *testing.T) {
 			src := newFake()
 			h, reg := newHub(t, src, Config{})
 			w := watch(t, h, src, tc.key, tc.recursive, false, 0)
+			if w.StartIndex() != 1 {
+				t.Fatalf("StartIndex() = %d, want 1", w.StartIndex())
+			}
 			checkCount(t, h, reg, 1)
 			for _, e := range tc.writes {
 				src.write(e)
@@ -381,25 +384,33 @@ func TestWatchersArrivingDuringAReplayJoinItOrQueue(t *testing.T) {
 	src.gateHistory()
 
 	a := watch(t, h, src, "/x", false, false, 5)
-	if !src.step(waitTimeout) { // revision 5 read
-		t.Fatal("the replay did not start")
+	for range 2 { // revisions 5 and 6 read
+		if !src.step(waitTimeout) {
+			t.Fatal("the replay did not read on")
+		}
 	}
-	waitFor(t, "the replay to pass revision 5", func() bool {
-		return locked(h, func() bool { return h.replay != nil && h.replay.pos == 6 })
+	waitFor(t, "the replay to pass revision 6", func() bool {
+		return locked(h, func() bool { return h.replay != nil && h.replay.pos == 7 })
 	})
 	join := watch(t, h, src, "/k7", false, false, 7)
-	queue := watch(t, h, src, "/k3", false, false, 3)
+	behind := watch(t, h, src, "/k6", false, false, 6) // passed, but within what the replay read
+	queue := watch(t, h, src, "/k3", false, false, 3)  // before the replay's start
 	if p := placeOf(h, join); p != placeReplay {
 		t.Fatalf("a watcher the replay has not passed is in place %d, want the replay", p)
 	}
-	if p := placeOf(h, queue); p != placeQueued {
-		t.Fatalf("a watcher the replay has passed is in place %d, want queued", p)
+	for _, w := range []*Watcher{behind, queue} {
+		if p := placeOf(h, w); p != placeQueued {
+			t.Fatalf("a watcher the replay has passed is in place %d, want queued", p)
+		}
 	}
-	checkCount(t, h, reg, 3)
+	checkCount(t, h, reg, 4)
 	src.releaseHistory()
 
 	if e := recv(t, join); e.Index() != 7 {
 		t.Fatalf("joiner got %d, want 7", e.Index())
+	}
+	if e := recv(t, behind); e.Index() != 6 {
+		t.Fatalf("watcher queued behind the replay got %d, want 6 (from the ring it filled)", e.Index())
 	}
 	if e := recv(t, queue); e.Index() != 3 {
 		t.Fatalf("queued watcher got %d, want 3", e.Index())
@@ -546,11 +557,13 @@ func TestHugeWaitIndexRegistersAndWaits(t *testing.T) {
 
 // threePlaces registers a live watcher, one in a held replay and one
 // queued for the next replay.
-func threePlaces(t *testing.T, h *Hub, src *fakeSource) (live, replaying, queued *Watcher) {
+func threePlaces(t *testing.T, h *Hub, src *fakeSource, reg *prometheus.Registry) (live, replaying, queued *Watcher) {
 	t.Helper()
 	live = watch(t, h, src, "/live", false, false, 0)
+	checkCount(t, h, reg, 1)
 	src.gateHistory()
 	replaying = watch(t, h, src, "/k9", false, false, 5)
+	checkCount(t, h, reg, 2)
 	if !src.step(waitTimeout) {
 		t.Fatal("the replay did not start")
 	}
@@ -558,6 +571,7 @@ func threePlaces(t *testing.T, h *Hub, src *fakeSource) (live, replaying, queued
 		return locked(h, func() bool { return h.replay != nil && h.replay.pos == 6 })
 	})
 	queued = watch(t, h, src, "/k3", false, false, 3)
+	checkCount(t, h, reg, 3)
 	for w, p := range map[*Watcher]place{live: placeLive, replaying: placeReplay, queued: placeQueued} {
 		if got := placeOf(h, w); got != p {
 			t.Fatalf("watcher on %s in place %d, want %d", w.key, got, p)
@@ -570,7 +584,7 @@ func TestLossEndsEveryWatcher(t *testing.T) {
 	src := newFake()
 	history(src, 10)
 	h, reg := newHub(t, src, Config{})
-	live, replaying, queued := threePlaces(t, h, src)
+	live, replaying, queued := threePlaces(t, h, src, reg)
 	checkCount(t, h, reg, 3)
 	src.lose()
 	for _, w := range []*Watcher{live, replaying, queued} {
@@ -644,7 +658,7 @@ func TestEndAllAndCloseEndEveryWatcher(t *testing.T) {
 			history(src, 10)
 			h, reg := newHub(t, src, Config{})
 			ws := []*Watcher{}
-			l, r, q := threePlaces(t, h, src)
+			l, r, q := threePlaces(t, h, src, reg)
 			ws = append(ws, l, r, q)
 			checkCount(t, h, reg, 3)
 			tc.end(h)
@@ -673,7 +687,7 @@ func TestCancelRemovesTheWatcherFromWhereverItIs(t *testing.T) {
 			src := newFake()
 			history(src, 10)
 			h, reg := newHub(t, src, Config{})
-			l, r, q := threePlaces(t, h, src)
+			l, r, q := threePlaces(t, h, src, reg)
 			w := map[string]*Watcher{"live": l, "replaying": r, "queued": q}[which]
 			w.Cancel()
 			waitDone(t, w, "canceled")
@@ -862,7 +876,7 @@ func TestFailedReplayEndsItsMembersAndStartsTheQueuedOnes(t *testing.T) {
 	src := newFake()
 	history(src, 10)
 	h, reg := newHub(t, src, Config{})
-	_, replaying, queued := threePlaces(t, h, src)
+	_, replaying, queued := threePlaces(t, h, src, reg)
 	src.failHistory(errors.New("boom"))
 	waitDone(t, replaying, "history replay ended")
 	src.releaseHistory()
