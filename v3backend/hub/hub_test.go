@@ -961,26 +961,35 @@ func TestReplayEndingBetweenARingResetAndTheNewFeedKeepsNothing(t *testing.T) {
 }
 
 func TestWatchRacingTheEndOfTheFeedIsNotRegistered(t *testing.T) {
-	src := newFake()
-	h, reg := newHub(t, src, Config{LiveWait: 20 * time.Millisecond})
-	last := src.writeN(3, "/a") // 2..4, in the ring
-	waitDispatched(t, h, last)
-	// The feed ends as compacted between Watch seeing it live and taking
-	// the lock: the ring is reset and its floor is 0 until a new feed is up.
-	h.afterWaitLive = func() {
-		src.hold()
-		src.failShared(ErrCompacted)
-		waitFor(t, "the ring reset", func() bool {
-			return locked(h, func() bool { return !h.live && h.lastRev == 0 })
+	for _, tc := range []struct {
+		name string
+		end  func(*testing.T, *Hub, *fakeSource)
+	}{
+		{"compacted: the ring is reset, its floor 0 until a new feed is up", func(t *testing.T, h *Hub, src *fakeSource) {
+			src.hold()
+			src.failShared(ErrCompacted)
+			waitFor(t, "the ring reset", func() bool {
+				return locked(h, func() bool { return !h.live && h.lastRev == 0 })
+			})
+		}},
+		{"closed: nothing would ever end the watcher", func(t *testing.T, h *Hub, src *fakeSource) { h.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newFake()
+			h, reg := newHub(t, src, Config{LiveWait: 20 * time.Millisecond})
+			last := src.writeN(3, "/a") // 2..4, in the ring
+			waitDispatched(t, h, last)
+			// The feed ends between Watch seeing it live and taking the lock.
+			h.afterWaitLive = func() { tc.end(t, h, src) }
+			w, err := h.Watch(context.Background(), "/a", false, false, 3, uint64(last))
+			h.afterWaitLive = nil
+			if !errors.Is(err, ErrNotLive) {
+				if w != nil {
+					w.Cancel()
+				}
+				t.Fatalf("Watch while the feed is down: %v, want ErrNotLive", err)
+			}
+			checkCount(t, h, reg, 0)
 		})
 	}
-	w, err := h.Watch(context.Background(), "/a", false, false, 3, uint64(last))
-	h.afterWaitLive = nil
-	if !errors.Is(err, ErrNotLive) {
-		if w != nil {
-			w.Cancel()
-		}
-		t.Fatalf("Watch while the feed is down: %v, want ErrNotLive", err)
-	}
-	checkCount(t, h, reg, 0)
 }
