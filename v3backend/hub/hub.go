@@ -80,6 +80,8 @@ type Hub struct {
 	replay  *replay               // the replay running, if any
 	queued  map[*Watcher]struct{} // waiting for the next replay
 	count   int                   // watchers registered, in any place
+
+	afterWaitLive func() // tests: runs in Watch once the feed was seen live
 }
 
 // New starts a hub reading the shared feed of cfg.Source.
@@ -164,7 +166,14 @@ func (h *Hub) Watch(ctx context.Context, key string, recursive, stream bool, wai
 	if !h.waitLive(ctx) {
 		return nil, ErrNotLive
 	}
+	if h.afterWaitLive != nil {
+		h.afterWaitLive()
+	}
 	h.mu.Lock()
+	if !h.live { // the feed ended since: after a reset the floor means nothing
+		h.mu.Unlock()
+		return nil, ErrNotLive
+	}
 	if w.next > h.floor {
 		h.serveFromRingLocked(w)
 		h.mu.Unlock()

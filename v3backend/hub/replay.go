@@ -125,7 +125,11 @@ func (h *Hub) runReplay(r *replay) {
 // there is room, and moves r's members, and the queued watchers the ring
 // can now serve, to the live path.
 func (h *Hub) finishReplayLocked(r *replay, kept *keeper) {
-	if free := h.ring.free(); free > 0 {
+	// lastRev 0: the ring was reset (the shared feed resumed past a
+	// compaction) and the new feed has not said where it starts; what r
+	// read is not contiguous with what the ring will hold, so none of it is
+	// kept (its oldest event would later be evicted as the floor).
+	if free := h.ring.free(); free > 0 && h.lastRev > 0 {
 		evs, floor := kept.newest(free)
 		if floor < r.from-1 {
 			floor = r.from - 1
