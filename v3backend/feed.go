@@ -205,7 +205,7 @@ func (f *feed) receive(ctx context.Context) (clientv3.WatchResponse, error) {
 		case <-idle:
 			if f.created { // etcd answers once the watch has caught up with the present
 				rctx, cancel := f.b.reqCtx(ctx, f.s)
-				_ = f.w.RequestProgress(rctx)
+				_ = f.w.RequestProgress(clientv3.WithRequireLeader(rctx)) // the watch's stream is keyed by its metadata
 				cancel()
 			}
 		case <-ctx.Done():
@@ -319,5 +319,5 @@ func (b *Backend) nudge() {
 	}
 	ctx, cancel := b.reqCtx(context.Background(), f.s)
 	defer cancel()
-	_ = f.w.RequestProgress(ctx)
+	_ = f.w.RequestProgress(clientv3.WithRequireLeader(ctx)) // the watch's stream is keyed by its metadata
 }
