@@ -140,6 +140,11 @@ type Backend struct {
 	// read served from the mirror waits until the mirror has it, so a
 	// client reads its own writes.
 	acked atomic.Int64
+	// recent holds, by hash of a v2 path, the newest revision of a write
+	// this bridge acknowledged to that path or below it: a write decides
+	// on a mirror that has its own path's recent writes, without waiting
+	// for every other write in flight.
+	recent [recentSlots]atomic.Int64
 
 	// mu guards the fields below it. It is never held while another lock
 	// is taken, nor across a backend call.

@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -205,7 +207,13 @@ func (b *Backend) Write(ctx context.Context, r *translate.Request) (*translate.E
 const maxWriteAttempts = 64
 
 func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (*translate.Event, error) {
-	need := b.acked.Load()
+	need := b.recentAt(r.Path)
+	if r.Method == "POST" {
+		// An in-order name is the decision's revision + 1: on a copy with
+		// every acknowledged write it is the created index, as in v2,
+		// unless another writer gets in between.
+		need = max(need, b.acked.Load())
+	}
 	for attempt := 0; attempt < maxWriteAttempts; attempt++ {
 		// Decide on the mirror (one round trip in all: the guarded Txn,
 		// whose compares reject a decision taken on a stale copy), or on
@@ -229,6 +237,13 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 		ls := b.resolveLeases(ctx, s, translate.LeasesOf(kvs))
 		plan, verr := b.layout.PlanWrite(r, snap, ls, now)
 		if verr != nil {
+			if acked := b.acked.Load(); snap.Rev < acked && need < acked {
+				// An error carries the index of the store it was decided
+				// on: decide again on a copy with every acknowledged write.
+				need = acked
+				attempt--
+				continue
+			}
 			return nil, verr
 		}
 		var lease clientv3.LeaseID
@@ -257,7 +272,7 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 			continue
 		}
 		b.noteHeader(resp.Header)
-		b.noteAcked(resp.Header.Revision)
+		b.noteAcked(plan.Ops, resp.Header.Revision)
 		if lease != 0 {
 			b.leases.put(int64(lease), exp, true)
 		}
@@ -341,11 +356,43 @@ func toOps(ops []translate.Op, lease clientv3.LeaseID) []clientv3.Op {
 	return out
 }
 
-// noteAcked records a write this bridge acknowledged at revision rev.
-func (b *Backend) noteAcked(rev int64) {
+// noteAcked records a write this bridge acknowledged at revision rev: the
+// v2 paths whose own keys (file or directory marker) it changed.
+func (b *Backend) noteAcked(ops []translate.Op, rev int64) {
+	raise(&b.acked, rev)
+	for _, o := range ops {
+		p, ok := b.layout.PathOfData(o.Key)
+		if !ok {
+			p, ok = b.layout.PathOfMarker(o.Key)
+		}
+		if ok {
+			raise(&b.recent[recentSlot(p)], rev)
+		}
+	}
+}
+
+// recentAt is the newest acknowledged write to p or to one of its
+// ancestors (or to a path sharing their slots), for a decision about p.
+func (b *Backend) recentAt(p string) int64 {
+	need := b.recent[recentSlot(p)].Load()
+	for _, a := range translate.Ancestors(p) {
+		need = max(need, b.recent[recentSlot(a)].Load())
+	}
+	return need
+}
+
+const recentSlots = 4096
+
+func recentSlot(p string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(p))
+	return int(h.Sum32() % recentSlots)
+}
+
+func raise(v *atomic.Int64, rev int64) {
 	for {
-		cur := b.acked.Load()
-		if rev <= cur || b.acked.CompareAndSwap(cur, rev) {
+		cur := v.Load()
+		if rev <= cur || v.CompareAndSwap(cur, rev) {
 			return
 		}
 	}
