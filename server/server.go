@@ -6,8 +6,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"sync"
@@ -17,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
 	"github.com/v2bridge/v2bridge/translate"
@@ -43,9 +47,54 @@ type Config struct {
 	// GRPCClientMetrics adds v2bridge_grpc_client_* metrics of the v3 client.
 	GRPCClientMetrics bool
 
-	// ReadHeaderTimeout bounds reading a request's headers on every
-	// listener (a parked watch is past this point, so it is never cut).
+	// HTTP limits of every listener. None of them cuts a parked watch:
+	// they bound reading a request (its headers, then its body) and how
+	// long an idle keep-alive connection is kept.
+	HTTP HTTPLimits
+}
+
+// HTTPLimits bound what a client can hold of the bridge's HTTP server.
+type HTTPLimits struct {
+	// ReadHeaderTimeout bounds reading a request's headers.
 	ReadHeaderTimeout time.Duration
+	// BodyReadTimeout bounds reading a request's body (a client sending
+	// it a byte at a time is cut off).
+	BodyReadTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle between requests.
+	IdleTimeout time.Duration
+	// MaxConnections caps the connections served at once per listener;
+	// further ones wait in the accept queue (0: no cap).
+	MaxConnections int
+	// MaxBodyBytes caps a request body (v2 forms are small).
+	MaxBodyBytes int64
+}
+
+// Defaults of HTTPLimits' zero values.
+var DefaultHTTPLimits = HTTPLimits{
+	ReadHeaderTimeout: 10 * time.Second,
+	BodyReadTimeout:   30 * time.Second,
+	IdleTimeout:       2 * time.Minute,
+	MaxConnections:    32768,
+	MaxBodyBytes:      8 << 20,
+}
+
+func (l *HTTPLimits) setDefaults() {
+	d := DefaultHTTPLimits
+	if l.ReadHeaderTimeout == 0 {
+		l.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if l.BodyReadTimeout == 0 {
+		l.BodyReadTimeout = d.BodyReadTimeout
+	}
+	if l.IdleTimeout == 0 {
+		l.IdleTimeout = d.IdleTimeout
+	}
+	if l.MaxConnections == 0 {
+		l.MaxConnections = d.MaxConnections
+	}
+	if l.MaxBodyBytes == 0 {
+		l.MaxBodyBytes = d.MaxBodyBytes
+	}
 }
 
 // Bridge is an assembled bridge. Serve hands it listeners; Close ends every
@@ -70,9 +119,7 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if cfg.ReadHeaderTimeout == 0 {
-		cfg.ReadHeaderTimeout = 10 * time.Second
-	}
+	cfg.HTTP.setDefaults()
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -121,8 +168,7 @@ func (b *Bridge) WaitReady(ctx context.Context) error {
 // Serve serves h (the v2 API, or the metrics handler) on ln until Close;
 // errors other than a normal close go to errc when it is not nil.
 func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: b.cfg.ReadHeaderTimeout,
-		ErrorLog: zap.NewStdLog(b.lg.Named("http"))}
+	srv := NewHTTPServer(h, b.cfg.HTTP, zap.NewStdLog(b.lg.Named("http")))
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -132,12 +178,56 @@ func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
 	b.servers = append(b.servers, srv)
 	b.wg.Add(1)
 	b.mu.Unlock()
+	if b.cfg.HTTP.MaxConnections > 0 {
+		ln = netutil.LimitListener(ln, b.cfg.HTTP.MaxConnections)
+	}
 	go func() {
 		defer b.wg.Done()
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && errc != nil {
 			errc <- err
 		}
 	}()
+}
+
+// NewHTTPServer serves h within the limits l (defaults for zero values).
+func NewHTTPServer(h http.Handler, l HTTPLimits, errorLog *log.Logger) *http.Server {
+	l.setDefaults()
+	return &http.Server{Handler: bodyLimits(h, l), ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
+		ErrorLog: errorLog}
+}
+
+// bodyLimits reads a request's body within BodyReadTimeout and
+// MaxBodyBytes before the handler runs, then lifts the read deadline: an
+// http.Server ReadTimeout would stay on the connection and cancel a parked
+// watch's context when it ran out.
+func bodyLimits(h http.Handler, l HTTPLimits) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(l.BodyReadTimeout))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, l.MaxBodyBytes))
+		if err != nil {
+			// Leave the connection no time to read the rest: it is closed
+			// after the answer.
+			_ = rc.SetReadDeadline(time.Now())
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+				return
+			}
+			// A timeout or a reset: the client is gone or too slow; the
+			// connection is closed.
+			w.Header().Set("Connection", "close")
+			http.Error(w, "reading the request body: "+err.Error(), http.StatusRequestTimeout)
+			return
+		}
+		_ = rc.SetReadDeadline(time.Time{})
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Close ends every v2 watch (clients re-issue them), lets in-flight requests

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/netutil"
+)
+
+// serveLimited serves h within l on a free loopback port until the test ends.
+func serveLimited(t *testing.T, h http.Handler, l HTTPLimits) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewHTTPServer(h, l, nil)
+	if l.MaxConnections > 0 {
+		ln = netutil.LimitListener(ln, l.MaxConnections)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedWithin reports whether the server closes c (a read returns EOF or
+// a reset) within d.
+func closedWithin(c net.Conn, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	_, err := io.Copy(io.Discard, c)
+	ne, timeout := err.(net.Error)
+	return !(timeout && ne.Timeout())
+}
+
+var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	fmt.Fprintln(w, "ok")
+})
+
+func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
+	addr := serveLimited(t, ok, HTTPLimits{IdleTimeout: 200 * time.Millisecond})
+	c := dial(t, addr)
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request: %v %v", resp, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if !closedWithin(c, 5*time.Second) {
+		t.Fatal("an idle keep-alive connection was kept past the idle timeout")
+	}
+}
+
+func TestSlowBodyIsCutOff(t *testing.T) {
+	addr := serveLimited(t, ok, HTTPLimits{BodyReadTimeout: 300 * time.Millisecond})
+	c := dial(t, addr)
+	fmt.Fprint(c, "PUT /v2/keys/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n")
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // one byte every 100 ms: 10 s for the whole body
+		for i := 0; i < 100; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if _, err := c.Write([]byte("v")); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a slow body: %v", err)
+	}
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("status %d, want 408", resp.StatusCode)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("cut off after %v", d)
+	}
+	if !closedWithin(c, 5*time.Second) {
+		t.Error("the connection of a cut-off body stayed open")
+	}
+}
+
+func TestOversizedBodyIsRefused(t *testing.T) {
+	addr := serveLimited(t, ok, HTTPLimits{MaxBodyBytes: 10})
+	resp, err := http.Post("http://"+addr+"/v2/keys/a", "application/x-www-form-urlencoded",
+		strings.NewReader("value="+strings.Repeat("x", 100)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("status %d, want 413", resp.StatusCode)
+	}
+}
+
+// A parked watch (a long-poll that outlives every timeout) is never cut,
+// whether its request had a body or not.
+func TestParkedRequestOutlivesEveryTimeout(t *testing.T) {
+	l := HTTPLimits{ReadHeaderTimeout: 100 * time.Millisecond, BodyReadTimeout: 100 * time.Millisecond,
+		IdleTimeout: 100 * time.Millisecond}
+	parked := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(200)
+		http.NewResponseController(w).Flush()
+		select {
+		case <-r.Context().Done():
+			return // cut: the client sees no body
+		case <-time.After(600 * time.Millisecond):
+		}
+		fmt.Fprintln(w, "event")
+	})
+	addr := serveLimited(t, parked, l)
+	for _, body := range []string{"", "wait=true"} {
+		method := "GET"
+		if body != "" {
+			method = "POST"
+		}
+		req, _ := http.NewRequest(method, "http://"+addr+"/v2/keys/a?wait=true", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != "event\n" {
+			t.Errorf("%s parked request: %q %v; want the event after every timeout passed", method, b, err)
+		}
+	}
+}
+
+func TestConnectionsBeyondTheCapWait(t *testing.T) {
+	addr := serveLimited(t, ok, HTTPLimits{MaxConnections: 1, IdleTimeout: time.Minute})
+	first := dial(t, addr)
+	fmt.Fprint(first, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(first), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first: %v %v", resp, err)
+	}
+	second := dial(t, addr) // accepted by the kernel, not served
+	fmt.Fprint(second, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	_ = second.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	br := bufio.NewReader(second)
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("a connection beyond the cap was served")
+	}
+	first.Close()
+	_ = second.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the waiting connection was not served once the first closed: %v %v", resp, err)
+	}
+}
+
+// Idle connections are closed and their goroutines (and buffers) go away.
+func TestIdleConnectionsGiveBackTheirGoroutines(t *testing.T) {
+	addr := serveLimited(t, ok, HTTPLimits{IdleTimeout: 300 * time.Millisecond})
+	before := runtime.NumGoroutine()
+	const n = 200
+	for i := 0; i < n; i++ {
+		c := dial(t, addr)
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %v %v", i, resp, err)
+		}
+	}
+	if held := runtime.NumGoroutine() - before; held < n/2 {
+		t.Fatalf("only %d goroutines for %d open connections: the test does not see them", held, n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine()-before > 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines still held %v after the idle timeout", runtime.NumGoroutine()-before, 10*time.Second)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
