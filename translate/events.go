@@ -22,19 +22,99 @@ type V3Event struct {
 // its directory; a deleted data key is expire if it carried a lease, else
 // delete; a put is create without a previous value, else set. Sweeps lists
 // directories whose TTL ran out and whose contents must still be removed.
-func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string) {
+//
+// A journal record is believed only when it matches the data and marker
+// changes of its own revision (see journalMatches): one that does not — a v3
+// client writing the journal key by hand, a forged "delete" or a sweep
+// record hiding a real write — is ignored (the revision is decoded by rule)
+// and reported as forged.
+func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string, forged bool) {
 	jk := l.JournalKey()
 	for i := range evs {
-		if evs[i].KV.Key == jk && !evs[i].Delete {
-			var j Journal
-			if json.Unmarshal(evs[i].KV.Value, &j) == nil && j.DataPrefix == l.DataPrefix && j.Node != nil {
-				if j.Refresh || j.Sweep {
-					return nil, nil
-				}
-				return []*Event{l.fromJournal(rev, &j, evs)}, nil
+		if evs[i].KV.Key != jk || evs[i].Delete {
+			continue
+		}
+		var j Journal
+		if err := json.Unmarshal(evs[i].KV.Value, &j); err != nil || j.Node == nil {
+			forged = true
+			continue
+		}
+		if j.DataPrefix != l.DataPrefix {
+			continue // a bridge with another data prefix sharing the meta prefix
+		}
+		if !l.journalMatches(&j, evs) {
+			forged = true
+			continue
+		}
+		if j.Refresh || j.Sweep {
+			return nil, nil, false
+		}
+		return []*Event{l.fromJournal(rev, &j, evs)}, nil, false
+	}
+	out, sweeps = l.decodeByRule(rev, evs, ls, now)
+	return out, sweeps, forged
+}
+
+// journalMatches reports whether the changes of a revision are what a
+// bridge write of j makes: the node's own key put (a set, create, update,
+// compare-and-swap or refresh — a refresh keeps the value) or removed (a
+// delete), and nothing changed outside the node's subtree but markers of
+// its ancestors (created with it); a sweep removes only what is below its
+// directory.
+func (l Layout) journalMatches(j *Journal, evs []V3Event) bool {
+	p := j.Node.Key
+	if p == "" || p[0] != '/' || (p != "/" && !validRel(p[1:])) {
+		return false
+	}
+	own := l.DataKey(p)
+	if j.Node.Dir {
+		own = l.MarkerKey(p)
+	}
+	below := func(q string) bool { return q == p || strings.HasPrefix(q, childPath(p)) }
+	var putOwn, removed bool
+	for _, e := range evs {
+		q, isData := l.PathOfData(e.KV.Key)
+		qm, isMarker := l.PathOfMarker(e.KV.Key)
+		switch {
+		case isData:
+		case isMarker:
+			q = qm
+		default:
+			continue // journal, sequence and lease records
+		}
+		if !below(q) {
+			if isMarker && !e.Delete && strings.HasPrefix(p, childPath(q)) {
+				continue // an ancestor's marker, written with its first child
+			}
+			return false
+		}
+		if j.Sweep && (!e.Delete || q == p) {
+			return false
+		}
+		if e.Delete {
+			removed = true
+			continue
+		}
+		if e.KV.Key == own {
+			putOwn = true
+			if j.Refresh && !j.Node.Dir && (e.Prev == nil || string(e.Prev.Value) != string(e.KV.Value)) {
+				return false // a refresh keeps the value
 			}
 		}
 	}
+	switch {
+	case j.Sweep:
+		return j.Action == ActionExpire && j.Node.Dir
+	case j.Action == ActionDelete || j.Action == ActionCompareAndDelete:
+		return removed && !putOwn
+	case j.Action == ActionSet || j.Action == ActionCreate || j.Action == ActionUpdate || j.Action == ActionCompareAndSwap:
+		return putOwn
+	}
+	return false
+}
+
+// decodeByRule decodes a revision without a (believable) journal record.
+func (l Layout) decodeByRule(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string) {
 	// No journal record of ours: a v3 client's write or a lease expiry.
 	var expiredDirs []string
 	for _, e := range evs {

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,7 +29,7 @@ func TestDecodeRevisionFromJournal(t *testing.T) {
 			Prev: &KV{Key: "/k", Value: []byte("old"), CreateRevision: 3, ModRevision: 9}},
 		{KV: KV{Key: l.JournalKey(), Value: journal, ModRevision: 11}},
 	}
-	out, _ := l.DecodeRevision(11, evs, nil, now)
+	out, _, _ := l.DecodeRevision(11, evs, nil, now)
 	if len(out) != 1 {
 		t.Fatalf("%d events", len(out))
 	}
@@ -58,7 +59,7 @@ func TestDecodeRevisionNative(t *testing.T) {
 		{"unmappable keys ignored", []V3Event{{KV: KV{Key: "/a//b", ModRevision: 5}}, {KV: KV{Key: "/a/", ModRevision: 5}}}, ""},
 		{"foreign keys ignored", []V3Event{{KV: KV{Key: "Zforeign", ModRevision: 5}}}, ""},
 	} {
-		out, _ := l.DecodeRevision(5, c.evs, nil, now)
+		out, _, _ := l.DecodeRevision(5, c.evs, nil, now)
 		got := ""
 		for _, e := range out {
 			got += e.Action
@@ -72,8 +73,65 @@ func TestDecodeRevisionNative(t *testing.T) {
 func TestRefreshIsSilent(t *testing.T) {
 	l, _ := NewLayout("", "_v2bridge/")
 	j, _ := json.Marshal(Journal{Action: ActionSet, Node: &Node{Key: "/a"}, Refresh: true})
-	out, _ := l.DecodeRevision(5, []V3Event{{KV: KV{Key: "/a", ModRevision: 5}}, {KV: KV{Key: l.JournalKey(), Value: j}}}, nil, time.Now())
+	out, _, _ := l.DecodeRevision(5, []V3Event{{KV: KV{Key: "/a", Value: []byte("v"), ModRevision: 5}, Prev: &KV{Key: "/a", Value: []byte("v")}},
+		{KV: KV{Key: l.JournalKey(), Value: j}}}, nil, time.Now())
 	if len(out) != 0 {
 		t.Fatalf("refresh produced %d events", len(out))
+	}
+}
+
+// TestJournalIsBelievedOnlyWhenItMatchesItsRevision: a record a v3 client
+// writes by hand cannot make watchers see a change that did not happen, nor
+// hide one that did.
+func TestJournalIsBelievedOnlyWhenItMatchesItsRevision(t *testing.T) {
+	l, _ := NewLayout("", "_v2bridge/")
+	rec := func(j Journal) V3Event {
+		b, _ := json.Marshal(j)
+		return V3Event{KV: KV{Key: l.JournalKey(), Value: b}}
+	}
+	put := func(k, v string, prev *KV) V3Event { return V3Event{KV: KV{Key: k, Value: []byte(v)}, Prev: prev} }
+	del := func(k string) V3Event {
+		return V3Event{Delete: true, KV: KV{Key: k}, Prev: &KV{Key: k, CreateRevision: 2}}
+	}
+	file := func(k string) *Node { return &Node{Key: k, Value: strPtr("")} }
+	dir := func(k string) *Node { return &Node{Key: k, Dir: true} }
+	for _, c := range []struct {
+		name    string
+		evs     []V3Event
+		forged  bool
+		actions string // the events decoded, "action:key" joined by spaces
+	}{
+		{"a set of its own key", []V3Event{put("/a", "v", nil), rec(Journal{Action: ActionSet, Node: file("/a")})}, false, "set:/a"},
+		{"a create with its ancestors' markers", []V3Event{put(l.MarkerKey("/d"), "", nil), put("/d/a", "v", nil),
+			rec(Journal{Action: ActionCreate, Node: file("/d/a")})}, false, "create:/d/a"},
+		{"an in-order create with its sequence key", []V3Event{put("/q/00000000000000000005", "v", nil),
+			put(l.SeqKey("/q"), "5", nil), rec(Journal{Action: ActionCreate, Node: file("/q/00000000000000000005")})}, false,
+			"create:/q/00000000000000000005"},
+		{"a recursive delete", []V3Event{del("/d/a"), del(l.MarkerKey("/d")), rec(Journal{Action: ActionDelete, Node: dir("/d")})},
+			false, "delete:/d"},
+		{"a sweep below its directory is silent", []V3Event{del("/d/a"), rec(Journal{Action: ActionExpire, Node: dir("/d"), Sweep: true})},
+			false, ""},
+		{"a refresh that keeps the value is silent", []V3Event{put("/a", "v", &KV{Key: "/a", Value: []byte("v")}),
+			rec(Journal{Action: ActionSet, Node: file("/a"), Refresh: true})}, false, ""},
+		{"a delete of a key nobody touched", []V3Event{rec(Journal{Action: ActionDelete, Node: file("/jv")})}, true, ""},
+		{"a sweep hiding a real write", []V3Event{put("/x", "v", nil), rec(Journal{Action: ActionExpire, Node: dir("/d"), Sweep: true})},
+			true, "create:/x"},
+		{"a set naming another key", []V3Event{put("/b", "v", nil), rec(Journal{Action: ActionSet, Node: file("/a")})}, true, "create:/b"},
+		{"a refresh that changes the value", []V3Event{put("/a", "new", &KV{Key: "/a", Value: []byte("old")}),
+			rec(Journal{Action: ActionSet, Node: file("/a"), Refresh: true})}, true, "set:/a"},
+		{"a delete with an unrelated write", []V3Event{del("/d/a"), put("/other", "v", nil), rec(Journal{Action: ActionDelete, Node: dir("/d")})},
+			true, "delete:/d/a create:/other"},
+		{"an action no bridge writes", []V3Event{put("/a", "v", nil), rec(Journal{Action: ActionExpire, Node: file("/a")})}, true, "create:/a"},
+		{"a record that is not JSON", []V3Event{put("/a", "v", nil), {KV: KV{Key: l.JournalKey(), Value: []byte("{")}}}, true, "create:/a"},
+		{"a path outside the key space", []V3Event{rec(Journal{Action: ActionDelete, Node: file("../x")})}, true, ""},
+	} {
+		out, _, forged := l.DecodeRevision(7, c.evs, nil, time.Now())
+		var got []string
+		for _, ev := range out {
+			got = append(got, ev.Action+":"+ev.Node.Key)
+		}
+		if forged != c.forged || strings.Join(got, " ") != c.actions {
+			t.Errorf("%s: forged %v, events %q; want %v, %q", c.name, forged, strings.Join(got, " "), c.forged, c.actions)
+		}
 	}
 }

@@ -145,6 +145,8 @@ type Backend struct {
 	// on a mirror that has its own path's recent writes, without waiting
 	// for every other write in flight.
 	recent [recentSlots]atomic.Int64
+	// forged counts journal records ignored (for rate-limited warnings).
+	forged atomic.Int64
 
 	// mu guards the fields below it. It is never held while another lock
 	// is taken, nor across a backend call.

@@ -269,7 +269,15 @@ func (b *Backend) decodeRevision(s *session, rev int64, evs []translate.V3Event,
 		ls = b.resolveLeases(lctx, s, translate.LeasesOf(leased))
 		cancel()
 	}
-	return b.layout.DecodeRevision(rev, evs, ls, time.Now())
+	out, sweeps, forged := b.layout.DecodeRevision(rev, evs, ls, time.Now())
+	if forged {
+		b.metrics.forgedJournals.Inc()
+		if n := b.forged.Add(1); n == 1 || n%100 == 0 {
+			b.lg.Warn("ignored a journal record that does not match the changes of its revision (written by a v3 client?); the revision is decoded by rule",
+				zap.Int64("revision", rev), zap.Int64("ignoredSoFar", n))
+		}
+	}
+	return out, sweeps
 }
 
 // groupByRevision splits a watch response's events into revisions.

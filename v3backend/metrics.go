@@ -14,6 +14,7 @@ type metrics struct {
 	writeRetries    prometheus.Counter
 	v3Watches       prometheus.Gauge
 	mirrorReads     prometheus.Counter
+	forgedJournals  prometheus.Counter
 	backendReads    prometheus.Counter
 }
 
@@ -33,6 +34,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Time from the last good heartbeat to the declared loss.", Buckets: prometheus.LinearBuckets(0.5, 0.5, 16)}),
 		writeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_write_conflicts_total",
 			Help: "v2 writes re-decided because a concurrent write changed what they read."}),
+		forgedJournals: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_journal_records_ignored_total",
+			Help: "Journal records ignored because they do not match the changes of their revision (forged or corrupt)."}),
 		mirrorReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_mirror_reads_total",
 			Help: "v2 reads answered from the bridge's copy of its key space."}),
 		backendReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_reads_total",
@@ -42,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.recoverSeconds, m.detectSeconds,
-			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads)
+			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals)
 	}
 	return m
 }
