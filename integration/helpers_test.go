@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +118,19 @@ func form(kv ...string) url.Values {
 		v.Add(kv[i], kv[i+1])
 	}
 	return v
+}
+
+// requireClientsEnv makes a test that drives a real v2 client (etcdctl,
+// python-etcd) fail instead of skip when the client is missing: CI sets it,
+// so that CI cannot pass without those clients having run.
+const requireClientsEnv = "V2BRIDGE_REQUIRE_CLIENTS"
+
+// missingClient skips the test, saying why (a client missing or unusable),
+// or fails it when requireClientsEnv is set.
+func missingClient(t *testing.T, why string) {
+	t.Helper()
+	if v := os.Getenv(requireClientsEnv); v != "" && v != "0" {
+		t.Fatalf("%s, and %s=%s requires it", why, requireClientsEnv, v)
+	}
+	t.Skip(why)
 }
