@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -74,28 +73,6 @@ func startBridgeProcess(t *testing.T, env []string, args ...string) *proc {
 	return p
 }
 
-func (p *proc) waitHealthy(t *testing.T, url string) {
-	t.Helper()
-	p.url = url
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-p.done:
-			t.Fatalf("bridge exited: %v\n%s", err, p.logs)
-		default:
-		}
-		if r, err := http.Get(url + "/health"); err == nil {
-			b, _ := io.ReadAll(r.Body)
-			r.Body.Close()
-			if r.StatusCode == 200 && strings.Contains(string(b), "true") {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("bridge not healthy after 60s\n%s", p.logs)
-}
-
 // embeddedArgs runs the binary on its embedded etcd with free ports.
 func embeddedArgs(t *testing.T) (url string, args []string) {
 	url = v2bridgetest.FreeURL(t)
@@ -104,17 +81,18 @@ func embeddedArgs(t *testing.T) (url string, args []string) {
 }
 
 func TestBinaryEnvFlagsAndShutdown(t *testing.T) {
-	url := v2bridgetest.FreeURL(t)
-	ignored := v2bridgetest.FreeURL(t)
+	var url, ignored string
 	// The environment sets every flag; the command line wins where both do.
-	p := startBridgeProcess(t, []string{
-		"V2BRIDGE_LISTEN_CLIENT_URLS=" + ignored,
-		"V2BRIDGE_EMBEDDED_CLIENT_URLS=" + v2bridgetest.FreeURL(t),
-		"V2BRIDGE_EMBEDDED_PEER_URLS=" + v2bridgetest.FreeURL(t),
-		"V2BRIDGE_ADVERTISE_CLIENT_URLS=http://bridge.example:2379",
-		"V2BRIDGE_LOG_LEVEL=warn",
-	}, "--listen-client-urls", url)
-	p.waitHealthy(t, url)
+	p := startHealthyBridge(t, func() (string, []string, []string) {
+		url, ignored = v2bridgetest.FreeURL(t), v2bridgetest.FreeURL(t)
+		return url, []string{
+			"V2BRIDGE_LISTEN_CLIENT_URLS=" + ignored,
+			"V2BRIDGE_EMBEDDED_CLIENT_URLS=" + v2bridgetest.FreeURL(t),
+			"V2BRIDGE_EMBEDDED_PEER_URLS=" + v2bridgetest.FreeURL(t),
+			"V2BRIDGE_ADVERTISE_CLIENT_URLS=http://bridge.example:2379",
+			"V2BRIDGE_LOG_LEVEL=warn",
+		}, []string{"--listen-client-urls", url}
+	})
 	if r := do(t, "GET", url, "/v2/machines", nil); r.body != "http://bridge.example:2379" {
 		t.Fatalf("advertise URL from the environment: %q", r.body)
 	}
@@ -168,9 +146,7 @@ func TestEtcdctlV2(t *testing.T) {
 	if out, _ := ver.CombinedOutput(); !strings.Contains(string(out), "API version: 2") {
 		missingClient(t, fmt.Sprintf("%s has no v2 commands (etcdctl 3.5 or older has): %s", etcdctl, bytes.TrimSpace(out)))
 	}
-	url, args := embeddedArgs(t)
-	p := startBridgeProcess(t, nil, args...)
-	p.waitHealthy(t, url)
+	url := startHealthyBridge(t, embedded(t)).url
 	run := func(want string, a ...string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -208,9 +184,7 @@ func TestPythonEtcd(t *testing.T) {
 	if err := exec.Command(py, "-c", "import etcd").Run(); err != nil {
 		missingClient(t, "python3-etcd not installed (Debian package python3-etcd; .ci/run installs it)")
 	}
-	url, args := embeddedArgs(t)
-	p := startBridgeProcess(t, nil, args...)
-	p.waitHealthy(t, url)
+	url := startHealthyBridge(t, embedded(t)).url
 	port := url[strings.LastIndex(url, ":")+1:]
 	script := `
 import etcd, sys
