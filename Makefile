@@ -19,13 +19,14 @@ run: build
 
 # The packages with unit tests; the race detector runs on them, on the test
 # fixture (its fault proxies and watchers) and on the integration tests of
-# the watch path (the hub), not on the whole suite (too slow on small
-# machines).
+# the concurrent paths (the watch hub, writes through two bridges, leases,
+# failover), not on the whole suite (too slow on small machines, and the
+# liveness tests time their bounds).
 UNIT_PKGS := ./translate/... ./v2api/... ./v3backend/... ./cmd/...
 RACE_PKGS := $(UNIT_PKGS) ./v2bridgetest/...
-RACE_INTEGRATION := ^TestWatch
+RACE_INTEGRATION := ^(TestWatch.*|TestConcurrentInOrderAcrossBridges|TestMixedFlannelLeases|TestEndpointsAutoSync)$$
 
-## test: vet, the race detector on the unit and watch-path tests, then every test (unit, integration against real etcd, conformance against a real v2 server)
+## test: vet, the race detector on the unit tests and the concurrent paths, then every test (unit, integration against real etcd, conformance against a real v2 server)
 test: vet
 	$(GO) test -race -count=1 -timeout $(TESTTIME) $(RACE_PKGS)
 	$(GO) test -race -count=1 -timeout $(TESTTIME) -run '$(RACE_INTEGRATION)' ./integration/
