@@ -36,7 +36,7 @@ test: vet
 unit:
 	$(GO) test -count=1 -short $(UNIT_PKGS)
 
-## integration: the integration tests against real etcd members (V2BRIDGE_REQUIRE_CLIENTS=1: fail, not skip, without etcdctl v2 and python-etcd)
+## integration: the integration tests against real etcd members (V2BRIDGE_TEST_REQUIRE_CLIENTS=1: fail, not skip, without etcdctl v2 and python-etcd)
 integration:
 	$(GO) test -count=1 -timeout $(TESTTIME) ./integration/...
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -71,6 +72,28 @@ func startBridgeProcess(t *testing.T, env []string, args ...string) *proc {
 		<-p.done
 	})
 	return p
+}
+
+func (p *proc) waitHealthy(t *testing.T, url string) {
+	t.Helper()
+	p.url = url
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-p.done:
+			t.Fatalf("bridge exited: %v\n%s", err, p.logs)
+		default:
+		}
+		if r, err := http.Get(url + "/health"); err == nil {
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode == 200 && strings.Contains(string(b), "true") {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("bridge not healthy after 60s\n%s", p.logs)
 }
 
 // embeddedArgs runs the binary on its embedded etcd with free ports.

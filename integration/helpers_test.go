@@ -123,8 +123,9 @@ func form(kv ...string) url.Values {
 
 // requireClientsEnv makes a test that drives a real v2 client (etcdctl,
 // python-etcd) fail instead of skip when the client is missing: CI sets it,
-// so that CI cannot pass without those clients having run.
-const requireClientsEnv = "V2BRIDGE_REQUIRE_CLIENTS"
+// so that CI cannot pass without those clients having run. (V2BRIDGE_TEST_*
+// is the test suite's: the binary ignores it.)
+const requireClientsEnv = "V2BRIDGE_TEST_REQUIRE_CLIENTS"
 
 // missingClient skips the test, saying why (a client missing or unusable),
 // or fails it when requireClientsEnv is set.
