@@ -17,6 +17,10 @@
 //	cl.Heal(i)
 //	cl.Freeze(i)    // SIGSTOP; Thaw(i) is SIGCONT
 //	cl.Isolate(i)   // cut off from its peers: it loses quorum
+//
+// A server that binds ports of its own (a child process given FreeURL
+// ports) is started under RetryPortTaken, since such a port is not held
+// until the server binds it.
 package v2bridgetest
 
 import (
