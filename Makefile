@@ -17,13 +17,26 @@ build:
 run: build
 	./bin/bridge $(ARGS)
 
-## test: every test (unit, integration against real etcd, conformance against a real v2 server)
+# The packages with unit tests; the race detector runs on them, on the test
+# fixture (its fault proxies and watchers) and on the integration tests of
+# the concurrent paths (the watch hub, writes through two bridges, leases,
+# failover), not on the whole suite (too slow on small machines, and the
+# liveness tests time their bounds).
+UNIT_PKGS := ./translate/... ./v2api/... ./v3backend/... ./cmd/...
+RACE_PKGS := $(UNIT_PKGS) ./v2bridgetest/...
+RACE_INTEGRATION := ^(TestWatch.*|TestConcurrentInOrderAcrossBridges|TestMixedFlannelLeases|TestEndpointsAutoSync)$$
+
+## test: vet, the race detector on the unit tests and the concurrent paths, then every test (unit, integration against real etcd, conformance against a real v2 server)
 test: vet
+	$(GO) test -race -count=1 -timeout $(TESTTIME) $(RACE_PKGS)
+	$(GO) test -race -count=1 -timeout $(TESTTIME) -run '$(RACE_INTEGRATION)' ./integration/
 	$(GO) test -count=1 -timeout $(TESTTIME) ./...
 
+## unit: the unit tests, quickly (-short: tests that need an etcd skip)
 unit:
-	$(GO) test -count=1 ./translate/...
+	$(GO) test -count=1 -short $(UNIT_PKGS)
 
+## integration: the integration tests against real etcd members (V2BRIDGE_TEST_REQUIRE_CLIENTS=1: fail, not skip, without etcdctl v2 and python-etcd)
 integration:
 	$(GO) test -count=1 -timeout $(TESTTIME) ./integration/...
 

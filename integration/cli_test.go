@@ -104,17 +104,18 @@ func embeddedArgs(t *testing.T) (url string, args []string) {
 }
 
 func TestBinaryEnvFlagsAndShutdown(t *testing.T) {
-	url := v2bridgetest.FreeURL(t)
-	ignored := v2bridgetest.FreeURL(t)
+	var url, ignored string
 	// The environment sets every flag; the command line wins where both do.
-	p := startBridgeProcess(t, []string{
-		"V2BRIDGE_LISTEN_CLIENT_URLS=" + ignored,
-		"V2BRIDGE_EMBEDDED_CLIENT_URLS=" + v2bridgetest.FreeURL(t),
-		"V2BRIDGE_EMBEDDED_PEER_URLS=" + v2bridgetest.FreeURL(t),
-		"V2BRIDGE_ADVERTISE_CLIENT_URLS=http://bridge.example:2379",
-		"V2BRIDGE_LOG_LEVEL=warn",
-	}, "--listen-client-urls", url)
-	p.waitHealthy(t, url)
+	p := startHealthyBridge(t, func() (string, []string, []string) {
+		url, ignored = v2bridgetest.FreeURL(t), v2bridgetest.FreeURL(t)
+		return url, []string{
+			"V2BRIDGE_LISTEN_CLIENT_URLS=" + ignored,
+			"V2BRIDGE_EMBEDDED_CLIENT_URLS=" + v2bridgetest.FreeURL(t),
+			"V2BRIDGE_EMBEDDED_PEER_URLS=" + v2bridgetest.FreeURL(t),
+			"V2BRIDGE_ADVERTISE_CLIENT_URLS=http://bridge.example:2379",
+			"V2BRIDGE_LOG_LEVEL=warn",
+		}, []string{"--listen-client-urls", url}
+	})
 	if r := do(t, "GET", url, "/v2/machines", nil); r.body != "http://bridge.example:2379" {
 		t.Fatalf("advertise URL from the environment: %q", r.body)
 	}
@@ -160,11 +161,15 @@ func TestBinaryRefusesOverlappingPrefixes(t *testing.T) {
 func TestEtcdctlV2(t *testing.T) {
 	etcdctl, err := exec.LookPath("etcdctl")
 	if err != nil {
-		t.Skip("etcdctl not installed (Debian package etcd-client; .ci/run installs it)")
+		missingClient(t, "etcdctl not installed (Debian package etcd-client; .ci/run installs it)")
 	}
-	url, args := embeddedArgs(t)
-	p := startBridgeProcess(t, nil, args...)
-	p.waitHealthy(t, url)
+	// etcdctl 3.6 dropped the v2 commands; up to 3.5 ETCDCTL_API=2 selects them.
+	ver := exec.Command(etcdctl, "--version")
+	ver.Env = append(os.Environ(), "ETCDCTL_API=2")
+	if out, _ := ver.CombinedOutput(); !strings.Contains(string(out), "API version: 2") {
+		missingClient(t, fmt.Sprintf("%s has no v2 commands (etcdctl 3.5 or older has): %s", etcdctl, bytes.TrimSpace(out)))
+	}
+	url := startHealthyBridge(t, embedded(t)).url
 	run := func(want string, a ...string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -200,11 +205,9 @@ func TestEtcdctlV2(t *testing.T) {
 func TestPythonEtcd(t *testing.T) {
 	py := "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import etcd").Run(); err != nil {
-		t.Skip("python3-etcd not installed (Debian package python3-etcd; .ci/run installs it)")
+		missingClient(t, "python3-etcd not installed (Debian package python3-etcd; .ci/run installs it)")
 	}
-	url, args := embeddedArgs(t)
-	p := startBridgeProcess(t, nil, args...)
-	p.waitHealthy(t, url)
+	url := startHealthyBridge(t, embedded(t)).url
 	port := url[strings.LastIndex(url, ":")+1:]
 	script := `
 import etcd, sys

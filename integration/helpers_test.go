@@ -3,9 +3,11 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +119,72 @@ func form(kv ...string) url.Values {
 		v.Add(kv[i], kv[i+1])
 	}
 	return v
+}
+
+// requireClientsEnv makes a test that drives a real v2 client (etcdctl,
+// python-etcd) fail instead of skip when the client is missing: CI sets it,
+// so that CI cannot pass without those clients having run. (V2BRIDGE_TEST_*
+// is the test suite's: the binary ignores it.)
+const requireClientsEnv = "V2BRIDGE_TEST_REQUIRE_CLIENTS"
+
+// missingClient skips the test, saying why (a client missing or unusable),
+// or fails it when requireClientsEnv is set.
+func missingClient(t *testing.T, why string) {
+	t.Helper()
+	if v := os.Getenv(requireClientsEnv); v != "" && v != "0" {
+		t.Fatalf("%s, and %s=%s requires it", why, requireClientsEnv, v)
+	}
+	t.Skip(why)
+}
+
+// startHealthyBridge starts the bridge binary and waits until it is healthy.
+// args gives its environment and arguments, with ports fresh from FreeURL on
+// each call, and the URL whose /health to poll: a bridge that exits because
+// another process took one of its ports before it bound it is started again.
+func startHealthyBridge(t *testing.T, args func() (health string, env, args []string)) *proc {
+	t.Helper()
+	var p *proc
+	v2bridgetest.RetryPortTaken(t, "start the bridge binary", func() error {
+		health, env, a := args()
+		p = startBridgeProcess(t, env, a...)
+		return p.healthy(health, 60*time.Second)
+	})
+	return p
+}
+
+// embedded is startHealthyBridge's args for the binary on its embedded etcd,
+// serving at its health URL, with extra arguments.
+func embedded(t *testing.T, extra ...string) func() (string, []string, []string) {
+	return func() (string, []string, []string) {
+		url, args := embeddedArgs(t)
+		return url, nil, append(args, extra...)
+	}
+}
+
+// healthy waits until the bridge process says it is healthy at url; it
+// returns an error with the bridge's output if the bridge exits first or is
+// not healthy within d.
+func (p *proc) healthy(url string, d time.Duration) error {
+	p.url = url
+	c := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(d)
+	for {
+		select {
+		case err := <-p.done:
+			p.done <- err // for the cleanup, which waits for it
+			return fmt.Errorf("bridge exited: %v\n%s", err, p.logs)
+		default:
+		}
+		if r, err := c.Get(url + "/health"); err == nil {
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode == 200 && strings.Contains(string(b), "true") {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bridge not healthy after %v\n%s", d, p.logs)
+		}
+		time.Sleep(100 * time.Millisecond) // poll
+	}
 }

@@ -6,13 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -692,7 +696,14 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 	}
 	_ = a
 	logs := &logLines{}
-	o := migrate.Options{From: ref.URL, FromPrefix: "/coreos.com", Target: be, TTLResync: 500 * time.Millisecond, Log: logs.add}
+	// The follower reads the whole tree from the source for each TTL
+	// re-sync (the only recursive read that is not a watch): counting those
+	// tells when re-syncs have run.
+	src := startCountingProxy(t, ref.URL, func(r *http.Request) bool {
+		q := r.URL.Query()
+		return r.Method == "GET" && q.Get("recursive") == "true" && q.Get("wait") != "true"
+	})
+	o := migrate.Options{From: src.URL, FromPrefix: "/coreos.com", Target: be, TTLResync: 500 * time.Millisecond, Log: logs.add}
 	sum, err := migrate.Copy(ctx, o)
 	if err != nil || sum.Created != 6 {
 		t.Fatalf("copy: %+v %v", sum, err)
@@ -728,7 +739,10 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 		g, err := onBridge.Get(ctx, subnets+"/10.5.2.0-24", nil)
 		return err == nil && g.Node.TTL > 60
 	})
-	time.Sleep(time.Second) // a TTL re-sync or two must not shorten A's lease
+	// Two whole TTL re-syncs (three reads: re-syncs run one at a time) must
+	// not shorten A's lease.
+	reads := src.n.Load()
+	waitFor(t, 10*time.Second, "two TTL re-syncs", func() bool { return src.n.Load() >= reads+3 })
 	g, err := onBridge.Get(ctx, subnets+"/10.5.1.0-24", nil)
 	if err != nil || g.Node.Value != "node-a" || g.Node.TTL < 50 {
 		t.Fatalf("A's lease renewed through the bridge: %+v %v\nlog:\n%s", g, err, logs)
@@ -744,6 +758,34 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 	if got := diffPaths(rep); !slices.Equal(got, []string{"extra " + subnets + "/10.5.1.0-24"}) {
 		t.Errorf("verify: %v", rep.Differences)
 	}
+}
+
+// countingProxy forwards HTTP requests to a server and counts those that
+// match.
+type countingProxy struct {
+	URL string
+	n   atomic.Int64
+}
+
+func startCountingProxy(t *testing.T, target string, match func(*http.Request) bool) *countingProxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1                    // watches: pass every byte on at once
+	rp.ErrorLog = log.New(io.Discard, "", 0) // a follower stopping cancels its watch
+	p := &countingProxy{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if match(r) {
+			p.n.Add(1)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.URL = srv.URL
+	return p
 }
 
 // TestMigrateErrors: bad sources and a tree the target cannot take give

@@ -92,14 +92,14 @@ func TestServedTLS(t *testing.T) {
 	p := newPKI(t)
 	scert, skey := p.issue("server", "bridge-1", true)
 	ccert, ckey := p.issue("client", "flannel", false)
-	free := v2bridgetest.FreeURL(t)
-	url := "https://" + strings.TrimPrefix(free, "http://")
-	metrics := v2bridgetest.FreeURL(t)
-	_, args := embeddedArgs(t)
-	args = append(args, "--listen-client-urls", url, "--cert-file", scert, "--key-file", skey,
-		"--trusted-ca-file", filepath.Join(p.dir, "ca.pem"), "--client-cert-auth", "--listen-metrics-urls", metrics)
-	proc := startBridgeProcess(t, nil, args...)
-	proc.waitHealthy(t, metrics)
+	var url string
+	startHealthyBridge(t, func() (string, []string, []string) {
+		url = "https://" + strings.TrimPrefix(v2bridgetest.FreeURL(t), "http://")
+		metrics := v2bridgetest.FreeURL(t)
+		_, args := embeddedArgs(t)
+		return metrics, nil, append(args, "--listen-client-urls", url, "--cert-file", scert, "--key-file", skey,
+			"--trusted-ca-file", filepath.Join(p.dir, "ca.pem"), "--client-cert-auth", "--listen-metrics-urls", metrics)
+	})
 
 	pool := x509.NewCertPool()
 	pool.AddCert(p.ca)
@@ -143,12 +143,12 @@ func TestServedTLS(t *testing.T) {
 
 func TestUnixSocketListener(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "v2bridge.sock")
-	metrics := v2bridgetest.FreeURL(t)
-	_, args := embeddedArgs(t)
-	args = append(args, "--listen-client-urls", "unix://"+sock, "--advertise-client-urls", "http://127.0.0.1:2379",
-		"--listen-metrics-urls", metrics)
-	proc := startBridgeProcess(t, nil, args...)
-	proc.waitHealthy(t, metrics)
+	startHealthyBridge(t, func() (string, []string, []string) {
+		metrics := v2bridgetest.FreeURL(t)
+		_, args := embeddedArgs(t)
+		return metrics, nil, append(args, "--listen-client-urls", "unix://"+sock, "--advertise-client-urls",
+			"http://127.0.0.1:2379", "--listen-metrics-urls", metrics)
+	})
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
@@ -162,9 +162,7 @@ func TestUnixSocketListener(t *testing.T) {
 
 // TestMetrics: the metrics exist, are named v2bridge_*, and move.
 func TestMetrics(t *testing.T) {
-	url, args := embeddedArgs(t)
-	proc := startBridgeProcess(t, nil, append(args, "--enable-pprof")...)
-	proc.waitHealthy(t, url)
+	url := startHealthyBridge(t, embedded(t, "--enable-pprof")).url
 	scrape := func() string { return do(t, "GET", url, "/metrics", nil).body }
 	value := func(body, series string) string {
 		for _, line := range strings.Split(body, "\n") {
@@ -223,20 +221,23 @@ func TestTLSEndToEnd(t *testing.T) {
 	scert, skey := p.issue("bridge-server", "bridge", true)
 	ccert, ckey := p.issue("flannel", "flannel", false)
 
-	etcdURL := "https://" + strings.TrimPrefix(v2bridgetest.FreeURL(t), "http://")
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cu, _ := url.Parse(etcdURL)
-	pu, _ := url.Parse(v2bridgetest.FreeURL(t))
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: ecert, KeyFile: ekey, TrustedCAFile: ca, ClientCertAuth: true}
-	cfg.LogLevel = "fatal"
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var etcdURL string
+	var e *embed.Etcd
+	v2bridgetest.RetryPortTaken(t, "start the TLS etcd", func() error {
+		etcdURL = "https://" + strings.TrimPrefix(v2bridgetest.FreeURL(t), "http://")
+		cfg := embed.NewConfig()
+		cfg.Dir = t.TempDir()
+		cu, _ := url.Parse(etcdURL)
+		pu, _ := url.Parse(v2bridgetest.FreeURL(t))
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: ecert, KeyFile: ekey, TrustedCAFile: ca, ClientCertAuth: true}
+		cfg.LogLevel = "fatal"
+		var err error
+		e, err = embed.StartEtcd(cfg)
+		return err
+	})
 	t.Cleanup(e.Close)
 	select {
 	case <-e.Server.ReadyNotify():
@@ -244,12 +245,14 @@ func TestTLSEndToEnd(t *testing.T) {
 		t.Fatal("TLS etcd not ready")
 	}
 
-	bridgeURL := "https://" + strings.TrimPrefix(v2bridgetest.FreeURL(t), "http://")
-	metrics := v2bridgetest.FreeURL(t)
-	proc := startBridgeProcess(t, nil, "--endpoints", etcdURL, "--cacert", ca, "--cert", bcert, "--key", bkey,
-		"--listen-client-urls", bridgeURL, "--cert-file", scert, "--key-file", skey,
-		"--trusted-ca-file", ca, "--client-cert-auth", "--listen-metrics-urls", metrics, "--log-level", "warn")
-	proc.waitHealthy(t, metrics)
+	var bridgeURL string
+	startHealthyBridge(t, func() (string, []string, []string) {
+		bridgeURL = "https://" + strings.TrimPrefix(v2bridgetest.FreeURL(t), "http://")
+		metrics := v2bridgetest.FreeURL(t)
+		return metrics, nil, []string{"--endpoints", etcdURL, "--cacert", ca, "--cert", bcert, "--key", bkey,
+			"--listen-client-urls", bridgeURL, "--cert-file", scert, "--key-file", skey,
+			"--trusted-ca-file", ca, "--client-cert-auth", "--listen-metrics-urls", metrics, "--log-level", "warn"}
+	})
 
 	pool := x509.NewCertPool()
 	pool.AddCert(p.ca)

@@ -69,15 +69,19 @@ func Example() {
 		}
 	}
 	// The v2 client re-issues its watch after the bridge ends it; on
-	// another member, from the same index, the event is still there.
+	// another member, from the same index, the event is still there. Every
+	// wait is bounded by ctx: past it, the example fails instead of hanging.
 	for {
 		ev, err := w.Next(ctx)
-		if err != nil {
-			time.Sleep(time.Second) // what flannel does between watch errors
-			continue
+		if err == nil {
+			fmt.Println(ev.Action, ev.Node.Key, ev.Node.Value)
+			return
 		}
-		fmt.Println(ev.Action, ev.Node.Key, ev.Node.Value)
-		return
+		select {
+		case <-ctx.Done():
+			log.Fatalf("no event within a minute: %v", err)
+		case <-time.After(time.Second): // what flannel does between watch errors
+		}
 	}
 	// Output: set /net/config v2
 }

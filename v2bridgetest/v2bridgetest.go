@@ -17,6 +17,10 @@
 //	cl.Heal(i)
 //	cl.Freeze(i)    // SIGSTOP; Thaw(i) is SIGCONT
 //	cl.Isolate(i)   // cut off from its peers: it loses quorum
+//
+// A server that binds ports of its own (a child process given FreeURL
+// ports) is started under RetryPortTaken, since such a port is not held
+// until the server binds it.
 package v2bridgetest
 
 import (
@@ -30,6 +34,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,6 +98,11 @@ type Member struct {
 }
 
 // FreeURL returns http://127.0.0.1:<port> with a port the OS just handed out.
+// The port is free when FreeURL returns, but not held: another process (an
+// outgoing connection's local port, say) can take it before whatever is
+// given it binds it. Where the test can listen itself, it should hand the
+// listener over instead; where a server binds its own ports (etcd, a child
+// process), start it with RetryPortTaken.
 func FreeURL(t TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -101,6 +111,34 @@ func FreeURL(t TB) string {
 	}
 	defer ln.Close()
 	return "http://" + ln.Addr().String()
+}
+
+// maxPortAttempts bounds RetryPortTaken: five ports taken in a row is no
+// longer bad luck.
+const maxPortAttempts = 5
+
+// PortTaken reports whether err says that an address to listen on was
+// already in use.
+func PortTaken(err error) bool {
+	return err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use"))
+}
+
+// RetryPortTaken calls start, which asks FreeURL for the ports it binds,
+// until it succeeds, or fails for another reason than a port taken (see
+// FreeURL), or has failed five times: then the test fails with its error.
+// start must take fresh ports on each call and undo what it did when it
+// fails.
+func RetryPortTaken(t TB, what string, start func() error) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := start()
+		if err == nil {
+			return
+		}
+		if attempt == maxPortAttempts || !PortTaken(err) {
+			t.Fatalf("%s (attempt %d): %v", what, attempt, err)
+		}
+	}
 }
 
 // StartCluster starts n etcd members in this process and waits until they
@@ -167,20 +205,19 @@ func hostOf(u string) string { return strings.TrimPrefix(u, "http://") }
 
 func startCluster(t TB, n int, inChildren bool) *Cluster {
 	t.Helper()
-	// etcd binds its own ports: one another process took between FreeURL
-	// and the bind is retried with fresh ports.
-	for attempt := 1; ; attempt++ {
-		c, err := tryStartCluster(t, n, inChildren)
-		if err == nil {
-			t.Cleanup(c.Stop)
-			c.learnIDs(t)
-			return c
+	// etcd binds its own ports (in a child process, the error is in the
+	// output the start error carries).
+	var c *Cluster
+	RetryPortTaken(t, "start cluster", func() error {
+		var err error
+		if c, err = tryStartCluster(t, n, inChildren); err != nil {
+			c.Stop()
 		}
-		c.Stop()
-		if attempt == 5 || !strings.Contains(err.Error(), "address already in use") {
-			t.Fatal(err)
-		}
-	}
+		return err
+	})
+	t.Cleanup(c.Stop)
+	c.learnIDs(t)
+	return c
 }
 
 func tryStartCluster(t TB, n int, inChildren bool) (*Cluster, error) {

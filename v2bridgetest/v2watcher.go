@@ -52,9 +52,28 @@ type WatchError struct {
 type WatchRequest struct {
 	WaitIndex  uint64    // 0 when the request had none
 	Start, End time.Time // End is zero while the request is in flight
-	Status     int       // 0 when no response came
-	Bytes      int64     // body bytes: 0 for a watch ended without an event
+	// Answered is when the response's status and headers came (zero
+	// until then): a watch the server had taken on.
+	Answered time.Time
+	Status   int   // 0 when no response came
+	Bytes    int64 // body bytes: 0 for a watch ended without an event
+	// ErrorBody is the start of the body of an answer other than 200 (v2's
+	// error JSON).
+	ErrorBody string
+	// Err is what ended the request when it did not end with its body
+	// read to the end: the round trip's error (no response, Status 0), the
+	// body read's error (a reset mid-body), or errClosedEarly (the client
+	// closed the body before its end). Nil while in flight and after a
+	// complete response.
+	Err error
 }
+
+// Clean reports whether the request ended with a complete response.
+func (r WatchRequest) Clean() bool { return !r.End.IsZero() && r.Err == nil }
+
+// errClosedEarly: the client closed a watch's body before reading it to
+// its end (it gave up on the watch, or the watcher stopped).
+var errClosedEarly = errors.New("body closed before its end")
 
 // RetryDelay is the pause after a failed watch, as flanneld's.
 const RetryDelay = time.Second
@@ -188,10 +207,7 @@ func (w *V2Watcher) WaitFor(ctx context.Context, cond func([]WatchedEvent) bool)
 // once, and that one must end too). ok is false while one is in flight, or
 // when none was.
 func (w *V2Watcher) EndedAfter(t0 time.Time, grace time.Duration) (d time.Duration, ok bool) {
-	for _, r := range w.Requests() {
-		if r.Start.After(t0.Add(grace)) || (!r.End.IsZero() && r.End.Before(t0)) {
-			continue
-		}
+	for _, r := range w.InFlight(t0, grace) {
 		if r.End.IsZero() {
 			return 0, false
 		}
@@ -201,6 +217,19 @@ func (w *V2Watcher) EndedAfter(t0 time.Time, grace time.Duration) (d time.Durati
 		}
 	}
 	return d, ok
+}
+
+// InFlight are the watch requests that were in flight at t0 or sent within
+// grace after it (the ones EndedAfter times), ended or not.
+func (w *V2Watcher) InFlight(t0 time.Time, grace time.Duration) []WatchRequest {
+	var out []WatchRequest
+	for _, r := range w.Requests() {
+		if r.Start.After(t0.Add(grace)) || (!r.End.IsZero() && r.End.Before(t0)) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // FirstEventAfter is how long after t0 the first event came that was
@@ -232,12 +261,12 @@ func (t *tapTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
 	if err != nil {
 		t.w.mu.Lock()
-		rec.End = time.Now()
+		rec.End, rec.Err = time.Now(), err
 		t.w.mu.Unlock()
 		return nil, err
 	}
 	t.w.mu.Lock()
-	rec.Status = resp.StatusCode
+	rec.Answered, rec.Status = time.Now(), resp.StatusCode
 	t.w.mu.Unlock()
 	resp.Body = &tapBody{ReadCloser: resp.Body, rec: rec, w: t.w}
 	return resp, nil
@@ -257,8 +286,14 @@ func (b *tapBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.w.mu.Lock()
 	b.rec.Bytes += int64(n)
+	if b.rec.Status != http.StatusOK && len(b.rec.ErrorBody) < 512 {
+		b.rec.ErrorBody += string(p[:min(n, 512-len(b.rec.ErrorBody))])
+	}
 	if err != nil && b.rec.End.IsZero() {
 		b.rec.End = time.Now()
+		if err != io.EOF {
+			b.rec.Err = err
+		}
 	}
 	b.w.mu.Unlock()
 	return n, err
@@ -267,7 +302,7 @@ func (b *tapBody) Read(p []byte) (int, error) {
 func (b *tapBody) Close() error {
 	b.w.mu.Lock()
 	if b.rec.End.IsZero() {
-		b.rec.End = time.Now()
+		b.rec.End, b.rec.Err = time.Now(), errClosedEarly
 	}
 	b.w.mu.Unlock()
 	return b.ReadCloser.Close()
