@@ -112,16 +112,23 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 	}
 }
 
-func TestOversizedBodyIsRefused(t *testing.T) {
-	addr := serveLimited(t, ok, HTTPLimits{MaxBodyBytes: 10})
+func TestOversizedBodyIsCutAtTheCap(t *testing.T) {
+	var got int
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = len(b)
+		http.Error(w, "too large", http.StatusBadRequest)
+	})
+	addr := serveLimited(t, h, HTTPLimits{MaxBodyBytes: 10})
 	resp, err := http.Post("http://"+addr+"/v2/keys/a", "application/x-www-form-urlencoded",
 		strings.NewReader("value="+strings.Repeat("x", 100)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Errorf("status %d, want 413", resp.StatusCode)
+	if got != 10 || resp.StatusCode != http.StatusBadRequest || !resp.Close {
+		t.Errorf("handler read %d bytes, answered %d, close %v; want 10, the handler's 400, and the connection closed",
+			got, resp.StatusCode, resp.Close)
 	}
 }
 

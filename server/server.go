@@ -65,7 +65,10 @@ type HTTPLimits struct {
 	// MaxConnections caps the connections served at once per listener;
 	// further ones wait in the accept queue (0: no cap).
 	MaxConnections int
-	// MaxBodyBytes caps a request body (v2 forms are small).
+	// MaxBodyBytes caps the body read for a handler: one that reaches it is
+	// handed over cut there, and the connection closed after the answer.
+	// The default is one byte over the 10 MiB form limit of the v2 API, so
+	// an oversized form gets v2's own error.
 	MaxBodyBytes int64
 }
 
@@ -75,7 +78,7 @@ var DefaultHTTPLimits = HTTPLimits{
 	BodyReadTimeout:   30 * time.Second,
 	IdleTimeout:       2 * time.Minute,
 	MaxConnections:    32768,
-	MaxBodyBytes:      8 << 20,
+	MaxBodyBytes:      10<<20 + 1,
 }
 
 func (l *HTTPLimits) setDefaults() {
@@ -208,23 +211,25 @@ func bodyLimits(h http.Handler, l HTTPLimits) http.Handler {
 		}
 		rc := http.NewResponseController(w)
 		_ = rc.SetReadDeadline(time.Now().Add(l.BodyReadTimeout))
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, l.MaxBodyBytes))
+		body, err := io.ReadAll(io.LimitReader(r.Body, l.MaxBodyBytes))
 		if err != nil {
-			// Leave the connection no time to read the rest: it is closed
-			// after the answer.
+			// A timeout or a reset: the client is gone or too slow. Leave
+			// the connection no time to read more: it is closed after the
+			// answer.
 			_ = rc.SetReadDeadline(time.Now())
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-				return
-			}
-			// A timeout or a reset: the client is gone or too slow; the
-			// connection is closed.
 			w.Header().Set("Connection", "close")
 			http.Error(w, "reading the request body: "+err.Error(), http.StatusRequestTimeout)
 			return
 		}
-		_ = rc.SetReadDeadline(time.Time{})
+		if int64(len(body)) == l.MaxBodyBytes {
+			// Too large (or exactly the cap): the handler sees the cap's
+			// worth and refuses it its own way (the v2 API with v2's error
+			// 210); the rest is not read and the connection is closed.
+			_ = rc.SetReadDeadline(time.Now())
+			w.Header().Set("Connection", "close")
+		} else {
+			_ = rc.SetReadDeadline(time.Time{})
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		h.ServeHTTP(w, r)
 	})

@@ -97,7 +97,7 @@ func (l Layout) journalMatches(j *Journal, evs []V3Event) bool {
 		}
 		if e.KV.Key == own {
 			putOwn = true
-			if j.Refresh && !j.Node.Dir && (e.Prev == nil || string(e.Prev.Value) != string(e.KV.Value)) {
+			if j.Refresh && !j.Node.Dir && e.Prev != nil && string(e.Prev.Value) != string(e.KV.Value) {
 				return false // a refresh keeps the value
 			}
 		}
@@ -121,6 +121,7 @@ func (l Layout) decodeByRule(rev int64, evs []V3Event, ls Leases, now time.Time)
 		if p, ok := l.PathOfMarker(e.KV.Key); ok && e.Delete && e.Prev != nil && e.Prev.Lease != 0 && validRel(p[1:]) {
 			expiredDirs = append(expiredDirs, p)
 			prev := DirNode(p, e.Prev, ls, now)
+			prev.TTL = 0 // taken at the moment of expiry, as v2 did
 			out = append(out, &Event{Action: ActionExpire, PrevNode: prev,
 				Node: &Node{Key: p, Dir: true, ModifiedIndex: uint64(rev), CreatedIndex: prev.CreatedIndex}})
 		}
@@ -138,6 +139,10 @@ func (l Layout) decodeByRule(rev int64, evs []V3Event, ls Leases, now time.Time)
 			ev.Action = ActionDelete
 			if e.Prev != nil && e.Prev.Lease != 0 {
 				ev.Action = ActionExpire
+				// v2 took prevNode at the moment of expiry: no time left,
+				// so no ttl (decoding later, from history, must not count
+				// it from now).
+				ev.PrevNode.TTL = 0
 			}
 			ev.Node = &Node{Key: p, ModifiedIndex: uint64(rev)}
 			if e.Prev != nil {

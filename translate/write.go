@@ -164,6 +164,19 @@ type Plan struct {
 // carried lease id (a POST, for one, leaves its directory's lease alone).
 func (p *Plan) Releases(id int64) bool { return id != 0 && p.released[id] }
 
+// ReplacedLease is the lease of the one node the plan replaces, when there
+// is exactly one: a write that puts a TTL on the same path may keep that
+// lease (renewed) instead of attaching a new one.
+func (p *Plan) ReplacedLease() (int64, bool) {
+	if len(p.released) != 1 {
+		return 0, false
+	}
+	for id := range p.released {
+		return id, true
+	}
+	return 0, false
+}
+
 func (p *Plan) release(kv *KV) {
 	if kv == nil || kv.Lease == 0 {
 		return

@@ -274,7 +274,7 @@ func (b *Backend) decodeRevision(s *session, rev int64, evs []translate.V3Event,
 		b.metrics.forgedJournals.Inc()
 		if n := b.forged.Add(1); n == 1 || n%100 == 0 {
 			b.lg.Warn("ignored a journal record that does not match the changes of its revision (written by a v3 client?); the revision is decoded by rule",
-				zap.Int64("revision", rev), zap.Int64("ignoredSoFar", n))
+				zap.Int64("revision", rev), zap.Int64("ignoredSoFar", n), zap.Any("events", evs))
 		}
 	}
 	return out, sweeps

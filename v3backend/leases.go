@@ -22,9 +22,13 @@ type leaseCache struct {
 
 type leaseEntry struct {
 	exp     time.Time
-	fixed   bool      // bridge-granted: expiration known for good
+	fixed   bool      // bridge-granted: expiration known (changed only by this process's renewals)
 	owned   bool      // granted by this process
 	fetched time.Time // for v3 clients' leases
+	// For leases this process granted: the TTL the v2 write asked for and
+	// the one etcd granted (at least its minimum), so a later write asking
+	// for the same TTL can renew the lease instead of granting another.
+	asked, granted int64
 }
 
 const (
@@ -47,6 +51,35 @@ func (c *leaseCache) put(id int64, exp time.Time, owned bool) {
 	}
 	c.m[id] = leaseEntry{exp: exp, fixed: true, owned: owned}
 }
+
+// putGranted records a lease this process granted (or renewed) for a v2
+// TTL of asked seconds.
+func (c *leaseCache) putGranted(id int64, exp time.Time, asked, granted int64) {
+	c.put(id, exp, true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[id]
+	e.asked, e.granted = asked, granted
+	c.m[id] = e
+}
+
+// renewable reports whether lease id, granted by this process for a TTL of
+// asked seconds, can be renewed for a write asking for that TTL again: a
+// keep-alive resets it to the TTL it was granted with, which is what the
+// write asks for. One that is about to run out is not renewed (the keys on
+// it may be gone before the keep-alive lands). It returns the granted TTL.
+func (c *leaseCache) renewable(id, asked int64, now time.Time) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[id]
+	if !ok || !e.owned || e.asked != asked || e.exp.Sub(now) < renewMargin {
+		return 0, false
+	}
+	return e.granted, true
+}
+
+// renewMargin: a lease with less time left than this is replaced, not renewed.
+const renewMargin = time.Second
 
 func (c *leaseCache) putNative(id int64, exp time.Time) {
 	c.mu.Lock()

@@ -14,6 +14,8 @@ type metrics struct {
 	writeRetries    prometheus.Counter
 	v3Watches       prometheus.Gauge
 	mirrorReads     prometheus.Counter
+	leaseGrants     prometheus.Counter
+	leaseRenewals   prometheus.Counter
 	forgedJournals  prometheus.Counter
 	backendReads    prometheus.Counter
 }
@@ -36,6 +38,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "v2 writes re-decided because a concurrent write changed what they read."}),
 		forgedJournals: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_journal_records_ignored_total",
 			Help: "Journal records ignored because they do not match the changes of their revision (forged or corrupt)."}),
+		leaseGrants: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_lease_grants_total",
+			Help: "Leases granted for v2 TTL writes."}),
+		leaseRenewals: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_lease_renewals_total",
+			Help: "v2 TTL writes that renewed the node's own lease instead of granting one."}),
 		mirrorReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_mirror_reads_total",
 			Help: "v2 reads answered from the bridge's copy of its key space."}),
 		backendReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_reads_total",
@@ -45,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.recoverSeconds, m.detectSeconds,
-			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals)
+			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals, m.leaseGrants, m.leaseRenewals)
 	}
 	return m
 }

@@ -15,6 +15,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v3backend/hub"
@@ -248,17 +249,31 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 		}
 		var lease clientv3.LeaseID
 		var exp time.Time
+		var granted int64
+		renew := false
 		if plan.TTL > 0 {
-			g, err := s.cli.Grant(ctx, plan.TTL)
-			if err != nil {
-				return nil, fmt.Errorf("grant lease: %w", err)
+			// The same TTL on the same node again (a flannel-style lease
+			// renewal): keep the node's lease and renew it after the write,
+			// which costs etcd no raft proposal, instead of granting one.
+			if id, ok := plan.ReplacedLease(); ok {
+				if granted, renew = b.leases.renewable(id, plan.TTL, now); renew {
+					lease = clientv3.LeaseID(id)
+				}
 			}
-			lease, exp = g.ID, now.Add(time.Duration(g.TTL)*time.Second)
+			if !renew {
+				g, err := s.cli.Grant(ctx, plan.TTL)
+				if err != nil {
+					return nil, fmt.Errorf("grant lease: %w", err)
+				}
+				lease, granted = g.ID, g.TTL
+				b.metrics.leaseGrants.Inc()
+			}
+			exp = now.Add(time.Duration(granted) * time.Second)
 		}
 		plan.Bind(int64(lease), exp, now)
 		resp, err := s.cli.Txn(ctx).If(toCmps(plan.Cmps)...).Then(toOps(plan.Ops, lease)...).Commit()
 		if err != nil || !resp.Succeeded {
-			if lease != 0 {
+			if lease != 0 && !renew {
 				b.revokeLater(s, lease)
 			}
 			if err != nil {
@@ -273,8 +288,18 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 		}
 		b.noteHeader(resp.Header)
 		b.noteAcked(plan.Ops, resp.Header.Revision)
+		if renew {
+			// The write is committed with the lease's old deadline; the
+			// keep-alive moves it to what the write asked for.
+			if _, err := s.cli.KeepAliveOnce(ctx, lease); err != nil {
+				b.lg.Warn("renewing a lease after a TTL write failed: the key keeps its previous expiration",
+					zap.String("key", r.Path), zap.Error(err))
+			} else {
+				b.metrics.leaseRenewals.Inc()
+			}
+		}
 		if lease != 0 {
-			b.leases.put(int64(lease), exp, true)
+			b.leases.putGranted(int64(lease), exp, plan.TTL, granted)
 		}
 		// A replaced node's lease, if this bridge granted it, holds nothing now.
 		for _, kv := range kvs {
