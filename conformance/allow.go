@@ -172,7 +172,9 @@ func matchHistoryHorizon(s *Session, x *Exchange, d Diff) bool {
 // matchStreamHistory: after its one event from history, v2's stream is
 // silent; the bridge's goes on with later events.
 func matchStreamHistory(s *Session, x *Exchange, d Diff) bool {
-	if !x.Event || !x.Req[Ref].BoolParam("stream") || len(x.Resp[Ref].Body) != 0 || d.Where != "body" {
+	wi, ok := uintParam(x.Req[Ref], "waitIndex")
+	if !x.Event || !x.Req[Ref].BoolParam("stream") || !ok || wi == 0 || len(x.Resp[Ref].Body) != 0 ||
+		d.Where != "body" {
 		return false
 	}
 	return validHistoryEvent(x, x.obj(Bridge), nil) == ""
