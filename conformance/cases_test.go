@@ -422,6 +422,11 @@ func scriptedCases() []scriptCase {
 		}},
 		scriptCase{Name: "ttl huge", Steps: []step{
 			put("/z", "value", "1", "ttl", "9000000000").want(201).expect("ttl-overflow"),
+			put("/y", "value", "1", "ttl", "9000000001", "prevExist", "false").want(201).expect("ttl-overflow"),
+		}},
+		scriptCase{Name: "ttl huge update", Steps: []step{
+			put("/u", "value", "1").want(201),
+			put("/u", "value", "2", "prevExist", "true", "ttl", "9000000000").want(200).expect("ttl-overflow"),
 		}},
 		scriptCase{Name: "refresh set", Steps: []step{
 			put("/a", "value", "1", "ttl", "100").want(201),
