@@ -161,12 +161,18 @@ var wholeAnswer = []string{"status", "header X-Raft-Index", "header X-Raft-Term"
 // is 0 (refused before the store is read, or not a v2 store error).
 var refusalAnswer = append(append([]string(nil), wholeAnswer...), "header X-Etcd-Index")
 
-// matchHistoryHorizon: v2 answers 401 where the bridge still has the event.
+// matchHistoryHorizon: v2 answers 401 where the bridge still has the
+// history: it answers with the first matching event, or waits when there
+// is none yet.
 func matchHistoryHorizon(s *Session, x *Exchange, d Diff) bool {
-	if !x.Watch || x.Event || !isError(x, Ref, 400, 401) || !in(d.Where, wholeAnswer) {
+	if !x.Watch || x.Event || !isError(x, Ref, 400, 401) || x.Resp[Bridge].Status != 200 {
 		return false
 	}
-	return x.Resp[Bridge].Status == 200 && validHistoryEvent(x, x.obj(Bridge), x.Resp[Bridge]) == ""
+	if len(x.Resp[Bridge].Body) == 0 {
+		return in(d.Where, []string{"status", "header X-Raft-Index", "header X-Raft-Term", "body"}) &&
+			silentWatch(s, x) == ""
+	}
+	return in(d.Where, wholeAnswer) && validHistoryEvent(s, x, x.obj(Bridge), x.Resp[Bridge], true) == ""
 }
 
 // matchStreamHistory: after its one event from history, v2's stream is
@@ -177,7 +183,8 @@ func matchStreamHistory(s *Session, x *Exchange, d Diff) bool {
 		d.Where != "body" {
 		return false
 	}
-	return validHistoryEvent(x, x.obj(Bridge), nil) == ""
+	// Not necessarily the first match: the stream sent earlier ones.
+	return validHistoryEvent(s, x, x.obj(Bridge), nil, false) == ""
 }
 
 // matchTTLMinimum: ttl=0 and ttl=1 become a lease of MinLeaseTTL seconds.

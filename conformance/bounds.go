@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"encoding/json"
+	"math"
 	"net/url"
 	"path"
 	"strconv"
@@ -86,10 +87,11 @@ func leaseOf(n map[string]any, lo, hi uint64) string {
 var writeActions = []string{"set", "create", "update", "compareAndSwap", "delete", "compareAndDelete", "expire"}
 
 // validHistoryEvent checks an event the bridge sent a watch (x.Req[Bridge])
-// from its history: a write event the watch matches, at or after waitIndex
-// and, if head (the answer's headers) is given, not after X-Etcd-Index. It
-// returns what is wrong, or "".
-func validHistoryEvent(x *Exchange, ev map[string]any, head *Response) string {
+// from its history: a write event the watch matches, at or after waitIndex,
+// if first is set with no write of the session that the watch matches
+// between the two, and, if head (the answer's headers) is given, not after
+// X-Etcd-Index. It returns what is wrong, or "".
+func validHistoryEvent(s *Session, x *Exchange, ev map[string]any, head *Response, first bool) string {
 	if ev == nil {
 		return "not a JSON event"
 	}
@@ -107,13 +109,32 @@ func validHistoryEvent(x *Exchange, ev map[string]any, head *Response) string {
 	case !valueFits(action, n):
 		return "a value where there is none, or none where there is one"
 	}
-	if wi, ok := uintParam(x.Req[Bridge], "waitIndex"); ok && mi < wi {
+	if w, ok := s.written[mi]; ok && (w.action != action || w.node["key"] != n["key"]) {
+		return "the index of another write"
+	}
+	wi, _ := uintParam(x.Req[Bridge], "waitIndex")
+	if mi < wi {
 		return "modifiedIndex before waitIndex"
+	}
+	if i, ok := s.FirstMatch(keyOfPath(x.Req[Bridge].Path), x.Req[Bridge].BoolParam("recursive"), wi, mi); ok && first {
+		return "not the first event the watch matches: " + strconv.FormatUint(i, 10) + " is"
 	}
 	if head != nil {
 		if xi, err := strconv.ParseUint(head.Header.Get("X-Etcd-Index"), 10, 64); err != nil || mi > xi {
 			return "modifiedIndex after X-Etcd-Index"
 		}
+	}
+	return ""
+}
+
+// silentWatch checks a watch the bridge keeps waiting: no write of the
+// session at or after its waitIndex matches it. It returns what is wrong,
+// or "".
+func silentWatch(s *Session, x *Exchange) string {
+	r := x.Req[Bridge]
+	wi, _ := uintParam(r, "waitIndex")
+	if i, ok := s.FirstMatch(keyOfPath(r.Path), r.BoolParam("recursive"), wi, math.MaxUint64); ok {
+		return "waiting, but write " + strconv.FormatUint(i, 10) + " matches"
 	}
 	return ""
 }

@@ -80,8 +80,17 @@ type Session struct {
 	// set-created-index divergence. Raw index numbers, not ordinals: an
 	// event registered late (an expiry seen by a watch) shifts ordinals.
 	lives map[string][]*life
+	// written holds the bridge's side of every registered write, by its
+	// index, to tell which event a watch from a waitIndex must get first.
+	written map[uint64]written
 	// Tolerated counts the differences excused, per divergence id.
 	Tolerated map[string]int
+}
+
+// written is one registered write as the bridge answered it.
+type written struct {
+	action     string
+	node, prev map[string]any
 }
 
 // life is one file at a key, from the write that created it to its removal:
@@ -94,7 +103,8 @@ type life struct {
 
 // NewSession starts a comparison session.
 func NewSession() *Session {
-	return &Session{Idx: [2]*IndexMap{{}, {}}, lives: map[string][]*life{}, Tolerated: map[string]int{}}
+	return &Session{Idx: [2]*IndexMap{{}, {}}, lives: map[string][]*life{},
+		written: map[uint64]written{}, Tolerated: map[string]int{}}
 }
 
 // Diff is one difference between the two servers' answers.
@@ -247,6 +257,23 @@ func (s *Session) Register(x *Exchange) {
 	s.Idx[Ref].Add(ri)
 	s.Idx[Bridge].Add(bi)
 	s.registerLife(x, ri, bi)
+	// A refresh is in v2's history but no watch ever gets it.
+	if n := x.Node(Bridge, "node"); n != nil && !x.Req[Bridge].BoolParam("refresh") {
+		s.written[bi] = written{action: x.Action(Bridge), node: n, prev: x.Node(Bridge, "prevNode")}
+	}
+}
+
+// FirstMatch returns the bridge's index of the first registered write in
+// [from, before) that a watch of key (recursive or not) matches, if any.
+func (s *Session) FirstMatch(key string, recursive bool, from, before uint64) (uint64, bool) {
+	var first uint64
+	found := false
+	for i, w := range s.written {
+		if i >= from && i < before && (!found || i < first) && watchMatches(key, recursive, w.action, w.node, w.prev) {
+			first, found = i, true
+		}
+	}
+	return first, found
 }
 
 // registerLife records a write that created a file (a new life) or, a set

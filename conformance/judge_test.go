@@ -180,7 +180,18 @@ func watchJudgeCases() []judgeCase {
 	}
 	horizon := func(name string, q, qb, body, excuse string, wrong bool) judgeCase {
 		return judgeCase{name: name, req: w(q), reqB: w(qb), watch: true,
-			ref: fail(400, "6", err401), br: ok(200, "13", body), excuse: excuse, wrong: wrong}
+			ref: fail(400, "6", err401), br: ok(200, "15", body), excuse: excuse, wrong: wrong}
+	}
+	waiting := func(name, key, qb string, wrong bool) judgeCase {
+		br := ok(200, "15", "")
+		br.Body = nil
+		c := judgeCase{name: name, req: req("GET", "/v2/keys"+key+"?wait=true&waitIndex=5"),
+			reqB: req("GET", "/v2/keys"+key+"?wait=true&"+qb), watch: true, ref: fail(400, "6", err401), br: br,
+			wrong: wrong}
+		if !wrong {
+			c.excuse = "history-horizon"
+		}
+		return c
 	}
 	stream := func(name, q, qb, body, excuse string, wrong bool) judgeCase {
 		return judgeCase{name: name, req: req("GET", "/v2/keys/d?wait=true&stream=true&"+q),
@@ -188,36 +199,42 @@ func watchJudgeCases() []judgeCase {
 			ref: line(""), br: line(body), excuse: excuse, wrong: wrong}
 	}
 	return []judgeCase{
-		horizon("history beyond v2's horizon is served", "waitIndex=5", "waitIndex=11", ev("/a", 13), "history-horizon", false),
-		horizon("history answered with an event for another key", "waitIndex=5", "waitIndex=11", ev("/b", 13), "", true),
-		horizon("history answered with an event before waitIndex", "waitIndex=5", "waitIndex=11", ev("/a", 10), "", true),
-		horizon("history answered with an event after X-Etcd-Index", "waitIndex=5", "waitIndex=11", ev("/a", 14), "", true),
-		horizon("history answered with a get", "waitIndex=5", "waitIndex=11",
+		horizon("history beyond v2's horizon is served", "waitIndex=5", "waitIndex=12", ev("/a", 13), "history-horizon", false),
+		horizon("history answered with an event for another key", "waitIndex=5", "waitIndex=12", ev("/b", 14), "", true),
+		horizon("history answered with an event before waitIndex", "waitIndex=5", "waitIndex=12", ev("/a", 11), "", true),
+		horizon("history answered with an event after X-Etcd-Index", "waitIndex=5", "waitIndex=12", ev("/a", 16), "", true),
+		horizon("history answered with a later event, skipping the first match", "waitIndex=5", "waitIndex=11",
+			ev("/a", 13), "", true),
+		horizon("history answered with an event at another write's index", "waitIndex=5", "waitIndex=10",
+			ev("/a", 10), "", true),
+		horizon("history answered with a get", "waitIndex=5", "waitIndex=12",
 			`{"action":"get","node":{"key":"/a","value":"2","modifiedIndex":13,"createdIndex":13}}`, "", true),
-		horizon("history answered with a delete carrying a value", "waitIndex=5", "waitIndex=11",
-			`{"action":"delete","node":{"key":"/a","value":"2","modifiedIndex":13,"createdIndex":11}}`, "", true),
-		horizon("history answered with a child event on a non-recursive watch", "waitIndex=5", "waitIndex=11",
-			ev("/a/x", 13), "", true),
+		horizon("history answered with a delete carrying a value", "waitIndex=5", "waitIndex=12",
+			`{"action":"delete","node":{"key":"/a","value":"2","modifiedIndex":14,"createdIndex":11}}`, "", true),
+		horizon("history answered with a child event on a non-recursive watch", "waitIndex=5", "waitIndex=14",
+			ev("/a/x", 14), "", true),
 		horizon("history answered with a sibling's event on a recursive watch", "recursive=true&waitIndex=5",
-			"recursive=true&waitIndex=11", ev("/ab", 13), "", true),
+			"recursive=true&waitIndex=14", ev("/ab", 14), "", true),
 		horizon("history serves a child event on a recursive watch", "recursive=true&waitIndex=5",
-			"recursive=true&waitIndex=11", ev("/a/x", 13), "history-horizon", false),
-		{name: "history answered with a 500", req: w("waitIndex=5"), reqB: w("waitIndex=11"), watch: true,
+			"recursive=true&waitIndex=14", ev("/a/x", 14), "history-horizon", false),
+		waiting("a watch beyond v2's horizon waits when no write matches", "/c", "waitIndex=12", false),
+		waiting("a watch beyond v2's horizon waits though a write matches", "/a", "waitIndex=11", true),
+		{name: "history answered with a 500", req: w("waitIndex=5"), reqB: w("waitIndex=12"), watch: true,
 			ref: fail(400, "6", err401), br: fail(500, "13", `{"errorCode":300,"message":"Raft Internal Error","index":13}`),
 			wrong: true},
 		stream("a stream goes on after its event from history", "recursive=true&waitIndex=5", "recursive=true&waitIndex=11",
-			ev("/d/c", 13), "stream-history", false),
+			ev("/d/c", 14), "stream-history", false),
 		stream("a stream goes on with a garbage expire for an unrelated key", "recursive=true&waitIndex=5",
-			"recursive=true&waitIndex=11", `{"action":"expire","node":{"key":"/zzz","modifiedIndex":13}}`, "", true),
+			"recursive=true&waitIndex=11", `{"action":"expire","node":{"key":"/zzz","modifiedIndex":14}}`, "", true),
 		stream("a stream goes on with an event before waitIndex", "recursive=true&waitIndex=5",
 			"recursive=true&waitIndex=11", ev("/d/c", 10), "", true),
 		stream("a stream goes on with a line that is not JSON", "recursive=true&waitIndex=5",
 			"recursive=true&waitIndex=11", `{"action":"set"`, "", true),
 		stream("a stream without waitIndex has an event v2 did not send", "recursive=true", "recursive=true",
-			ev("/d/c", 13), "", true),
+			ev("/d/c", 14), "", true),
 		{name: "history serves the delete of a directory above", req: req("GET", "/v2/keys/d/x?wait=true&waitIndex=5"),
 			reqB: req("GET", "/v2/keys/d/x?wait=true&waitIndex=11"), watch: true, ref: fail(400, "6", err401),
-			br:     ok(200, "13", `{"action":"delete","node":{"key":"/d","dir":true,"modifiedIndex":13,"createdIndex":10},"prevNode":{"key":"/d","dir":true,"modifiedIndex":10,"createdIndex":10}}`),
+			br:     ok(200, "15", `{"action":"delete","node":{"key":"/d","dir":true,"modifiedIndex":14,"createdIndex":10},"prevNode":{"key":"/d","dir":true,"modifiedIndex":10,"createdIndex":10}}`),
 			excuse: "history-horizon"},
 		{name: "history answered with the delete of a directory elsewhere", req: req("GET", "/v2/keys/d/x?wait=true&waitIndex=5"),
 			reqB: req("GET", "/v2/keys/d/x?wait=true&waitIndex=11"), watch: true, ref: fail(400, "6", err401),
