@@ -175,6 +175,21 @@ func watchCases() []scriptCase {
 			await("w"),
 			get("/t").want(404),
 		}},
+		// The expire event as v2 recorded it, seconds after the expiry (the
+		// later expiry of /u is the clock: cases do not sleep), from the
+		// bridge's ring and from v3 history (past the ring).
+		{Name: "expire from history", Steps: []step{
+			put("/k", "value", "1", "ttl", "600"),
+			del("/k").save("k"),
+			put("/t", "value", "1", "ttl", "2").save("t"),
+			put("/u", "value", "1", "ttl", "5"),
+			watch("t", "/t"), await("t"),
+			watch("u", "/u"), await("u"),
+			watch("ring", "/t", "waitIndex", "{t.mi+1}"), await("ring"),
+			{Method: "PUT", Path: keys("/fill"), Form: []string{"value", "v{i}"}, Bulk: 2 * bridgeRingSize},
+			watch("v3", "/t", "waitIndex", "{t.mi+1}"), await("v3"),
+			watch("del", "/k", "waitIndex", "{k.mi}"), await("del"),
+		}},
 		{Name: "expire dir does not notify missing key inside", Steps: []step{
 			put("/td", "dir", "true", "ttl", "2"),
 			put("/td/x", "value", "1"),
