@@ -1,6 +1,6 @@
 package conformance
 
-// watchCases covers v2-api.md §1.8 (and the watch sides of §1.4 and §1.6).
+// watchCases covers v2 watches (and the watch sides of deletes, TTLs and hidden keys).
 // A watch is started on both servers (the response headers have arrived, so
 // the watcher exists), then the write is made on both, then the events are
 // compared. "No event" is checked without sleeping: a later write that does
