@@ -58,8 +58,9 @@ const (
 const (
 	expiringShare     = 0.1
 	shortTTLChance    = 0.5
-	expiryWaitChance  = 0.2 // per operation: wait for the pending expiry now
+	expiryWaitChance  = 0.4 // per operation: wait for the pending expiry now
 	expiryWatchChance = 0.6 // watch the key a short TTL was just set on
+	maxExpiries       = 2   // per sequence: each costs a few seconds of waiting
 	expiryLead        = time.Second
 	expiryLag         = 3 * time.Second
 )
@@ -76,22 +77,29 @@ func randomBudget() int {
 }
 
 // randomPlan lists the seeds of the sequences to run and the operations
-// they make up: -sequences of them, or as many as the budget needs.
+// they make up: -sequences of them, or as many as the budget needs. The
+// expiring sequences come first, so that their waits overlap the others'
+// work instead of trailing it.
 func randomPlan(base int64) (seeds []int64, ops int) {
 	budget := randomBudget()
-	for i := int64(0); ; i++ {
-		if *flagSeqs > 0 && len(seeds) == *flagSeqs || *flagSeqs == 0 && ops >= budget {
-			return seeds, ops
+	var rest []int64
+	for i := int64(0); *flagSeqs > 0 && len(seeds)+len(rest) < *flagSeqs || *flagSeqs == 0 && ops < budget; i++ {
+		rs := newRandSeq(nil, base+i)
+		ops += rs.n
+		if rs.expiring {
+			seeds = append(seeds, rs.seed)
+		} else {
+			rest = append(rest, rs.seed)
 		}
-		seeds = append(seeds, base+i)
-		ops += newRandSeq(nil, base+i).n
 	}
+	return append(seeds, rest...), ops
 }
 
 func (e *env) runRandom(t *testing.T) {
-	seeds, want := randomPlan(baseSeed())
+	base := baseSeed()
+	seeds, want := randomPlan(base)
 	t.Logf("random sequences: base seed %d, %d sequences, %d operations (reproduce one with -seed=<its seed> "+
-		"-sequences=1)", seeds[0], len(seeds), want)
+		"-sequences=1)", base, len(seeds), want)
 
 	start := time.Now()
 	var next, done, ops, failed, expiries, expireEvents atomic.Int64
@@ -210,7 +218,7 @@ func (rs *randSeq) abs(rel string) string {
 // pending, now and then one that expires within the sequence.
 func (rs *randSeq) ttl() string {
 	short := rs.chance(shortTTLChance)
-	if rs.expiring && rs.expiry == nil && short {
+	if rs.expiring && rs.expiry == nil && rs.expiries < maxExpiries && short {
 		return rs.pick([]string{strconv.Itoa(MinLeaseTTL), strconv.Itoa(MinLeaseTTL + 1)})
 	}
 	return rs.pick([]string{"600", "1200", "3600"})
@@ -584,7 +592,7 @@ func (rs *randSeq) startWatch(i int, key string) error {
 
 // immediateWait is how long an answer from history may take to follow its
 // headers; a watch that sends nothing by then is waiting.
-const immediateWait = time.Second
+const immediateWait = 2 * time.Second
 
 // readWhole reads both bodies of a watch one server answered at once (an
 // error); the other one may have answered from history, or be waiting.
