@@ -293,14 +293,14 @@ func dirUpdate(x *Exchange) string {
 // matchLimits: the bridge refuses a key or value over a documented limit
 // with 209; the cause must name a limit the request really exceeds.
 func matchLimits(s *Session, x *Exchange, d Diff) bool {
-	if !in(d.Where, refusalAnswer) || !isError(x, Bridge, 400, 209) {
+	if !in(d.Where, refusalAnswer) {
 		return false
 	}
-	cause := str(x.obj(Bridge)["cause"])
-	if x.Req[Bridge].Method == "HEAD" {
-		cause = "" // no body: any exceeded key limit will do
+	if b := x.Resp[Bridge]; x.Req[Bridge].Method == "HEAD" {
+		// No body to name the limit: any exceeded key limit will do.
+		return b.Status == 400 && len(b.Body) == 0 && exceededLimit(x.Req[Bridge], "")
 	}
-	return exceededLimit(x.Req[Bridge], cause)
+	return isError(x, Bridge, 400, 209) && exceededLimit(x.Req[Bridge], str(x.obj(Bridge)["cause"]))
 }
 
 // limitChecks pair each refusal's cause with the test of the request that

@@ -505,6 +505,7 @@ func scriptedCases() []scriptCase {
 		scriptCase{Name: "limits", Steps: []step{
 			put("/"+strings.Repeat("k", 5000), "value", "1").want(201).expect("limits"),
 			put(strings.Repeat("/d", 60), "value", "1").want(201).expect("limits"),
+			head(strings.Repeat("/e", 60)).want(404).expect("limits"),
 			put("/big", "value", strings.Repeat("x", 2<<20)).want(201).expect("limits"),
 			{Method: "PUT", Path: "/v2/keys/a%01b", Form: []string{"value", "1"}, Status: 201, Expect: []string{"limits"}},
 			{Method: "GET", Path: "/v2/keys/a%00b", Status: 404, Expect: []string{"limits"}},

@@ -102,7 +102,7 @@ func (e *env) runRandom(t *testing.T) {
 		"-sequences=1)", base, len(seeds), want)
 
 	start := time.Now()
-	var next, done, ops, failed, expiries, expireEvents atomic.Int64
+	var next, done, ops, failed, expiries, dirExpiries, expireEvents atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < randWorkers; w++ {
 		wg.Add(1)
@@ -117,6 +117,7 @@ func (e *env) runRandom(t *testing.T) {
 				err := rs.run()
 				ops.Add(int64(rs.ops))
 				expiries.Add(int64(rs.expiries))
+				dirExpiries.Add(int64(rs.dirExpiries))
 				expireEvents.Add(int64(rs.expireEvents))
 				done.Add(1)
 				e.account(rs.s, rs.exchanges)
@@ -129,9 +130,9 @@ func (e *env) runRandom(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("random: %d sequences, %d operations compared on both servers in %v; %d short TTLs expired, %d expire "+
-		"events compared", done.Load(), ops.Load(), time.Since(start).Round(time.Millisecond), expiries.Load(),
-		expireEvents.Load())
+	t.Logf("random: %d sequences, %d operations compared on both servers in %v; %d short TTLs waited out (%d "+
+		"directories expired), %d expire events compared", done.Load(), ops.Load(),
+		time.Since(start).Round(time.Millisecond), expiries.Load(), dirExpiries.Load(), expireEvents.Load())
 	if ops.Load() < int64(want) {
 		t.Errorf("random: %d operations run of the %d asked (%d of %d sequences)", ops.Load(), want, done.Load(),
 			len(seeds))
@@ -167,6 +168,7 @@ type randSeq struct {
 	expiry       *window
 	expiryKey    string
 	expiries     int // short TTLs waited out
+	dirExpiries  int // directories the model saw expire
 	expireEvents int // expire events compared
 }
 
@@ -467,6 +469,9 @@ func (rs *randSeq) quiet(wait bool) {
 	now := time.Now()
 	for k, m := range rs.model {
 		if !m.expires.IsZero() && m.expires.Before(now) {
+			if m.dir {
+				rs.dirExpiries++
+			}
 			rs.forget(k)
 		}
 	}
