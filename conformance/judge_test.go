@@ -45,8 +45,8 @@ func fail(status int, xi, body string) *Response {
 		"X-Etcd-Cluster-Id": {"1"}}, Body: []byte(body + "\n")}
 }
 
-// line is one event line of a watch body (no headers).
-func line(body string) *Response {
+// eventLine is one event line of a watch body (no headers).
+func eventLine(body string) *Response {
 	if body == "" {
 		return &Response{Status: 200, Header: http.Header{}}
 	}
@@ -200,7 +200,7 @@ func watchJudgeCases() []judgeCase {
 	stream := func(name, q, qb, body, excuse string, wrong bool) judgeCase {
 		return judgeCase{name: name, req: req("GET", "/v2/keys/d?wait=true&stream=true&"+q),
 			reqB: req("GET", "/v2/keys/d?wait=true&stream=true&"+qb), watch: true, event: true,
-			ref: line(""), br: line(body), excuse: excuse, wrong: wrong}
+			ref: eventLine(""), br: eventLine(body), excuse: excuse, wrong: wrong}
 	}
 	return []judgeCase{
 		horizon("history beyond v2's horizon is served", "waitIndex=5", "waitIndex=12", ev("/a", 13), "history-horizon", false),

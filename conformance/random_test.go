@@ -103,6 +103,7 @@ func (e *env) runRandom(t *testing.T) {
 
 	start := time.Now()
 	var next, done, ops, failed, expiries, dirExpiries, expireEvents atomic.Int64
+	var late [2]atomic.Int64 // the longest expireLate of any sequence, per server
 	var wg sync.WaitGroup
 	for w := 0; w < randWorkers; w++ {
 		wg.Add(1)
@@ -119,6 +120,9 @@ func (e *env) runRandom(t *testing.T) {
 				expiries.Add(int64(rs.expiries))
 				dirExpiries.Add(int64(rs.dirExpiries))
 				expireEvents.Add(int64(rs.expireEvents))
+				for side := range late {
+					storeMax(&late[side], int64(rs.expireLate[side]))
+				}
 				done.Add(1)
 				e.account(rs.s, rs.exchanges)
 				if err != nil {
@@ -133,9 +137,17 @@ func (e *env) runRandom(t *testing.T) {
 	t.Logf("random: %d sequences, %d operations compared on both servers in %v; %d short TTLs waited out (%d "+
 		"directories expired), %d expire events compared", done.Load(), ops.Load(),
 		time.Since(start).Round(time.Millisecond), expiries.Load(), dirExpiries.Load(), expireEvents.Load())
+	t.Logf("random: expire events to waiting watches arrived at most %v (ref) and %v (bridge) after the expiration",
+		time.Duration(late[Ref].Load()).Round(time.Millisecond), time.Duration(late[Bridge].Load()).Round(time.Millisecond))
 	if ops.Load() < int64(want) {
 		t.Errorf("random: %d operations run of the %d asked (%d of %d sequences)", ops.Load(), want, done.Load(),
 			len(seeds))
+	}
+}
+
+// storeMax raises a to v if v is larger.
+func storeMax(a *atomic.Int64, v int64) {
+	for old := a.Load(); v > old && !a.CompareAndSwap(old, v); old = a.Load() {
 	}
 }
 
@@ -170,6 +182,15 @@ type randSeq struct {
 	expiries     int // short TTLs waited out
 	dirExpiries  int // directories the model saw expire
 	expireEvents int // expire events compared
+	// expireLate is, per server, the longest time from an expiration to
+	// the arrival of its expire event.
+	expireLate [2]time.Duration
+}
+
+// expirationOf is a node's expiration (zero if none).
+func expirationOf(n map[string]any) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, str(n["expiration"]))
+	return t
 }
 
 // window is a span of time in which no request is sent.
@@ -488,10 +509,11 @@ func (rs *randSeq) forget(key string) {
 
 // pendingWatch is a watch a sequence started on both servers.
 type pendingWatch struct {
-	i    int
-	key  string
-	reqs [2]*Request
-	ws   [2]*Watch
+	started time.Time
+	i       int
+	key     string
+	reqs    [2]*Request
+	ws      [2]*Watch
 }
 
 // watchKey picks the key of a watch to start now, if any: often the key
@@ -534,7 +556,7 @@ func (rs *randSeq) startWatch(i int, key string) error {
 			wait[side] = strconv.FormatUint(rs.lastXI[side]+1, 10)
 		}
 	}
-	pw := &pendingWatch{i: i, key: key}
+	pw := &pendingWatch{started: time.Now(), i: i, key: key}
 	for side := range pw.reqs {
 		sq := url.Values{}
 		for k, v := range q {
@@ -676,6 +698,13 @@ func (rs *randSeq) awaitWatch(pw *pendingWatch) error {
 	rs.log = append(rs.log, fmt.Sprintf("    event of the watch of operation %d -> %s", pw.i, strings.TrimSpace(string(lines[0]))))
 	if x.Action(Ref) == "expire" {
 		rs.expireEvents++
+		for side, w := range pw.ws {
+			// Only for watches that were waiting at the expiry (not
+			// answered from history).
+			if exp := expirationOf(x.Node(Side(side), "prevNode")); pw.started.Before(exp) {
+				rs.expireLate[side] = max(rs.expireLate[side], w.LastAt.Sub(exp))
+			}
+		}
 	}
 	return rs.judge(pw.i, x)
 }

@@ -190,6 +190,12 @@ func watchCases() []scriptCase {
 			watch("v3", "/t", "waitIndex", "{t.mi+1}"), await("v3"),
 			watch("del", "/k", "waitIndex", "{k.mi}"), await("del"),
 		}},
+		{Name: "expire to a watch from a past waitIndex", Steps: []step{
+			put("/t", "value", "1", "ttl", "2").save("t"),
+			{Method: "PUT", Path: keys("/fill"), Form: []string{"value", "v{i}"}, Bulk: 2 * bridgeRingSize},
+			watch("w", "/t", "waitIndex", "{t.mi+1}"),
+			await("w"),
+		}},
 		{Name: "expire dir does not notify missing key inside", Steps: []step{
 			put("/td", "dir", "true", "ttl", "2"),
 			put("/td/x", "value", "1"),
