@@ -40,11 +40,14 @@ const (
 	defaultOps  = 10000
 	longOps     = 200000
 	opsPerSeq   = 60
-	randWorkers = 8 // more than the cores: sequences waiting for an expiry sleep
-	maxSeqFails = 3
-	seqTimeout  = 2 * time.Minute // bounds one sequence's watches
-	maxWatches  = 4
-	watchChance = 0.05
+	randWorkers = 3
+	// expiringWorkers run the sequences with short TTLs, which mostly
+	// wait for an expiry.
+	expiringWorkers = 16
+	maxSeqFails     = 3
+	seqTimeout      = 2 * time.Minute // bounds one sequence's watches
+	maxWatches      = 4
+	watchChance     = 0.05
 )
 
 // Short TTLs. A share of the sequences gives some writes a TTL that expires
@@ -56,7 +59,7 @@ const (
 // sequence's writes. One short TTL is pending at a time, so two expiries
 // never race each other.
 const (
-	expiringShare     = 0.1
+	expiringShare     = 0.15
 	shortTTLChance    = 0.5
 	expiryWaitChance  = 0.4 // per operation: wait for the pending expiry now
 	expiryWatchChance = 0.6 // watch the key a short TTL was just set on
@@ -76,72 +79,99 @@ func randomBudget() int {
 	return defaultOps
 }
 
-// randomPlan lists the seeds of the sequences to run and the operations
-// they make up: -sequences of them, or as many as the budget needs. The
-// expiring sequences come first, so that their waits overlap the others'
-// work instead of trailing it.
-func randomPlan(base int64) (seeds []int64, ops int) {
+// randomPlan lists the seeds of the sequences to run, the expiring ones
+// apart, and the operations they make up: -sequences of them, or as many
+// as the budget needs.
+func randomPlan(base int64) (expiring, rest []int64, ops int) {
 	budget := randomBudget()
-	var rest []int64
-	for i := int64(0); *flagSeqs > 0 && len(seeds)+len(rest) < *flagSeqs || *flagSeqs == 0 && ops < budget; i++ {
+	for i := int64(0); *flagSeqs > 0 && len(expiring)+len(rest) < *flagSeqs || *flagSeqs == 0 && ops < budget; i++ {
 		rs := newRandSeq(nil, base+i)
 		ops += rs.n
 		if rs.expiring {
-			seeds = append(seeds, rs.seed)
+			expiring = append(expiring, rs.seed)
 		} else {
 			rest = append(rest, rs.seed)
 		}
 	}
-	return append(seeds, rest...), ops
+	return expiring, rest, ops
+}
+
+// randomRun is the tally of a run's sequences.
+type randomRun struct {
+	t                                   *testing.T
+	e                                   *env
+	done, ops, failed                   atomic.Int64
+	expiries, dirExpiries, expireEvents atomic.Int64
+	late                                [2]atomic.Int64 // the longest expireLate of any sequence, per server
 }
 
 func (e *env) runRandom(t *testing.T) {
 	base := baseSeed()
-	seeds, want := randomPlan(base)
-	t.Logf("random sequences: base seed %d, %d sequences, %d operations (reproduce one with -seed=<its seed> "+
-		"-sequences=1)", base, len(seeds), want)
+	expiring, rest, want := randomPlan(base)
+	t.Logf("random sequences: base seed %d, %d sequences (%d with short TTLs), %d operations (reproduce one with "+
+		"-seed=<its seed> -sequences=1)", base, len(expiring)+len(rest), len(expiring), want)
 
 	start := time.Now()
-	var next, done, ops, failed, expiries, dirExpiries, expireEvents atomic.Int64
-	var late [2]atomic.Int64 // the longest expireLate of any sequence, per server
+	r := &randomRun{t: t, e: e}
 	var wg sync.WaitGroup
-	for w := 0; w < randWorkers; w++ {
+	// The expiring sequences mostly wait: they get a pool of their own, so
+	// their waits overlap the other sequences' work.
+	for _, p := range []struct {
+		seeds   []int64
+		workers int
+	}{{expiring, expiringWorkers}, {rest, randWorkers}} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(seeds)) || failed.Load() >= maxSeqFails {
-					return
-				}
-				rs := newRandSeq(e, seeds[i])
-				err := rs.run()
-				ops.Add(int64(rs.ops))
-				expiries.Add(int64(rs.expiries))
-				dirExpiries.Add(int64(rs.dirExpiries))
-				expireEvents.Add(int64(rs.expireEvents))
-				for side := range late {
-					storeMax(&late[side], int64(rs.expireLate[side]))
-				}
-				done.Add(1)
-				e.account(rs.s, rs.exchanges)
-				if err != nil {
-					failed.Add(1)
-					t.Errorf("random sequence with seed %d failed after %d operations (rerun: go test ./conformance "+
-						"-run TestConformance/random -seed=%d -sequences=1 -v)\n%v", rs.seed, rs.ops, rs.seed, err)
-				}
-			}
+			r.pool(p.seeds, p.workers)
 		}()
 	}
 	wg.Wait()
 	t.Logf("random: %d sequences, %d operations compared on both servers in %v; %d short TTLs waited out (%d "+
-		"directories expired), %d expire events compared", done.Load(), ops.Load(),
-		time.Since(start).Round(time.Millisecond), expiries.Load(), dirExpiries.Load(), expireEvents.Load())
+		"directories expired), %d expire events compared", r.done.Load(), r.ops.Load(),
+		time.Since(start).Round(time.Millisecond), r.expiries.Load(), r.dirExpiries.Load(), r.expireEvents.Load())
 	t.Logf("random: expire events to waiting watches arrived at most %v (ref) and %v (bridge) after the expiration",
-		time.Duration(late[Ref].Load()).Round(time.Millisecond), time.Duration(late[Bridge].Load()).Round(time.Millisecond))
-	if ops.Load() < int64(want) {
-		t.Errorf("random: %d operations run of the %d asked (%d of %d sequences)", ops.Load(), want, done.Load(),
-			len(seeds))
+		time.Duration(r.late[Ref].Load()).Round(time.Millisecond),
+		time.Duration(r.late[Bridge].Load()).Round(time.Millisecond))
+	if r.ops.Load() < int64(want) {
+		t.Errorf("random: %d operations run of the %d asked (%d of %d sequences)", r.ops.Load(), want,
+			r.done.Load(), len(expiring)+len(rest))
+	}
+}
+
+// pool runs the sequences of seeds on workers goroutines, until done or
+// too many failed.
+func (r *randomRun) pool(seeds []int64, workers int) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(seeds)) && r.failed.Load() < maxSeqFails; i = next.Add(1) - 1 {
+				rs := newRandSeq(r.e, seeds[i])
+				r.record(rs, rs.run())
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// record tallies a finished sequence.
+func (r *randomRun) record(rs *randSeq, err error) {
+	r.ops.Add(int64(rs.ops))
+	r.expiries.Add(int64(rs.expiries))
+	r.dirExpiries.Add(int64(rs.dirExpiries))
+	r.expireEvents.Add(int64(rs.expireEvents))
+	for side := range r.late {
+		storeMax(&r.late[side], int64(rs.expireLate[side]))
+	}
+	r.done.Add(1)
+	r.e.account(rs.s, rs.exchanges)
+	if err != nil {
+		r.failed.Add(1)
+		r.t.Errorf("random sequence with seed %d failed after %d operations (rerun: go test ./conformance "+
+			"-run TestConformance/random -seed=%d -sequences=1 -v)\n%v", rs.seed, rs.ops, rs.seed, err)
 	}
 }
 
