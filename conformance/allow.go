@@ -350,7 +350,7 @@ func matchMembers(s *Session, x *Exchange, d Diff) bool {
 func matchCORS(s *Session, x *Exchange, d Diff) bool {
 	b := x.Resp[Bridge]
 	return x.Req[Ref].Method == "OPTIONS" && x.Resp[Ref].Status == 200 && b.Status == 405 &&
-		b.Header.Get("Allow") == "HEAD,GET,PUT,POST,DELETE" &&
+		b.Header.Get("Allow") == "HEAD,GET,PUT,POST,DELETE" && strings.TrimSpace(string(b.Body)) == "Method Not Allowed" &&
 		in(d.Where, []string{"status", "header Allow", "header Content-Type", "body"})
 }
 
@@ -369,7 +369,14 @@ func matchRedirectStatus(s *Session, x *Exchange, d Diff) bool {
 	r, b := x.Resp[Ref], x.Resp[Bridge]
 	loc := stripHost(b.Header.Get("Location"))
 	return r.Status == 307 && b.Status == 301 && loc != "" && stripHost(r.Header.Get("Location")) == loc &&
-		in(d.Where, []string{"status", "header Content-Type", "body"})
+		movedPage(b) && in(d.Where, []string{"status", "header Content-Type", "body"})
+}
+
+// movedPage: a 301's body is empty, or the small page Go writes for one.
+func movedPage(b *Response) bool {
+	body, ct := string(b.Body), b.Header.Get("Content-Type")
+	return body == "" && ct == "" ||
+		ct == "text/html; charset=utf-8" && strings.HasPrefix(body, "<a href=") && strings.Contains(body, ">Moved Permanently</a>")
 }
 
 // matchV2Auth: /v2/auth/* is not found on the bridge (a plain 404 page, as

@@ -297,17 +297,26 @@ func dirUpdateCases() []judgeCase {
 
 func endpointCases() []judgeCase {
 	redirect := func(status int, loc string) *Response {
-		return plain(status, "<a href=\""+loc+"\">Moved</a>.\n\n", "Content-Type", "text/html; charset=utf-8", "Location", loc)
+		text := map[int]string{301: "Moved Permanently", 307: "Temporary Redirect"}[status]
+		return plain(status, "<a href=\""+loc+"\">"+text+"</a>.\n\n", "Content-Type", "text/html; charset=utf-8",
+			"Location", loc)
 	}
 	return []judgeCase{
 		{name: "OPTIONS is refused like any unrouted method", req: req("OPTIONS", "/v2/keys/"),
 			ref:    plain(200, "", "Access-Control-Allow-Origin", "*"),
 			br:     plain(405, "Method Not Allowed", "Allow", "HEAD,GET,PUT,POST,DELETE", "Content-Type", "text/plain"),
 			excuse: "cors"},
+		{name: "OPTIONS refused with another body", req: req("OPTIONS", "/v2/keys/"), ref: plain(200, ""),
+			br: plain(405, `{"message":"boom"}`, "Allow", "HEAD,GET,PUT,POST,DELETE"), wrong: true},
 		{name: "OPTIONS answered 404", req: req("OPTIONS", "/v2/keys/"), ref: plain(200, ""),
 			br: plain(404, "404 page not found\n", "Content-Type", "text/plain"), wrong: true},
 		{name: "an unclean path is redirected with 301", req: req("GET", "/v2/keys//a"),
 			ref: redirect(307, "/v2/keys/a"), br: redirect(301, "/v2/keys/a"), excuse: "redirect-status"},
+		{name: "an unclean path is redirected with 301 and no body", req: req("GET", "/v2/keys//a"),
+			ref: redirect(307, "/v2/keys/a"), br: plain(301, "", "Location", "/v2/keys/a"), excuse: "redirect-status"},
+		{name: "an unclean path redirected with 301 and an error page", req: req("GET", "/v2/keys//a"),
+			ref: redirect(307, "/v2/keys/a"), br: plain(301, "500 internal error\n", "Location", "/v2/keys/a"),
+			wrong: true},
 		{name: "an unclean path redirected elsewhere", req: req("GET", "/v2/keys//a"),
 			ref: redirect(307, "/v2/keys/a"), br: redirect(301, "/v2/keys/b"), wrong: true},
 		{name: "v2 auth is not found", req: req("GET", "/v2/auth/users"),
