@@ -376,7 +376,8 @@ func matchRedirectStatus(s *Session, x *Exchange, d Diff) bool {
 func movedPage(b *Response) bool {
 	body, ct := string(b.Body), b.Header.Get("Content-Type")
 	return body == "" && ct == "" ||
-		ct == "text/html; charset=utf-8" && strings.HasPrefix(body, "<a href=") && strings.Contains(body, ">Moved Permanently</a>")
+		ct == "text/html; charset=utf-8" && strings.HasPrefix(body, "<a href=") &&
+			strings.Contains(body, ">Moved Permanently</a>")
 }
 
 // matchV2Auth: /v2/auth/* is not found on the bridge (a plain 404 page, as
