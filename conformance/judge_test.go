@@ -381,3 +381,38 @@ func TestUndeclaredExcuse(t *testing.T) {
 		}
 	}
 }
+
+// TestSetCreatedIndexAfterALateEvent: an event registered after later writes
+// (an expiry a watch reports at the end of a sequence) shifts the ordinals
+// of those writes; the key's original create is still recognised.
+func TestSetCreatedIndexAfterALateEvent(t *testing.T) {
+	s := judgeFixture() // /a created at ref 5 / bridge 11, replaced at 6 / 13
+	expire := req("GET", "/v2/keys/e?wait=true")
+	s.Register(NewExchange([2]*Request{expire, expire}, [2]*Response{
+		eventLine(`{"action":"expire","node":{"key":"/e","modifiedIndex":3,"createdIndex":2}}`),
+		eventLine(`{"action":"expire","node":{"key":"/e","modifiedIndex":9,"createdIndex":8}}`)}))
+	x := NewExchange([2]*Request{req("GET", "/v2/keys/a"), req("GET", "/v2/keys/a")}, [2]*Response{
+		ok(200, "6", `{"action":"get","node":{"key":"/a","value":"2","modifiedIndex":6,"createdIndex":6}}`),
+		ok(200, "13", `{"action":"get","node":{"key":"/a","value":"2","modifiedIndex":13,"createdIndex":11}}`)})
+	fails, excused := judge(s, x, false)
+	if len(fails) > 0 || excused["set-created-index"] != 1 {
+		t.Errorf("excused %v, failures:\n%s", excused, report(x, fails))
+	}
+}
+
+// TestRandomPlanCoversTheBudget: a run plans at least the operations asked,
+// or exactly the sequences asked.
+func TestRandomPlanCoversTheBudget(t *testing.T) {
+	defer func(ops, seqs int) { *flagOps, *flagSeqs = ops, seqs }(*flagOps, *flagSeqs)
+	for _, c := range []struct{ ops, seqs int }{{10000, 0}, {1, 0}, {0, 1}, {5000, 7}} {
+		*flagOps, *flagSeqs = c.ops, c.seqs
+		expiring, rest, ops := randomPlan(42)
+		n := len(expiring) + len(rest)
+		switch {
+		case c.seqs > 0 && n != c.seqs:
+			t.Errorf("-sequences=%d: %d planned", c.seqs, n)
+		case c.seqs == 0 && (ops < c.ops || n == 0):
+			t.Errorf("-ops=%d: %d operations in %d sequences planned", c.ops, ops, n)
+		}
+	}
+}
