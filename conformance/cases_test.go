@@ -34,12 +34,12 @@ func errCase(name string, setup []step, last step, status, code int) scriptCase 
 	return scriptCase{Name: name, Steps: append(append([]step(nil), setup...), last.want(status).code(code))}
 }
 
-// scriptedCases covers v2-api.md §1 outside watches.
+// scriptedCases covers the v2 keys API outside watches.
 func scriptedCases() []scriptCase {
 	var cs []scriptCase
 	add := func(c ...scriptCase) { cs = append(cs, c...) }
 
-	// §1.1 endpoints and methods; §1.2 paths.
+	// Endpoints and methods; paths.
 	add(
 		scriptCase{Name: "method not allowed", Steps: []step{raw("PATCH", "/v2/keys/a").want(405),
 			raw("OPTIONS", "/v2/keys/").want(200).expect("cors")}},
@@ -78,7 +78,7 @@ func scriptedCases() []scriptCase {
 		}},
 	)
 
-	// §1.2 request parsing.
+	// Request parsing.
 	setupFile := []step{put("/f", "value", "v").want(201)}
 	for _, b := range []string{"recursive", "sorted", "wait", "quorum", "stream"} {
 		add(errCase("bad bool "+b, setupFile, get("/f", b, "yes"), 400, 209))
@@ -141,7 +141,7 @@ func scriptedCases() []scriptCase {
 		}},
 	)
 
-	// §1.4 Get.
+	// Get.
 	add(
 		scriptCase{Name: "get", Steps: []step{
 			put("/f", "value", "v").want(201),
@@ -182,7 +182,7 @@ func scriptedCases() []scriptCase {
 		}},
 	)
 
-	// §1.3/§1.4 set.
+	// Set.
 	add(
 		scriptCase{Name: "set new and overwrite", Steps: []step{
 			put("/a", "value", "1").want(201),
@@ -369,7 +369,7 @@ func scriptedCases() []scriptCase {
 		}},
 	)
 
-	// §1.7 in-order keys.
+	// In-order keys.
 	add(
 		scriptCase{Name: "post", Steps: []step{
 			post("/q", "value", "1").want(201).save("p1"),
@@ -422,6 +422,11 @@ func scriptedCases() []scriptCase {
 		}},
 		scriptCase{Name: "ttl huge", Steps: []step{
 			put("/z", "value", "1", "ttl", "9000000000").want(201).expect("ttl-overflow"),
+			put("/y", "value", "1", "ttl", "9000000001", "prevExist", "false").want(201).expect("ttl-overflow"),
+		}},
+		scriptCase{Name: "ttl huge update", Steps: []step{
+			put("/u", "value", "1").want(201),
+			put("/u", "value", "2", "prevExist", "true", "ttl", "9000000000").want(200).expect("ttl-overflow"),
 		}},
 		scriptCase{Name: "refresh set", Steps: []step{
 			put("/a", "value", "1", "ttl", "100").want(201),
@@ -481,7 +486,7 @@ func scriptedCases() []scriptCase {
 	)
 
 	// noValueOnSuccess.
-	add(scriptCase{Name: "noValueOnSuccess", Steps: []step{
+	add(scriptCase{Name: "noValueOnSuccess", May: []string{"set-created-index"}, Steps: []step{
 		put("/a", "value", "1", "noValueOnSuccess", "true").want(201),
 		put("/a", "value", "2", "noValueOnSuccess", "true").want(200),
 		put("/b", "value", "1", "prevExist", "false", "noValueOnSuccess", "true").want(201),
@@ -500,6 +505,7 @@ func scriptedCases() []scriptCase {
 		scriptCase{Name: "limits", Steps: []step{
 			put("/"+strings.Repeat("k", 5000), "value", "1").want(201).expect("limits"),
 			put(strings.Repeat("/d", 60), "value", "1").want(201).expect("limits"),
+			head(strings.Repeat("/e", 60)).want(404).expect("limits"),
 			put("/big", "value", strings.Repeat("x", 2<<20)).want(201).expect("limits"),
 			{Method: "PUT", Path: "/v2/keys/a%01b", Form: []string{"value", "1"}, Status: 201, Expect: []string{"limits"}},
 			{Method: "GET", Path: "/v2/keys/a%00b", Status: 404, Expect: []string{"limits"}},

@@ -258,8 +258,10 @@ func (p Pair) DoBoth(ctx context.Context, reqs [2]*Request) ([2]*Response, error
 // Watch is a v2 long-poll (or stream) in progress: the headers have
 // arrived; body lines arrive on Lines.
 type Watch struct {
-	Resp   *Response // status and headers; Body stays empty
-	lines  chan []byte
+	Resp *Response // status and headers; Body stays empty
+	// LastAt is when the line Next returned last arrived.
+	LastAt time.Time
+	lines  chan line
 	errc   chan error
 	cancel context.CancelFunc
 }
@@ -281,15 +283,15 @@ func (s *Server) StartWatch(ctx context.Context, r *Request) (*Watch, error) {
 		return nil, fmt.Errorf("%s: %s: %w", s.Side, r, err)
 	}
 	w := &Watch{Resp: &Response{Status: resp.StatusCode, Header: resp.Header},
-		lines: make(chan []byte, 1024), errc: make(chan error, 1), cancel: cancel}
+		lines: make(chan line, 1024), errc: make(chan error, 1), cancel: cancel}
 	go func() {
 		defer resp.Body.Close()
 		defer close(w.lines)
 		br := bufio.NewReader(resp.Body)
 		for {
-			line, err := br.ReadBytes('\n')
-			if len(line) > 0 {
-				w.lines <- line
+			b, err := br.ReadBytes('\n')
+			if len(b) > 0 {
+				w.lines <- line{b, time.Now()}
 			}
 			if err != nil {
 				if err != io.EOF {
@@ -315,10 +317,17 @@ func (w *Watch) Next(ctx context.Context) ([]byte, error) {
 				return nil, nil
 			}
 		}
-		return l, nil
+		w.LastAt = l.at
+		return l.b, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("no watch event: %w", ctx.Err())
 	}
+}
+
+// line is one body line of a watch and when it arrived.
+type line struct {
+	b  []byte
+	at time.Time
 }
 
 // Close ends the watch request.

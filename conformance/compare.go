@@ -76,24 +76,42 @@ func (m *IndexMap) Name(i uint64) string {
 // servers (one scripted case, or one random sequence).
 type Session struct {
 	Idx [2]*IndexMap
-	// replaced holds, per key, the writes that were sets over an existing
-	// file (v2 replaces the node: new createdIndex; the bridge keeps v3's
-	// CreateRevision).
-	replaced map[string]map[int]bool
+	// lives holds, per (reference) key, each file that lived there, for the
+	// set-created-index divergence. Raw index numbers, not ordinals: an
+	// event registered late (an expiry seen by a watch) shifts ordinals.
+	lives map[string][]*life
+	// written holds the bridge's side of every registered write, by its
+	// index, to tell which event a watch from a waitIndex must get first.
+	written map[uint64]written
 	// Tolerated counts the differences excused, per divergence id.
 	Tolerated map[string]int
 }
 
+// written is one registered write as the bridge answered it.
+type written struct {
+	action     string
+	node, prev map[string]any
+}
+
+// life is one file at a key, from the write that created it to its removal:
+// v2 replaces the node on every set over it (new createdIndex), while the
+// bridge's v3 key keeps the CreateRevision of the create.
+type life struct {
+	refCreated, bridgeCreated uint64          // the creating write on each side
+	replaced                  map[uint64]bool // reference indexes of the sets that replaced it
+}
+
 // NewSession starts a comparison session.
 func NewSession() *Session {
-	return &Session{Idx: [2]*IndexMap{{}, {}}, replaced: map[string]map[int]bool{}, Tolerated: map[string]int{}}
+	return &Session{Idx: [2]*IndexMap{{}, {}}, lives: map[string][]*life{},
+		written: map[uint64]written{}, Tolerated: map[string]int{}}
 }
 
 // Diff is one difference between the two servers' answers.
 type Diff struct {
 	Where   string // "status", "header X-Etcd-Index", "body.node.nodes[/a].ttl", ...
 	Field   string // the last element: status, a header name, or a JSON field
-	NodeKey string // the (normalised) key of the node holding Field, if any
+	NodeKey string // the reference's key of the node holding Field, if any
 	Ref     any
 	Bridge  any
 	Note    string
@@ -238,34 +256,93 @@ func (s *Session) Register(x *Exchange) {
 	}
 	s.Idx[Ref].Add(ri)
 	s.Idx[Bridge].Add(bi)
-
-	// v2 replaces the node on a set over an existing file: it gets a new
-	// createdIndex, while the bridge's v3 key keeps its CreateRevision.
-	m := x.obj(Ref)
-	if m["action"] != "set" {
-		return
+	s.registerLife(x, ri, bi)
+	// A refresh is in v2's history but no watch ever gets it.
+	if n := x.Node(Bridge, "node"); n != nil && !x.Req[Bridge].BoolParam("refresh") {
+		s.written[bi] = written{action: x.Action(Bridge), node: n, prev: x.Node(Bridge, "prevNode")}
 	}
+}
+
+// FirstMatch returns the bridge's index of the first registered write in
+// [from, before) that a watch of key (recursive or not) matches, if any.
+func (s *Session) FirstMatch(key string, recursive bool, from, before uint64) (uint64, bool) {
+	var first uint64
+	found := false
+	for i, w := range s.written {
+		if i >= from && i < before && (!found || i < first) && watchMatches(key, recursive, w.action, w.node, w.prev) {
+			first, found = i, true
+		}
+	}
+	return first, found
+}
+
+// registerLife records a write that created a file (a new life) or, a set
+// over an existing file, replaced it.
+func (s *Session) registerLife(x *Exchange, ri, bi uint64) {
+	action := x.Action(Ref)
 	var key string
+	var fresh, replace bool
 	if n := x.Node(Ref, "node"); n != nil {
-		prev := x.Node(Ref, "prevNode")
-		if prev == nil || prev["dir"] != nil || n["dir"] != nil {
+		if n["dir"] != nil {
 			return
 		}
 		key = str(n["key"])
+		prev := x.Node(Ref, "prevNode")
+		ci, _ := numField(n, "createdIndex")
+		replace = action == "set" && prev != nil && prev["dir"] == nil
+		fresh = !replace && ci == ri
 	} else {
-		// Without the body: 200 (not 201) means a file was there; a set
-		// over a directory fails.
-		if x.Resp[Ref].Status != 200 || x.Req[Ref].BoolParam("dir") {
+		// noValueOnSuccess: 201 is a new node, a set's 200 a replaced file
+		// (a set over a directory fails); POST does not tell its key.
+		if x.Req[Ref].BoolParam("dir") || x.Req[Ref].Method == "POST" {
 			return
 		}
 		key = keyOfPath(x.Req[Ref].Path)
+		fresh = x.Resp[Ref].Status == 201
+		replace = action == "set" && x.Resp[Ref].Status == 200
 	}
-	key = s.normKey(Ref, key)
-	k, _ := s.Idx[Ref].Floor(ri)
-	if s.replaced[key] == nil {
-		s.replaced[key] = map[int]bool{}
+	switch {
+	case replace:
+		if l := s.lifeAt(key, ri); l != nil {
+			l.replaced[ri] = true
+		}
+	case fresh && !s.hasLife(key, ri):
+		s.lives[key] = append(s.lives[key], &life{refCreated: ri, bridgeCreated: bi, replaced: map[uint64]bool{}})
 	}
-	s.replaced[key][k] = true
+}
+
+// lifeAt is the life of key that the reference index before ri belongs to:
+// the latest one created before ri.
+func (s *Session) lifeAt(key string, ri uint64) *life {
+	var best *life
+	for _, l := range s.lives[key] {
+		if l.refCreated < ri && (best == nil || l.refCreated > best.refCreated) {
+			best = l
+		}
+	}
+	return best
+}
+
+// hasLife reports whether the life created at ri is known (a watch event
+// registers its write a second time).
+func (s *Session) hasLife(key string, ri uint64) bool {
+	for _, l := range s.lives[key] {
+		if l.refCreated == ri {
+			return true
+		}
+	}
+	return false
+}
+
+// OriginalCreate returns the bridge's index of the write that created the
+// file at key which the set at reference index ri replaced, if ri was such
+// a set.
+func (s *Session) OriginalCreate(key string, ri uint64) (uint64, bool) {
+	l := s.lifeAt(key, ri)
+	if l == nil || !l.replaced[ri] {
+		return 0, false
+	}
+	return l.bridgeCreated, true
 }
 
 // keyOfPath is the v2 key a /v2/keys URL path names.
@@ -279,10 +356,6 @@ func keyOfPath(p string) string {
 	p = path.Clean("/" + strings.TrimPrefix(p, "/v2/keys"))
 	return p
 }
-
-// Replaced reports whether write #k was a set that replaced the file at
-// (normalised) key, giving it createdIndex #k in v2.
-func (s *Session) Replaced(key string, k int) bool { return s.replaced[key][k] }
 
 func str(v any) string {
 	s, _ := v.(string)
@@ -441,8 +514,8 @@ func (s *Session) sameFloor(r, b uint64) bool {
 	return fr == fb
 }
 
-// diffValue walks two decoded JSON values. nodeKey is the (ref-normalised)
-// key of the enclosing node, field the name of v in its parent.
+// diffValue walks two decoded JSON values. nodeKey is the reference's key
+// of the enclosing node, field the name of v in its parent.
 func (s *Session) diffValue(where, field, nodeKey string, r, b any, code int, sorted bool) []Diff {
 	switch field {
 	case "modifiedIndex", "createdIndex":
@@ -484,7 +557,7 @@ func (s *Session) diffValue(where, field, nodeKey string, r, b any, code int, so
 		}
 		key := nodeKey
 		if k, ok := rv["key"].(string); ok {
-			key = s.normKey(Ref, k)
+			key = k
 		}
 		var out []Diff
 		for _, f := range unionKeys(rv, bv) {

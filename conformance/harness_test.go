@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log"
 	"net/url"
 	"os"
 	"regexp"
@@ -26,6 +27,8 @@ var (
 	flagLong = flag.Bool("long", false, "run many more random sequences (also: CONFORMANCE_LONG=1)")
 	flagOps  = flag.Int("ops", 0, "random operations to run (default 10000; 200000 with -long)")
 	flagSeqs = flag.Int("sequences", 0, "random sequences to run (overrides -ops)")
+
+	flagShowExcused = flag.Bool("show-excused", false, "log every difference an allow-list entry excuses")
 )
 
 // bridgeRingSize is the bridge's ring of recent events in the suite: v2's
@@ -134,16 +137,37 @@ func requestCtx(d time.Duration) (context.Context, context.CancelFunc) {
 // judge compares an exchange and splits its differences into excused ones
 // (counted per divergence) and failures.
 func judge(s *Session, x *Exchange, sorted bool) (failures []Diff, excused map[string]int) {
+	return excuse(s, x, s.Compare(x, sorted))
+}
+
+// excuse splits differences into excused ones and failures.
+func excuse(s *Session, x *Exchange, diffs []Diff) (failures []Diff, excused map[string]int) {
 	excused = map[string]int{}
-	for _, d := range s.Compare(x, sorted) {
-		if dv := Excuse(s, x, d); dv != nil {
-			excused[dv.ID]++
-			s.Tolerated[dv.ID]++
+	for _, d := range diffs {
+		dv := Excuse(s, x, d)
+		if dv == nil {
+			failures = append(failures, d)
 			continue
 		}
-		failures = append(failures, d)
+		excused[dv.ID]++
+		s.Tolerated[dv.ID]++
+		if *flagShowExcused {
+			log.Printf("excused by %s: %s\n%s", dv.ID, d, report(x, nil))
+		}
 	}
 	return failures, excused
+}
+
+// undeclared lists the excused divergences that are not in allowed.
+func undeclared(excused map[string]int, allowed map[string]bool) []string {
+	var out []string
+	for id := range excused {
+		if !allowed[id] {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func report(x *Exchange, diffs []Diff) string {

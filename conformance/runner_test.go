@@ -53,6 +53,24 @@ const caseTimeout = 3 * time.Minute
 type scriptCase struct {
 	Name  string
 	Steps []step
+	// May lists the divergences the case may show beyond its steps'
+	// Expect lists; any other excuse fails the case (a case that stops
+	// testing what it names must not pass on an allow-list entry).
+	May []string
+}
+
+// allowed is the set of divergences a case may show.
+func (c scriptCase) allowed() map[string]bool {
+	out := map[string]bool{}
+	for _, id := range c.May {
+		out[id] = true
+	}
+	for _, st := range c.Steps {
+		for _, id := range st.Expect {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 type caseRun struct {
@@ -63,12 +81,14 @@ type caseRun struct {
 	v       vars
 	watches map[string]*watchPair
 	n       int
+	allowed map[string]bool // the divergences the case declares
 }
 
 func (e *env) runCase(t *testing.T, c scriptCase) {
 	e.clearTree(t)
 	ctx, cancel := ctxFor(t, caseTimeout)
-	r := &caseRun{t: t, ctx: ctx, e: e, s: NewSession(), v: newVars(), watches: map[string]*watchPair{}}
+	r := &caseRun{t: t, ctx: ctx, e: e, s: NewSession(), v: newVars(), watches: map[string]*watchPair{},
+		allowed: c.allowed()}
 	defer func() {
 		cancel()
 		for _, w := range r.watches {
@@ -139,22 +159,17 @@ func (r *caseRun) finish(label string, st step, x *Exchange, watchResp [2]*Respo
 	if st.Save != "" {
 		r.v.save(st.Save, x, watchResp)
 	}
-	var fails []Diff
-	excused := map[string]int{}
-	if st.Shape {
-		for _, d := range compareShape(x) {
-			if dv := Excuse(r.s, x, d); dv != nil {
-				excused[dv.ID]++
-				r.s.Tolerated[dv.ID]++
-				continue
-			}
-			fails = append(fails, d)
-		}
-	} else {
-		fails, excused = judge(r.s, x, x.Req[Ref].BoolParam("sorted"))
+	diffs := compareShape(x)
+	if !st.Shape {
+		diffs = r.s.Compare(x, x.Req[Ref].BoolParam("sorted"))
 	}
+	fails, excused := excuse(r.s, x, diffs)
 	if len(fails) > 0 {
 		t.Errorf("%s: undocumented divergence\n%s", label, report(x, fails))
+	}
+	if bad := undeclared(excused, r.allowed); len(bad) > 0 {
+		t.Errorf("%s: divergence %q excused, but the case does not declare it (a step's Expect or the case's "+
+			"May)\n%s", label, bad, report(x, nil))
 	}
 	for _, id := range st.Expect {
 		if excused[id] == 0 {
