@@ -135,3 +135,26 @@ func TestJournalIsBelievedOnlyWhenItMatchesItsRevision(t *testing.T) {
 		}
 	}
 }
+
+// TestExpireEventsHaveNoTTLLeft: v2 took an expired node's prevNode at the
+// moment of expiry; decoding the event later (a replay from history) must
+// not count its ttl from now.
+func TestExpireEventsHaveNoTTLLeft(t *testing.T) {
+	l, _ := NewLayout("", "_v2bridge/")
+	exp := time.Now().Add(-3 * time.Second)
+	ls := Leases{9: exp}
+	evs := []V3Event{
+		{Delete: true, KV: KV{Key: "/t"}, Prev: &KV{Key: "/t", Value: []byte("1"), CreateRevision: 4, ModRevision: 4, Lease: 9}},
+		{Delete: true, KV: KV{Key: l.MarkerKey("/d")}, Prev: &KV{Key: l.MarkerKey("/d"), CreateRevision: 3, ModRevision: 3, Lease: 9}},
+	}
+	out, _, _ := l.DecodeRevision(6, evs, ls, time.Now())
+	if len(out) != 2 {
+		t.Fatalf("events %v", out)
+	}
+	for _, ev := range out {
+		if ev.Action != ActionExpire || ev.PrevNode.TTL != 0 || ev.PrevNode.Expiration == nil {
+			t.Errorf("%s %s: prevNode ttl %d, expiration %v; want no ttl and the expiration", ev.Action, ev.Node.Key,
+				ev.PrevNode.TTL, ev.PrevNode.Expiration)
+		}
+	}
+}
