@@ -317,6 +317,19 @@ func TestWatchHistory(t *testing.T) {
 	if r.status != 200 || !strings.Contains(r.body, `"value":"1"`) {
 		t.Fatalf("history replay: %d %s", r.status, r.body)
 	}
+	// A bridge started after the writes has none of them in its ring: the
+	// same watch is caught up by a replay of v3 history, and its events are
+	// then kept, so a re-watch there is answered from memory.
+	fresh := v2bridgetest.StartBridge(t, e.cluster.Endpoints(), v2bridgetest.Options{})
+	for i := 0; i < 2; i++ {
+		r = do(t, "GET", fresh.URL, "/v2/keys/hist", form("wait", "true", "waitIndex", fmt.Sprint(first)))
+		if r.status != 200 || !strings.Contains(r.body, `"value":"1"`) {
+			t.Fatalf("history replay on a fresh bridge: %d %s", r.status, r.body)
+		}
+	}
+	if n := metricValue(t, fresh.Registry, "v2bridge_watch_history_replays_total"); n != 1 {
+		t.Errorf("%v replays for two watches of the same history, want 1 (the second from memory)", n)
+	}
 	cur, err := v3.Get(ctx, "x")
 	if err != nil {
 		t.Fatal(err)
@@ -334,6 +347,25 @@ func TestWatchHistory(t *testing.T) {
 	}
 	if want := fmt.Sprintf("[%d/%d]", cur.Header.Revision, int(first)); !strings.HasSuffix(m["cause"].(string), want) {
 		t.Errorf("cause %q, want suffix %s", m["cause"], want)
+	}
+}
+
+// TestWatchIndexesOverTheWholeRange: a waitIndex anywhere in uint64 is a
+// future index that the watch waits for, as in v2 (none answers at once or
+// overflows into the past).
+func TestWatchIndexesOverTheWholeRange(t *testing.T) {
+	e := newEnv(t, v2bridgetest.Options{})
+	before := metricValue(t, e.bridge.Registry, "v2bridge_v2_watchers")
+	var chans []<-chan v2event
+	for _, idx := range []string{"9223372036854775807", "9223372036854775808", "18446744073709551615"} {
+		chans = append(chans, startWatch(t, e.url, "/far", "waitIndex", idx))
+	}
+	do(t, "PUT", e.url, "/v2/keys/far", form("value", "1"))
+	waitFor(t, 10*time.Second, "the three watches registered", func() bool {
+		return metricValue(t, e.bridge.Registry, "v2bridge_v2_watchers") == before+3
+	})
+	for _, ch := range chans {
+		expectNoEvent(t, ch, 200*time.Millisecond)
 	}
 }
 
