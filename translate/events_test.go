@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -156,5 +157,21 @@ func TestExpireEventsHaveNoTTLLeft(t *testing.T) {
 			t.Errorf("%s %s: prevNode ttl %d, expiration %v; want no ttl and the expiration", ev.Action, ev.Node.Key,
 				ev.PrevNode.TTL, ev.PrevNode.Expiration)
 		}
+	}
+}
+
+// TestEncodedIsWhatAnEncoderWrites: the bytes shared among watchers are the
+// ones each would have written itself.
+func TestEncodedIsWhatAnEncoderWrites(t *testing.T) {
+	v := "<b>&"
+	ev := &Event{Action: ActionSet, Node: &Node{Key: "/a", Value: &v, ModifiedIndex: 3, CreatedIndex: 3},
+		PrevNode: &Node{Key: "/a", Value: &v, ModifiedIndex: 2, CreatedIndex: 2}}
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(ev); err != nil {
+		t.Fatal(err)
+	}
+	ev.Encode()
+	if string(ev.Encoded) != buf.String() {
+		t.Fatalf("Encoded %q, encoder %q", ev.Encoded, buf.String())
 	}
 }

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 )
@@ -41,6 +42,19 @@ type Event struct {
 	// removed (itself included): v2 tells watchers on those paths, and only
 	// those, of the deletion. Nil when unknown.
 	Removed map[string]bool `json:"-"`
+	// Encoded, when set, is the event's JSON and a newline, as
+	// json.Encoder writes it: an event that reaches many watchers is
+	// encoded once. Whoever sets it no longer changes the event.
+	Encoded []byte `json:"-"`
+}
+
+// Encode sets Encoded from the event as it is now.
+func (e *Event) Encode() {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return // plain fields: cannot fail
+	}
+	e.Encoded = append(b, '\n')
 }
 
 // IsCreated reports whether v2 answers this event with 201.

@@ -266,7 +266,14 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Re
 	}
 	enc := json.NewEncoder(w)
 	send := func(ev *translate.Event) bool {
-		if err := enc.Encode(ev); err != nil || !req.Stream {
+		var err error
+		if ev.Encoded != nil {
+			// Encoded once for every watcher the event reaches.
+			_, err = w.Write(ev.Encoded)
+		} else {
+			err = enc.Encode(ev)
+		}
+		if err != nil || !req.Stream {
 			return false
 		}
 		if fl != nil {

@@ -19,6 +19,12 @@ func watchEvent(action, key, value string, index uint64) *translate.Event {
 		ModifiedIndex: index, CreatedIndex: index}, EtcdIndex: index}
 }
 
+// encoded sets the bytes the backend shares among watchers.
+func encoded(ev *translate.Event) *translate.Event {
+	ev.Encode()
+	return ev
+}
+
 // eventLine is the body line v2 writes for ev.
 func eventLine(t *testing.T, ev *translate.Event) string {
 	t.Helper()
@@ -149,7 +155,7 @@ func TestWatchStreamWritesOneFlushedObjectPerLine(t *testing.T) {
 	}
 	for i, ev := range []*translate.Event{
 		watchEvent("set", "/dir/a", "1", 4),
-		watchEvent("create", "/dir/b", "2", 5),
+		encoded(watchEvent("create", "/dir/b", "2", 5)), // shared bytes, as the backend hands them over
 		{Action: "delete", Node: &translate.Node{Key: "/dir/a", ModifiedIndex: 6, CreatedIndex: 4},
 			PrevNode: &translate.Node{Key: "/dir/a", Value: strp("1"), ModifiedIndex: 4, CreatedIndex: 4}},
 	} {

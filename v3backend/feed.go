@@ -231,6 +231,9 @@ func (f *feed) decode(g []*clientv3.Event) hub.Batch {
 			translate.SetRemoved(evs, d, f.b.sweep(f.s, d, rev))
 		}
 	}
+	for _, ev := range evs {
+		ev.Encode()
+	}
 	return hub.Batch{Rev: rev, Events: evs}
 }
 
