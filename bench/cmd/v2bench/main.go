@@ -160,30 +160,56 @@ func has(list []string, s string) bool {
 	return false
 }
 
-// runKV runs the key-value workloads: one bridge child (the bridge and
-// direct-v3 share its etcd member), one etcd v2, one v2v3, all running for
-// the whole section; each run uses fresh keys.
+// runKV runs the key-value workloads on as few server processes as the
+// comparisons allow, all running for the whole section: one bridge child
+// over its embedded member (v2bridge and direct-v3), one etcd 3.5 (etcd-v2
+// on its v2 store; direct-v3-ext on its v3 API; v2bridge-ext, a bridge child
+// of its own, in front of that v3 API), one v2v3. Systems sharing a process
+// use disjoint key spaces (the v2 store is apart from v3; direct clientv3
+// keys sit under v3bench/, outside the bridge's range), and each run uses
+// fresh keys.
 func runKV(cfg *config, res *results) {
 	logf("key-value workloads")
 	benches := map[string]*kvBench{}
-	var bridge *instance
+	procs := map[string]*instance{} // by server process: embedded, etcd35, ext-bridge, v2v3
+	proc := func(name string, start func() (*instance, error)) *instance {
+		if in := procs[name]; in != nil {
+			return in
+		}
+		in, err := start()
+		if err != nil {
+			fatalf("starting %s: %v", name, err)
+		}
+		procs[name] = in
+		return in
+	}
+	etcd35 := func() (*instance, error) { return startV2Ref(false) }
+	var order []*instance
 	for _, sys := range cfg.systems {
 		var in *instance
-		var err error
-		if (sys == sysBridge || sys == sysV3) && bridge != nil {
-			in = bridge
-		} else {
-			in, err = startInstance(sys)
-			if err != nil {
-				fatalf("starting %s: %v", sys, err)
+		n := len(procs)
+		switch sys {
+		case sysBridge, sysV3:
+			in = proc("embedded", func() (*instance, error) { return startBridgeChild("") })
+		case sysV2, sysV3Ext:
+			in = proc("etcd35", etcd35)
+		case sysBridgeExt:
+			etcd := proc("etcd35", etcd35)
+			if len(procs) > n {
+				order = append(order, etcd)
+				n++
 			}
-			defer in.Stop()
-			if in.kind == sysBridge {
-				bridge = in
-			}
+			in = proc("ext-bridge", func() (*instance, error) { return startExtBridge(etcd) })
+		case sysV2V3:
+			in = proc("v2v3", func() (*instance, error) { return startV2Ref(true) })
+		default:
+			fatalf("unknown system %q", sys)
+		}
+		if len(procs) > n {
+			order = append(order, in)
 		}
 		b := &kvBench{in: in, cfg: cfg, res: res, sys: sys, profiled: map[string]bool{}}
-		if sys == sysV3 {
+		if isV3(sys) {
 			b.k = v3kv{in.V3()}
 		} else {
 			b.k = newV2KV(in.v2URL)
@@ -193,6 +219,12 @@ func runKV(cfg *config, res *results) {
 		}
 		benches[sys] = b
 	}
+	// Stop in reverse start order: a bridge before the etcd behind it.
+	defer func() {
+		for i := len(order) - 1; i >= 0; i-- {
+			order[i].Stop()
+		}
+	}()
 	defer func() {
 		for _, b := range benches {
 			closeIdle(b.k)
