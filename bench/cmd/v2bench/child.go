@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,42 +24,53 @@ import (
 // childCommand is the hidden first argument that turns the benchmark binary
 // into the bridge under test: an embedded etcd member plus the bridge, in one
 // process of their own, so the benchmark can read the server's RSS from
-// /proc/<pid>/status and its CPU never mixes with the clients'.
+// /proc/<pid>/status and its CPU never mixes with the clients'. With
+// -endpoints the child starts no etcd and runs the bridge alone in front of
+// those (the v2bridge-ext system: the bridge as deployed, its own process in
+// front of an external etcd).
 const childCommand = "__serve-bridge"
 
 // serveBridge runs in the child. It prints "READY <bridge-url> <etcd-url>"
-// on stdout once both serve, and shuts down when stdin reaches EOF (the
-// parent closed it or died).
+// on stdout once both serve (with -endpoints, etcd-url is the first of
+// them), and shuts down when stdin reaches EOF (the parent closed it or
+// died).
 func serveBridge(args []string) error {
 	fs := flag.NewFlagSet(childCommand, flag.ContinueOnError)
 	hbTimeout := fs.Duration("heartbeat-timeout", 0, "backend heartbeat deadline (0: the bridge's default)")
 	hbFailures := fs.Int("heartbeat-failures", 0, "missed heartbeats that declare the backend lost (0: default)")
+	endpoints := fs.String("endpoints", "", "comma-separated client URLs of an external etcd (empty: start an embedded member)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	raiseNofile()
-	dir, err := os.MkdirTemp("", "v2bench-bridge-*")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
 
-	var etcdURL string
-	var stopEtcd func()
-	for attempt := 0; ; attempt++ {
-		cu, pu := freeURL(), freeURL()
-		e, err := v3backend.StartEmbedded(v3backend.EmbeddedConfig{Name: "bench", Dir: dir + "/etcd",
-			ClientURL: cu, PeerURL: pu, LogLevel: "fatal"})
-		if err == nil {
-			etcdURL, stopEtcd = cu, e.Close
-			break
+	var eps []string
+	for _, e := range strings.Split(*endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
 		}
-		if attempt == 3 {
+	}
+	if len(eps) == 0 {
+		dir, err := os.MkdirTemp("", "v2bench-bridge-*")
+		if err != nil {
 			return err
 		}
-		_ = os.RemoveAll(dir + "/etcd")
+		defer os.RemoveAll(dir)
+		for attempt := 0; ; attempt++ {
+			cu, pu := freeURL(), freeURL()
+			e, err := v3backend.StartEmbedded(v3backend.EmbeddedConfig{Name: "bench", Dir: dir + "/etcd",
+				ClientURL: cu, PeerURL: pu, LogLevel: "fatal"})
+			if err == nil {
+				eps = []string{cu}
+				defer e.Close()
+				break
+			}
+			if attempt == 3 {
+				return err
+			}
+			_ = os.RemoveAll(dir + "/etcd")
+		}
 	}
-	defer stopEtcd()
 
 	layout, err := translate.NewLayout("", "_v2bridge/")
 	if err != nil {
@@ -73,7 +85,7 @@ func serveBridge(args []string) error {
 	reg.MustRegister(collectors.NewGoCollector())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	br, err := server.New(ctx, server.Config{Registry: reg, AdvertiseURLs: []string{u},
-		Backend: v3backend.Config{Endpoints: []string{etcdURL}, Layout: layout,
+		Backend: v3backend.Config{Endpoints: eps, Layout: layout,
 			HeartbeatTimeout: *hbTimeout, HeartbeatFailures: *hbFailures}})
 	cancel()
 	if err != nil {
@@ -88,7 +100,7 @@ func serveBridge(args []string) error {
 	mux.Handle("/debug/vars", expvar.Handler())
 	br.Serve(ln, mux, nil)
 
-	fmt.Printf("READY %s %s\n", u, etcdURL)
+	fmt.Printf("READY %s %s\n", u, eps[0])
 	_, _ = io.Copy(io.Discard, os.Stdin)
 
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)

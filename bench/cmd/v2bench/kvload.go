@@ -23,9 +23,11 @@ type loadResult struct {
 func (r loadResult) perSec(n int) float64 { return float64(n) / r.dur.Seconds() }
 
 // runLoad runs clients closed loops of op for warm+dur; only operations
-// started after the warm-up and finished before the end count.
-func runLoad(pid, clients int, warm, dur time.Duration, op func(ctx context.Context, worker, i int) (bool, error)) loadResult {
-	cpu0 := cpuSeconds(pid)
+// started after the warm-up and finished before the end count. The server
+// CPU is that of all in's processes (for v2bridge-ext the bridge and its
+// etcd).
+func runLoad(in *instance, clients int, warm, dur time.Duration, op func(ctx context.Context, worker, i int) (bool, error)) loadResult {
+	cpu0 := in.cpu()
 	start := time.Now()
 	measureFrom, end := start.Add(warm), start.Add(warm+dur)
 	ctx, cancel := context.WithDeadline(context.Background(), end.Add(30*time.Second))
@@ -85,7 +87,7 @@ func runLoad(pid, clients int, warm, dur time.Duration, op func(ctx context.Cont
 		}()
 	}
 	wg.Wait()
-	res.cpu = cpuSeconds(pid) - cpu0
+	res.cpu = in.cpu() - cpu0
 	return res
 }
 
@@ -185,7 +187,7 @@ func (b *kvBench) runWorkload(i, run int) {
 // PUT sequential: latency.
 func (b *kvBench) putSeq(ns string) {
 	c := b.cfg
-	r := runLoad(b.in.pid, 1, c.warm, c.dur, func(ctx context.Context, _, i int) (bool, error) {
+	r := runLoad(b.in, 1, c.warm, c.dur, func(ctx context.Context, _, i int) (bool, error) {
 		_, err := b.k.put(ctx, fmt.Sprintf("%s/seq/k%d", ns, i%100), value64)
 		return true, err
 	})
@@ -198,7 +200,7 @@ func (b *kvBench) putSeq(ns string) {
 // PUT, 64 clients: throughput.
 func (b *kvBench) put64(ns string) {
 	c := b.cfg
-	r := runLoad(b.in.pid, 64, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
+	r := runLoad(b.in, 64, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
 		_, err := b.k.put(ctx, fmt.Sprintf("%s/put64/c%d/k%d", ns, w, i%16), value64)
 		return true, err
 	})
@@ -218,7 +220,7 @@ func (b *kvBench) cas16(ns string) {
 		return
 	}
 	idxs := make([]uint64, 16)
-	r := runLoad(b.in.pid, 16, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
+	r := runLoad(b.in, 16, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
 		if idxs[w] == 0 {
 			x, err := b.k.getIndex(ctx, casKey)
 			if err != nil {
@@ -247,7 +249,7 @@ func (b *kvBench) get64(quorum bool) {
 	if quorum {
 		name = "get-64-quorum"
 	}
-	r := runLoad(b.in.pid, 64, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
+	r := runLoad(b.in, 64, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
 		return true, b.k.get(ctx, fmt.Sprintf("/bench/get/k%04d", (w*7+i)%100), quorum)
 	})
 	b.report(name, r)
@@ -262,7 +264,7 @@ func (b *kvBench) getRecursive(string) {
 	if err != nil || n != 1000 {
 		b.res.note("get-recursive-1000 on %s: the directory lists %d keys (err %s)", b.sys, n, fmtErr(err))
 	}
-	r := runLoad(b.in.pid, 8, c.warm, c.dur, func(ctx context.Context, _, _ int) (bool, error) {
+	r := runLoad(b.in, 8, c.warm, c.dur, func(ctx context.Context, _, _ int) (bool, error) {
 		_, err := b.k.list(ctx, "/bench/dir1000", false)
 		return true, err
 	})
@@ -288,7 +290,7 @@ func (b *kvBench) ttlCycle(ns string) {
 		step   int
 	}
 	leases := make([]lease, 64)
-	r := runLoad(b.in.pid, 64, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
+	r := runLoad(b.in, 64, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
 		l := &leases[w]
 		key := fmt.Sprintf("%s/ttl/c%d/k%d", ns, w, l.key)
 		var err error

@@ -1,8 +1,9 @@
 // Command v2bench measures v2bridge side by side with direct clientv3 on the
-// same etcd member, a real etcd v2 server and etcd's own v2v3 emulation, all
-// started by the benchmark on loopback, and prints a markdown table (also
-// written to bench/RESULTS*.md) plus one JSON object per figure
-// (bench/results*.jsonl).
+// same etcd member, a real etcd v2 server and etcd's own v2v3 emulation, and
+// the bridge as deployed (its own process in front of an external etcd,
+// beside that etcd's own v2 and v3 APIs), all started by the benchmark on
+// loopback, and prints a markdown table (also written to bench/RESULTS*.md)
+// plus one JSON object per figure (bench/results*.jsonl).
 //
 //	go run ./bench/cmd/v2bench -mode full    # make bench        (< 10 min)
 //	go run ./bench/cmd/v2bench -mode quick   # make bench-quick  (< 2 min)
@@ -10,8 +11,11 @@
 //
 // The bridge and its embedded etcd member run in a child process (this
 // binary re-executed), the etcd v2 and v2v3 servers in v2ref child
-// processes; the server RSS per watcher is read from /proc/<pid>/status of
-// that process. The load generators run in this process.
+// processes; v2bridge-ext is this binary re-executed with -endpoints, in
+// front of the etcd 3.5 of a v2ref child. The server RSS per watcher and
+// CPU per operation are read from /proc of those processes (summed over the
+// bridge child and its etcd for v2bridge-ext). The load generators run in
+// this process.
 package main
 
 import (
@@ -160,30 +164,56 @@ func has(list []string, s string) bool {
 	return false
 }
 
-// runKV runs the key-value workloads: one bridge child (the bridge and
-// direct-v3 share its etcd member), one etcd v2, one v2v3, all running for
-// the whole section; each run uses fresh keys.
+// runKV runs the key-value workloads on as few server processes as the
+// comparisons allow, all running for the whole section: one bridge child
+// over its embedded member (v2bridge and direct-v3), one etcd 3.5 (etcd-v2
+// on its v2 store; direct-v3-ext on its v3 API; v2bridge-ext, a bridge child
+// of its own, in front of that v3 API), one v2v3. Systems sharing a process
+// use disjoint key spaces (the v2 store is apart from v3; direct clientv3
+// keys sit under v3bench/, outside the bridge's range), and each run uses
+// fresh keys.
 func runKV(cfg *config, res *results) {
 	logf("key-value workloads")
 	benches := map[string]*kvBench{}
-	var bridge *instance
+	procs := map[string]*instance{} // by server process: embedded, etcd35, ext-bridge, v2v3
+	proc := func(name string, start func() (*instance, error)) *instance {
+		if in := procs[name]; in != nil {
+			return in
+		}
+		in, err := start()
+		if err != nil {
+			fatalf("starting %s: %v", name, err)
+		}
+		procs[name] = in
+		return in
+	}
+	etcd35 := func() (*instance, error) { return startV2Ref(false) }
+	var order []*instance
 	for _, sys := range cfg.systems {
 		var in *instance
-		var err error
-		if (sys == sysBridge || sys == sysV3) && bridge != nil {
-			in = bridge
-		} else {
-			in, err = startInstance(sys)
-			if err != nil {
-				fatalf("starting %s: %v", sys, err)
+		n := len(procs)
+		switch sys {
+		case sysBridge, sysV3:
+			in = proc("embedded", func() (*instance, error) { return startBridgeChild("") })
+		case sysV2, sysV3Ext:
+			in = proc("etcd35", etcd35)
+		case sysBridgeExt:
+			etcd := proc("etcd35", etcd35)
+			if len(procs) > n {
+				order = append(order, etcd)
+				n++
 			}
-			defer in.Stop()
-			if in.kind == sysBridge {
-				bridge = in
-			}
+			in = proc("ext-bridge", func() (*instance, error) { return startExtBridge(etcd) })
+		case sysV2V3:
+			in = proc("v2v3", func() (*instance, error) { return startV2Ref(true) })
+		default:
+			fatalf("unknown system %q", sys)
+		}
+		if len(procs) > n {
+			order = append(order, in)
 		}
 		b := &kvBench{in: in, cfg: cfg, res: res, sys: sys, profiled: map[string]bool{}}
-		if sys == sysV3 {
+		if isV3(sys) {
 			b.k = v3kv{in.V3()}
 		} else {
 			b.k = newV2KV(in.v2URL)
@@ -193,6 +223,12 @@ func runKV(cfg *config, res *results) {
 		}
 		benches[sys] = b
 	}
+	// Stop in reverse start order: a bridge before the etcd behind it.
+	defer func() {
+		for i := len(order) - 1; i >= 0; i-- {
+			order[i].Stop()
+		}
+	}()
 	defer func() {
 		for _, b := range benches {
 			closeIdle(b.k)
@@ -330,7 +366,10 @@ func header(cfg *config, elapsed time.Duration) string {
 		cfg.runs, elapsed.Round(time.Second))
 	b.WriteString("Systems, all on loopback, started by the benchmark: **v2bridge** over an embedded etcd 3.6 member " +
 		"(bridge and member in one child process); **direct clientv3** to that same member; **etcd v2** = etcd 3.5 " +
-		"with the v2 store (v2ref); **etcd v2v3** = etcd 3.5's experimental v2-over-v3 emulation (v2ref --v2v3). " +
+		"with the v2 store (v2ref); **etcd v2v3** = etcd 3.5's experimental v2-over-v3 emulation (v2ref --v2v3); " +
+		"**v2bridge-ext** = the bridge as deployed, in a child process of its own (`--endpoints`), in front of the " +
+		"v3 API of an external etcd 3.5 (v2ref, v2 store enabled too); **direct-v3-ext** = clientv3 straight to that " +
+		"same etcd 3.5. The -ext columns compare the bridge with the v3 and the v2 API of one and the same etcd. " +
 		"v2 traffic is raw HTTP/1.1 with keep-alive; v3 traffic is clientv3. Clients run in the benchmark process, " +
 		"on the same 2 cores.\n\n")
 	if cfg.kv {
@@ -338,22 +377,32 @@ func header(cfg *config, elapsed time.Duration) string {
 			"GET = Get (serializable; quorum = linearizable), CAS = Txn(mod revision) with Else(Get), recursive GET = "+
 			"prefix Get, TTL create = Grant + create-if-absent Txn with the lease, refresh = KeepAliveOnce. "+
 			"ttl-cycle: each client creates a key with prevExist=false&ttl=60, renews it 4 times with "+
-			"prevIndex&ttl=60, then moves on to a new key. Server CPU per op = CPU time of the server process "+
-			"(bridge + its etcd; etcd for the others) over the whole load ÷ operations. Throughputs depend on the "+
+			"prevIndex&ttl=60, then moves on to a new key. One process per server for the whole section, shared where the "+
+			"comparison needs it: v2bridge and direct-v3 use the one bridge child's embedded member; etcd v2, "+
+			"direct-v3-ext and v2bridge-ext use one etcd 3.5 process (its v2 store, its v3 API directly, its v3 API "+
+			"through the bridge child), in disjoint key spaces (v2 store apart from v3; direct clientv3 keys under "+
+			"v3bench/, outside the bridge's range); the loads run one at a time, systems taking turns. "+
+			"Server CPU per op = CPU time of the server processes over the whole load ÷ operations: bridge + its "+
+			"embedded etcd (one process) for v2bridge; for v2bridge-ext the bridge process **plus** the etcd 3.5 "+
+			"process behind it; that etcd alone for etcd v2, direct-v3-ext and the others. Throughputs depend on the "+
 			"machine's other load; the CPU-per-op rows much less.\n\n", cfg.dur, cfg.warm)
 	}
 	if cfg.watch {
 		fmt.Fprintf(&b, "Watch loads: every v2 watcher has its own connection and behaves like a v2 client (one-shot "+
 			"long-poll, re-watch with waitIndex=modifiedIndex+1); direct-v3 watchers are clientv3 watch streams. "+
-			"Each run starts a fresh server process. watch-idle-N: N watchers recursive on one directory plus %d on "+
-			"distinct other keys; RSS per watcher = (server VmRSS with watchers − before) / (N+%d); then one write "+
+			"Each run starts fresh server processes, not shared between systems (v2bridge-ext: a new etcd 3.5 and a "+
+			"bridge child in front of it; direct-v3-ext: a new etcd 3.5). watch-idle-N: N watchers recursive on one directory plus %d on "+
+			"distinct other keys; RSS per watcher = (server VmRSS with watchers − before) / (N+%d), for v2bridge-ext "+
+			"the bridge's plus its etcd's; then one write "+
 			"(fan-out to all N) and a writer at a steady rate (20 w/s for %v at N=1,000; 2 w/s for %v at N=10,000). "+
 			"watch-sustained-%d: the writer never runs more than %d writes ahead of the slowest watcher (waiting at most %v), for %v. "+
 			"Latency is from the start of the write to the watcher's receipt of the event; lost = events a watcher "+
 			"should have seen but did not within %v of the last write (or after 2 s without any receipt). Server CPU per delivery = CPU time of the "+
-			"server process (bridge + its etcd; etcd for the others) over the phase ÷ events delivered.\n\n",
+			"server processes (bridge + its etcd; for v2bridge-ext the bridge process plus the etcd process; etcd for "+
+			"the others) over the phase ÷ events delivered.\n\n",
 			keyWatches, keyWatches, cfg.idleSteady[1000], cfg.idleSteady[10000], max(cfg.sustainedN, 1000), cfg.window, cfg.stallAfter, cfg.sustained, cfg.drain)
 	}
-	b.WriteString("↑ higher is better, ↓ lower is better; ratios are bridge ÷ other.\n")
+	b.WriteString("↑ higher is better, ↓ lower is better; ratios are bridge ÷ other (bridge-ext ÷ other for the " +
+		"v2bridge-ext ratios, against the same etcd 3.5).\n")
 	return b.String()
 }

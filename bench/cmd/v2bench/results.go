@@ -113,18 +113,32 @@ func fmtNum(v float64) string {
 // commas formats n with thousands separators, as migrate's progress does.
 func commas(n int64) string { return migrate.Count(int(n)) }
 
+// ratioCols are the ratio columns, numerator ÷ denominator: the bridge over
+// its embedded member against the others, then the bridge in its own
+// process against the same external etcd's v3 and v2 APIs.
+var ratioCols = []struct{ title, num, den string }{
+	{"bridge/direct-v3", sysBridge, sysV3},
+	{"bridge/etcd-v2", sysBridge, sysV2},
+	{"bridge/v2v3", sysBridge, sysV2V3},
+	{"bridge-ext/direct-v3-ext", sysBridgeExt, sysV3Ext},
+	{"bridge-ext/etcd-v2", sysBridgeExt, sysV2},
+}
+
 // markdown renders the table: each cell the median of its runs, then the
-// bridge's ratio to each other system.
+// ratio columns.
 func (r *results) markdown(header string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var b strings.Builder
 	b.WriteString(header)
-	b.WriteString("\n| workload | metric | unit | v2bridge | direct clientv3 | etcd v2 | etcd v2v3 | bridge/direct-v3 | bridge/etcd-v2 | bridge/v2v3 |\n")
-	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("\n| workload | metric | unit | v2bridge | direct clientv3 | etcd v2 | etcd v2v3 | v2bridge-ext | direct-v3-ext |")
+	for _, rc := range ratioCols {
+		b.WriteString(" " + rc.title + " |")
+	}
+	b.WriteString("\n|---|---|---|" + strings.Repeat("--:|", len(allSystems)+len(ratioCols)) + "\n")
 	for _, rw := range r.rows {
 		med := map[string]float64{}
-		cells := make([]string, 0, 4)
+		cells := make([]string, 0, len(allSystems))
 		for _, sys := range allSystems {
 			k := cellKey{rw.workload, rw.metric, sys}
 			if why, ok := r.na[k]; ok {
@@ -145,9 +159,9 @@ func (r *results) markdown(header string) string {
 			cells = append(cells, c)
 		}
 		var ratios []string
-		for _, sys := range allSystems[1:] {
-			bv, ok1 := med[sysBridge]
-			ov, ok2 := med[sys]
+		for _, rc := range ratioCols {
+			bv, ok1 := med[rc.num]
+			ov, ok2 := med[rc.den]
 			switch {
 			case !ok1 || !ok2:
 				ratios = append(ratios, "")

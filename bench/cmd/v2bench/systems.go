@@ -22,24 +22,36 @@ import (
 	"github.com/v2bridge/v2bridge/internal/v2ref"
 )
 
-// The four systems, in table order.
+// The systems, in table order.
 const (
 	sysBridge = "v2bridge"
 	sysV3     = "direct-v3"
 	sysV2     = "etcd-v2"
 	sysV2V3   = "etcd-v2v3"
+	// The bridge as deployed: its own process, in front of the etcd 3.5
+	// server that also serves etcd-v2 (its v3 API, on the same client URL).
+	sysBridgeExt = "v2bridge-ext"
+	// clientv3 straight to that etcd 3.5 server.
+	sysV3Ext = "direct-v3-ext"
 )
 
-var allSystems = []string{sysBridge, sysV3, sysV2, sysV2V3}
+var allSystems = []string{sysBridge, sysV3, sysV2, sysV2V3, sysBridgeExt, sysV3Ext}
 
-// instance is one running server process: a bridge child (which also holds
-// the etcd member that direct-v3 talks to) or a v2ref child.
+// isV3 reports whether sys is driven through clientv3 rather than v2 HTTP.
+func isV3(sys string) bool { return sys == sysV3 || sys == sysV3Ext }
+
+// instance is one system's server: a bridge child (which, without
+// -endpoints, also holds the etcd member that direct-v3 talks to), a v2ref
+// child, or a bridge child in front of a v2ref child (v2bridge-ext).
 type instance struct {
-	kind    string // sysBridge (serves sysBridge and sysV3), sysV2 or sysV2V3
+	kind    string // sysBridge for any bridge child, else sysV2 or sysV2V3 (a v2ref child)
 	v2URL   string // v2 HTTP API
 	etcdURL string // v3 gRPC (and etcd's /metrics)
-	pid     int
-	stop    func() error
+	pid     int    // the process serving v2URL (the bridge child for v2bridge-ext)
+	// pids are every server process the system's CPU and RSS count: for
+	// v2bridge-ext the bridge child and the etcd behind it.
+	pids []int
+	stop func() error
 
 	once sync.Once
 	v3   *clientv3.Client
@@ -52,6 +64,22 @@ func (in *instance) Stop() {
 	if err := in.stop(); err != nil {
 		warnf("stopping %s: %v", in.kind, err)
 	}
+}
+
+// cpu is the CPU seconds all of the instance's server processes have used.
+func (in *instance) cpu() float64 { return cpuSeconds(in.pids...) }
+
+// rss is the summed VmRSS of the instance's server processes.
+func (in *instance) rss() (float64, error) {
+	var sum float64
+	for _, p := range in.pids {
+		v, err := rssKiB(p)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
 }
 
 // V3 is a clientv3 client of the instance's etcd member.
@@ -67,28 +95,72 @@ func (in *instance) V3() *clientv3.Client {
 	return in.v3
 }
 
-// startInstance starts the server process that serves system sys.
+// startInstance starts the server processes that serve system sys, fresh
+// and its own: v2bridge-ext gets an etcd 3.5 of its own here (runKV shares
+// one between etcd-v2, direct-v3-ext and v2bridge-ext instead).
 func startInstance(sys string) (*instance, error) {
 	switch sys {
 	case sysBridge, sysV3:
-		return startBridgeChild()
-	case sysV2, sysV2V3:
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		s, err := v2ref.Start(ctx, v2ref.Options{V2V3: sys == sysV2V3})
+		return startBridgeChild("")
+	case sysV2, sysV2V3, sysV3Ext:
+		return startV2Ref(sys == sysV2V3)
+	case sysBridgeExt:
+		etcd, err := startV2Ref(false)
 		if err != nil {
 			return nil, err
 		}
-		return &instance{kind: sys, v2URL: s.URL, etcdURL: s.URL, pid: s.Pid(), stop: s.Stop}, nil
+		in, err := startExtBridge(etcd)
+		if err != nil {
+			etcd.Stop()
+			return nil, err
+		}
+		stopBridge := in.stop
+		in.stop = func() error {
+			err := stopBridge()
+			if err2 := etcd.stop(); err == nil {
+				err = err2
+			}
+			return err
+		}
+		return in, nil
 	}
 	return nil, fmt.Errorf("unknown system %q", sys)
+}
+
+// startV2Ref starts etcd 3.5 (v2ref): the v2 store, or with v2v3 the
+// v2-over-v3 emulation; either way its v3 gRPC API on the same client URL.
+func startV2Ref(v2v3 bool) (*instance, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := v2ref.Start(ctx, v2ref.Options{V2V3: v2v3})
+	if err != nil {
+		return nil, err
+	}
+	kind := sysV2
+	if v2v3 {
+		kind = sysV2V3
+	}
+	return &instance{kind: kind, v2URL: s.URL, etcdURL: s.URL, pid: s.Pid(), pids: []int{s.Pid()}, stop: s.Stop}, nil
+}
+
+// startExtBridge starts a bridge child in front of etcd's v3 API. The
+// returned instance's stop stops the bridge only; its CPU and RSS count
+// both processes.
+func startExtBridge(etcd *instance) (*instance, error) {
+	in, err := startBridgeChild(etcd.etcdURL)
+	if err != nil {
+		return nil, err
+	}
+	in.pids = append(in.pids, etcd.pid)
+	return in, nil
 }
 
 // bridgeHeartbeatTimeout, if set, overrides the bridge's heartbeat deadline.
 var bridgeHeartbeatTimeout time.Duration
 
-// startBridgeChild re-executes this binary as the bridge under test.
-func startBridgeChild() (*instance, error) {
+// startBridgeChild re-executes this binary as the bridge under test: over
+// an embedded etcd member, or with endpoints in front of that etcd.
+func startBridgeChild(endpoints string) (*instance, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -96,6 +168,9 @@ func startBridgeChild() (*instance, error) {
 	args := []string{childCommand}
 	if bridgeHeartbeatTimeout > 0 {
 		args = append(args, "-heartbeat-timeout", bridgeHeartbeatTimeout.String())
+	}
+	if endpoints != "" {
+		args = append(args, "-endpoints", endpoints)
 	}
 	cmd := exec.Command(exe, args...)
 	stderr := &tail{max: 8 << 10}
@@ -137,7 +212,7 @@ func startBridgeChild() (*instance, error) {
 	}
 	select {
 	case urls := <-ready:
-		in := &instance{kind: sysBridge, v2URL: urls[0], etcdURL: urls[1], pid: cmd.Process.Pid}
+		in := &instance{kind: sysBridge, v2URL: urls[0], etcdURL: urls[1], pid: cmd.Process.Pid, pids: []int{cmd.Process.Pid}}
 		in.stop = func() error {
 			_ = stdin.Close()
 			select {
@@ -250,8 +325,17 @@ func bridgeGoMem(in *instance) (goMem, error) {
 	return v.Memstats, err
 }
 
-// cpuSeconds is the user+system CPU time pid has used (0 on error).
-func cpuSeconds(pid int) float64 {
+// cpuSeconds is the user+system CPU time the processes have used together.
+func cpuSeconds(pids ...int) float64 {
+	var sum float64
+	for _, p := range pids {
+		sum += cpuSecondsOf(p)
+	}
+	return sum
+}
+
+// cpuSecondsOf is the user+system CPU time pid has used (0 on error).
+func cpuSecondsOf(pid int) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0

@@ -28,7 +28,7 @@ func newWatchTarget(sys string) (*watchTarget, error) {
 		return nil, err
 	}
 	t := &watchTarget{sys: sys, in: in}
-	if sys == sysV3 {
+	if isV3(sys) {
 		t.k = v3kv{in.V3()}
 	} else {
 		t.k = newV2KV(in.v2URL)
@@ -42,7 +42,7 @@ func (t *watchTarget) stop() {
 }
 
 func (t *watchTarget) fleet(nDir int, keys []string) *fleet {
-	if t.sys == sysV3 {
+	if isV3(t.sys) {
 		return startV3Fleet(t.in.V3(), watchDir, nDir, keys)
 	}
 	return startV2Fleet(t.in.v2URL, watchDir, nDir, keys)
@@ -55,7 +55,7 @@ func (t *watchTarget) put(ctx context.Context, i int) (uint64, error) {
 // v3Watches is how many v3 watches serve the system's v2 watchers: the
 // bridge's own gauge for the bridge, etcd's watcher gauge for the others.
 func (t *watchTarget) v3Watches() (float64, error) {
-	if t.sys == sysBridge {
+	if t.sys == sysBridge || t.sys == sysBridgeExt {
 		return scrapeGauge(t.in.v2URL, "v2bridge_v3_watches")
 	}
 	return scrapeGauge(t.in.etcdURL, "etcd_debugging_mvcc_watcher_total")
@@ -91,7 +91,7 @@ func watchIdle(cfg *config, res *results, t *watchTarget, n int, rate float64, s
 		keys = append(keys, fmt.Sprintf("%s/k%04d", otherDir, i))
 	}
 	time.Sleep(300 * time.Millisecond)
-	rss0, _ := rssKiB(t.in.pid)
+	rss0, _ := t.in.rss()
 	var mem0 goMem
 	if t.in.kind == sysBridge {
 		mem0, _ = bridgeGoMem(t.in)
@@ -113,7 +113,7 @@ func watchIdle(cfg *config, res *results, t *watchTarget, n int, rate float64, s
 	}
 	regTime := time.Since(t0)
 	time.Sleep(500 * time.Millisecond)
-	rss1, _ := rssKiB(t.in.pid)
+	rss1, _ := t.in.rss()
 	total := float64(len(f.ws))
 	res.add(wl, sys, "server RSS per idle watcher", "KiB", true, (rss1-rss0)/total)
 	if t.in.kind == sysBridge {
@@ -148,7 +148,7 @@ func watchIdle(cfg *config, res *results, t *watchTarget, n int, rate float64, s
 
 	// A writer at a steady rate; then up to drain for the stragglers.
 	done := t.profile(cfg, wl, int(steady.Seconds())+1)
-	cpu0 := cpuSeconds(t.in.pid)
+	cpu0 := t.in.cpu()
 	wsteady, werrs := steadyWriter(t.put, rate, steady, 1, 1)
 	writeEnd := now()
 	writes = append(writes, wsteady...)
@@ -161,7 +161,7 @@ func watchIdle(cfg *config, res *results, t *watchTarget, n int, rate float64, s
 	done()
 	stop()
 
-	cpu1 := cpuSeconds(t.in.pid)
+	cpu1 := t.in.cpu()
 	vs, unexpected := judge(f, writes, 2)
 	fan, st := vs[0], vs[1]
 	addLat(res, wl, sys, "one write → all: p50", fan.lat, 0.50)
@@ -208,7 +208,7 @@ func watchSustained(cfg *config, res *results, t *watchTarget, n int, run int) {
 		res.note("%s on %s: only %d of %d watchers registered within the deadline", wl, sys, f.registered.Load(), n)
 	}
 	done := t.profile(cfg, wl, int(cfg.sustained.Seconds()))
-	cpu0, self0 := cpuSeconds(t.in.pid), cpuSeconds(os.Getpid())
+	cpu0, self0 := t.in.cpu(), cpuSeconds(os.Getpid())
 	writes, werrs, stalls, elapsed := gatedWriter(f, t.put, cfg.window, cfg.sustained, cfg.stallAfter)
 	if werrs > 0 {
 		res.note("%s on %s: %d writes failed", wl, sys, werrs)
@@ -219,7 +219,7 @@ func watchSustained(cfg *config, res *results, t *watchTarget, n int, run int) {
 	if len(writes) > 0 && !f.waitAll(writes[len(writes)-1].idx, cfg.drain) {
 		res.note("%s on %s: run %d: events still undelivered %v after the last write, or 2 s without receipts (counted as lost)", wl, sys, run, cfg.drain)
 	}
-	cpu1, self1 := cpuSeconds(t.in.pid), cpuSeconds(os.Getpid())
+	cpu1, self1 := t.in.cpu(), cpuSeconds(os.Getpid())
 	done()
 	stop()
 	vs, unexpected := judge(f, writes, 1)
