@@ -116,12 +116,16 @@ type feed struct {
 func (b *Backend) openFeed(s *session, from int64, shared bool) *feed {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
 	lo, hi := b.layout.WatchRange()
-	opts := []clientv3.OpOption{clientv3.WithRange(hi), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()}
+	opts := []clientv3.OpOption{clientv3.WithRange(hi), clientv3.WithCreatedNotify()}
 	if from > 0 {
 		opts = append(opts, clientv3.WithRev(from))
 	}
 	if shared {
+		// The previous values come from the mirror, which holds the key
+		// space as of the revision before: etcd need not look each one up.
 		opts = append(opts, clientv3.WithProgressNotify())
+	} else {
+		opts = append(opts, clientv3.WithPrevKV())
 	}
 	f := &feed{b: b, s: s, shared: shared, w: clientv3.NewWatcher(s.cli), cancel: cancel}
 	f.wch = f.w.Watch(ctx, lo, opts...)
@@ -221,10 +225,12 @@ func (f *feed) receive(ctx context.Context) (clientv3.WatchResponse, error) {
 // once.
 func (f *feed) decode(g []*clientv3.Event) hub.Batch {
 	rev := g[0].Kv.ModRevision
-	v3evs, leased := toV3Events(g)
+	v3evs := toV3Events(g)
 	if f.shared {
+		f.b.mirror.fillPrev(v3evs)
 		f.b.mirror.apply(rev, v3evs)
 	}
+	leased := leasedKVs(v3evs)
 	evs, sweeps := f.b.decodeRevision(f.s, rev, v3evs, leased)
 	if f.shared {
 		for _, d := range sweeps {
@@ -296,23 +302,31 @@ func groupByRevision(evs []*clientv3.Event) [][]*clientv3.Event {
 	return groups
 }
 
-// toV3Events converts one revision's events and lists the key-values that
-// carry a lease.
-func toV3Events(g []*clientv3.Event) (evs []translate.V3Event, leased []*translate.KV) {
-	evs = make([]translate.V3Event, len(g))
+// toV3Events converts one revision's events.
+func toV3Events(g []*clientv3.Event) []translate.V3Event {
+	evs := make([]translate.V3Event, len(g))
 	for i, e := range g {
 		evs[i] = translate.V3Event{Delete: e.Type == mvccpb.DELETE, KV: *toKV(e.Kv)}
 		if e.PrevKv != nil {
 			evs[i].Prev = toKV(e.PrevKv)
-			if e.PrevKv.Lease != 0 {
-				leased = append(leased, evs[i].Prev)
-			}
 		}
-		if e.Kv.Lease != 0 {
+	}
+	return evs
+}
+
+// leasedKVs lists the key-values of a revision's events (and their previous
+// values) that carry a lease.
+func leasedKVs(evs []translate.V3Event) []*translate.KV {
+	var leased []*translate.KV
+	for i := range evs {
+		if p := evs[i].Prev; p != nil && p.Lease != 0 {
+			leased = append(leased, p)
+		}
+		if evs[i].KV.Lease != 0 {
 			leased = append(leased, &evs[i].KV)
 		}
 	}
-	return evs, leased
+	return leased
 }
 
 // nudge asks etcd for a progress notification on the shared watch, so the

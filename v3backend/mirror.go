@@ -148,6 +148,22 @@ func (m *mirror) apply(rev int64, evs []translate.V3Event) {
 	}
 }
 
+// fillPrev sets each event's previous value from the mirror, which holds the
+// key space as of the revision before theirs (a watch without WithPrevKV
+// leaves them out). Keys the mirror does not keep (the journal) get none.
+func (m *mirror) fillPrev(evs []translate.V3Event) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for i := range evs {
+		if evs[i].Prev != nil {
+			continue
+		}
+		if kv, ok := m.kvs.Get(&translate.KV{Key: evs[i].KV.Key}); ok {
+			evs[i].Prev = kv
+		}
+	}
+}
+
 // progress records that every revision up to rev has been applied.
 func (m *mirror) progress(rev int64) {
 	m.mu.Lock()
