@@ -9,13 +9,13 @@ TESTTIME ?= 20m
 
 all: build
 
-## build: a static bridge binary in bin/, version stamped
+## build: a static binary, bin/v2bridge, version stamped
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/bridge ./cmd/bridge
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/v2bridge ./cmd/bridge
 
 ## run: the bridge on http://127.0.0.1:2379 over an embedded etcd (data in default.v2bridge/)
 run: build
-	./bin/bridge $(ARGS)
+	./bin/v2bridge $(ARGS)
 
 ## test: every test (unit, integration against real etcd, conformance against a real v2 server)
 test: vet

@@ -24,7 +24,7 @@ var (
 	buildErr  error
 )
 
-// buildBridge builds cmd/bridge once per test binary.
+// buildBridge builds cmd/bridge, the v2bridge binary, once per test binary.
 func buildBridge(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -33,7 +33,7 @@ func buildBridge(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		bridgeBin = filepath.Join(dir, "bridge")
+		bridgeBin = filepath.Join(dir, "v2bridge")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		out, err := exec.CommandContext(ctx, "go", "build", "-o", bridgeBin, "../cmd/bridge").CombinedOutput()

@@ -853,7 +853,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestMigrateCommand drives `bridge migrate` and `bridge verify`: output,
+// TestMigrateCommand drives `v2bridge migrate` and `v2bridge verify`: output,
 // exit codes, --follow until interrupted, and error messages.
 func TestMigrateCommand(t *testing.T) {
 	buildBridge(t)
@@ -875,7 +875,7 @@ func TestMigrateCommand(t *testing.T) {
 		!strings.Contains(r.stdout, "written      209 created, 0 updated, 0 already there") || !strings.Contains(r.stderr, "done: 209 nodes") {
 		t.Fatalf("migrate: %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	t.Logf("bridge migrate output:\n%s%s", r.stdout, r.stderr)
+	t.Logf("v2bridge migrate output:\n%s%s", r.stdout, r.stderr)
 	if r := runBridgeCmd(t, append([]string{"verify", "--hidden", "/app/_secret"}, common...)...); r.code != 0 ||
 		!strings.Contains(r.stdout, "differences  0") {
 		t.Fatalf("verify: %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -59,7 +59,7 @@ type config struct {
 }
 
 func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("bridge", flag.ContinueOnError)
+	fs := flag.NewFlagSet(progName, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to serve the v2 API on (http://host:port)")
 	fs.StringVar(&c.advertiseClientURLs, "advertise-client-urls", "", "URLs reported by /v2/members and /v2/machines (default: the listen URLs)")

@@ -1,4 +1,4 @@
-// Command bridge serves the etcd v2 keys and watch API from etcd v3.
+// Command v2bridge (built from cmd/bridge) serves the etcd v2 keys and watch API from etcd v3.
 package main
 
 import (
@@ -33,6 +33,9 @@ import (
 	"github.com/v2bridge/v2bridge/v3backend"
 )
 
+// progName is the installed binary's name, in help, errors and logs.
+const progName = "v2bridge"
+
 // Set at build time with -ldflags "-X main.version=... -X main.gitCommit=...".
 var (
 	version   = "dev"
@@ -42,7 +45,7 @@ var (
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "bridge:", err)
+			fmt.Fprintln(os.Stderr, progName+":", err)
 		}
 		os.Exit(1)
 	}

@@ -28,7 +28,7 @@ var backendFlagNames = []string{
 	"request-timeout", "data-prefix", "meta-prefix", "config-file", "log-level", "log-format",
 }
 
-// migrateFlags are the settings of `bridge migrate` and `bridge verify`.
+// migrateFlags are the settings of `v2bridge migrate` and `v2bridge verify`.
 type migrateFlags struct {
 	from, fromPrefix, hidden      string
 	noDiscovery                   bool
@@ -46,7 +46,7 @@ type migrateFlags struct {
 }
 
 // addBackendFlags registers every server flag on fs (so V2BRIDGE_* variables
-// and --config-file work as for `bridge`), bound to c with the server's
+// and --config-file work as for the server), bound to c with the server's
 // defaults; the usage text shows only backendFlagNames.
 func addBackendFlags(fs *flag.FlagSet, c *config) {
 	srv := newFlagSet(c, io.Discard)
@@ -67,7 +67,7 @@ func addBackendFlags(fs *flag.FlagSet, c *config) {
 }
 
 func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("bridge "+cmd, flag.ContinueOnError)
+	fs := flag.NewFlagSet(progName+" "+cmd, flag.ContinueOnError)
 	fs.SetOutput(out)
 	addBackendFlags(fs, c)
 	fs.StringVar(&mf.from, "from", "", "client URL of the etcd v2 server to copy from (required), e.g. http://old-etcd:2379")
@@ -101,7 +101,7 @@ func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *
 	fs.Usage = func() {
 		o := fs.Output()
 		if cmd == "migrate" {
-			fmt.Fprint(o, `Usage: bridge migrate --from URL --endpoints URLS [flags]
+			fmt.Fprint(o, `Usage: v2bridge migrate --from URL --endpoints URLS [flags]
 
 Copies a running etcd v2 server's tree (files, empty directories, hidden nodes,
 TTLs as leases) into the bridge's etcd v3 layout, through the bridge's own
@@ -110,7 +110,7 @@ differently are reported as conflicts and left alone unless --overwrite.
 With --follow it keeps applying the source's changes until interrupted.
 `)
 		} else {
-			fmt.Fprint(o, `Usage: bridge verify --from URL --endpoints URLS [flags]
+			fmt.Fprint(o, `Usage: v2bridge verify --from URL --endpoints URLS [flags]
 
 Compares an etcd v2 server's tree with the bridge's view of it, node by node
 (kind, value, TTL), and exits non-zero on any difference.
@@ -148,7 +148,7 @@ func printFlag(o io.Writer, f *flag.Flag) {
 	fmt.Fprintf(o, "  --%s%s\n    \t%s%s\n", f.Name, name, usage, def)
 }
 
-// runMigrateCommand runs `bridge migrate` or `bridge verify`.
+// runMigrateCommand runs `v2bridge migrate` or `v2bridge verify`.
 func runMigrateCommand(cmd string, args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
