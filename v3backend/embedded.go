@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // EmbeddedConfig configures the single-member etcd the bridge runs when no
@@ -19,6 +20,9 @@ type EmbeddedConfig struct {
 	// reach); empty means one hour.
 	AutoCompaction string
 	LogLevel       string
+	// Logger, if set, is the member's logger (at its level, LogLevel unused),
+	// so its lines share the bridge's format and output.
+	Logger *zap.Logger
 	// Extra lets tests tune the embedded config (for example election timing).
 	Extra func(*embed.Config)
 }
@@ -51,6 +55,9 @@ func StartEmbedded(c EmbeddedConfig) (*embed.Etcd, error) {
 	cfg.LogLevel = c.LogLevel
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "warn"
+	}
+	if c.Logger != nil {
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(c.Logger)
 	}
 	if c.Extra != nil {
 		c.Extra(cfg)

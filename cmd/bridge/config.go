@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +39,7 @@ type config struct {
 	discoverySRV         string
 	discoverySRVName     string
 
+	embedded           optionalBool
 	dataDir            string
 	embeddedClientURLs string
 	embeddedPeerURLs   string
@@ -56,14 +61,40 @@ type config struct {
 
 	listenMetricsURLs string
 	enablePprof       bool
+
+	// embeddedMode is how validate decided the backend: "" (--endpoints or
+	// --discovery-srv), "explicit" (--embedded) or "implicit" (no backend
+	// settings at all: the make run case).
+	embeddedMode string
 }
+
+// optionalBool is a boolean flag that remembers whether any source set it.
+type optionalBool struct{ value, set bool }
+
+func (b *optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	b.value, b.set = v, true
+	return nil
+}
+
+func (b *optionalBool) String() string {
+	if b == nil {
+		return "false"
+	}
+	return strconv.FormatBool(b.value)
+}
+
+func (b *optionalBool) IsBoolFlag() bool { return true }
 
 func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(progName, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to serve the v2 API on (http://host:port)")
 	fs.StringVar(&c.advertiseClientURLs, "advertise-client-urls", "", "URLs reported by /v2/members and /v2/machines (default: the listen URLs)")
-	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd v3 endpoints; empty runs an embedded etcd")
+	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd v3 endpoints (without them, and without any other backend setting, a private embedded etcd runs)")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "timeout for connecting to an etcd v3 endpoint")
 	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify the etcd v3 endpoints")
 	fs.StringVar(&c.cert, "cert", "", "client certificate for the etcd v3 endpoints")
@@ -79,6 +110,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.autoSyncInterval, "endpoints-auto-sync-interval", 0, "refresh the backend endpoints from the cluster's member list at this interval (0: never)")
 	fs.StringVar(&c.discoverySRV, "discovery-srv", "", "domain whose DNS SRV records (_etcd-client-ssl._tcp, _etcd-client._tcp) list the backend endpoints")
 	fs.StringVar(&c.discoverySRVName, "discovery-srv-name", "", "suffix of the SRV service name, as etcd's --discovery-srv-name")
+	fs.Var(&c.embedded, "embedded", "serve a private embedded etcd instead of --endpoints (data in --data-dir; nothing else shares it)")
 	fs.StringVar(&c.dataDir, "data-dir", "default.v2bridge", "embedded etcd's data directory")
 	fs.StringVar(&c.embeddedClientURLs, "embedded-client-urls", "http://127.0.0.1:22379", "embedded etcd's v3 client URL (v3 clients share the data here)")
 	fs.StringVar(&c.embeddedPeerURLs, "embedded-peer-urls", "http://127.0.0.1:22380", "embedded etcd's peer URL")
@@ -116,7 +148,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 		return nil, err
 	}
 	if c.advertiseClientURLs == "" {
-		c.advertiseClientURLs = c.listenClientURLs
+		c.advertiseClientURLs = advertiseDefault(c.listenClientURLs, os.Hostname)
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -135,7 +167,7 @@ func applySources(fs *flag.FlagSet, getenv func(string) string) error {
 		if set[f.Name] {
 			return
 		}
-		env := "V2BRIDGE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v := getenv(env); v != "" {
 			if err := f.Value.Set(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", env, err))
@@ -177,9 +209,17 @@ func readConfigFile(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
 	}
-	var raw map[string]any
-	if err := yaml.Unmarshal(b, &raw); err != nil {
+	// Through JSON with UseNumber, so numbers keep the digits the user wrote
+	// (1000000, not 1e+06).
+	js, err := yaml.YAMLToJSON(b)
+	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	var raw map[string]any
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("config file %s: want a map of settings named like the flags: %w", path, err)
 	}
 	out := map[string]string{}
 	for k, v := range raw {
@@ -241,7 +281,51 @@ func (c *config) validate() error {
 	case c.logFormat != "json" && c.logFormat != "console":
 		return fmt.Errorf("--log-format %q: want json or console", c.logFormat)
 	}
+	return c.decideBackend()
+}
+
+// decideBackend applies the one rule for the embedded etcd: it runs when
+// asked for (--embedded), or when no backend setting is given at all — no
+// --endpoints, --discovery-srv, --embedded or --config-file — which is what
+// `make run` does. A configured deployment (a config file, or
+// V2BRIDGE_EMBEDDED=false as the Docker image sets) must name its backend,
+// so a typo never turns into a bridge serving an empty private store.
+func (c *config) decideBackend() error {
+	remote := c.endpoints != "" || c.discoverySRV != ""
+	switch {
+	case c.embedded.value && remote:
+		return errors.New("--embedded conflicts with --endpoints and --discovery-srv: give one backend")
+	case remote:
+		c.embeddedMode = ""
+	case c.embedded.value:
+		c.embeddedMode = "explicit"
+	case !c.embedded.set && c.configFile == "":
+		c.embeddedMode = "implicit"
+	default:
+		return errors.New("no etcd v3 backend: give --endpoints (V2BRIDGE_ENDPOINTS) or --discovery-srv, " +
+			"or --embedded (V2BRIDGE_EMBEDDED=true) to serve a private embedded etcd with its data in --data-dir")
+	}
 	return nil
+}
+
+// advertiseDefault is the listen URLs, with an unspecified host (0.0.0.0,
+// [::]) replaced by this machine's name: a wildcard address is useless to the
+// v2 clients that read /v2/members.
+func advertiseDefault(listen string, hostname func() (string, error)) string {
+	var out []string
+	for _, u := range splitList(listen) {
+		pu, err := url.Parse(u)
+		if err == nil && (pu.Scheme == "http" || pu.Scheme == "https") {
+			if h := pu.Hostname(); h == "" || net.ParseIP(h) != nil && net.ParseIP(h).IsUnspecified() {
+				if name, err := hostname(); err == nil && name != "" {
+					pu.Host = net.JoinHostPort(name, pu.Port())
+					u = pu.String()
+				}
+			}
+		}
+		out = append(out, u)
+	}
+	return strings.Join(out, ",")
 }
 
 func splitList(s string) []string {

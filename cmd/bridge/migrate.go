@@ -43,6 +43,7 @@ type migrateFlags struct {
 	progress                      string
 	maxDiffs                      int
 	compareExpiration             bool
+	output                        string
 }
 
 // addBackendFlags registers every server flag on fs (so V2BRIDGE_* variables
@@ -81,6 +82,7 @@ func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *
 	fs.StringVar(&mf.fromUser, "from-user", "", "v2 source user as name:password (v2 auth)")
 	fs.DurationVar(&mf.fromTimeout, "from-timeout", 2*time.Minute, "deadline of each read of the v2 source (the snapshot of a big tree is one answer)")
 	fs.DurationVar(&mf.ttlTolerance, "ttl-tolerance", 5*time.Second, "how far apart two expirations of the same TTL node may be and still agree")
+	fs.StringVar(&mf.output, "output", "text", "summary on stdout: text, or json (one object, for scripts)")
 	fs.StringVar(&mf.progress, "progress", "auto", "progress on stderr: auto (a live line on a terminal, else a line every 10s), tty, lines or none")
 	if cmd == "migrate" {
 		fs.BoolVar(&mf.dryRun, "dry-run", false, "report what would be written, write nothing")
@@ -132,27 +134,11 @@ Compares an etcd v2 server's tree with the bridge's view of it, node by node
 	return fs
 }
 
-func printFlag(o io.Writer, f *flag.Flag) {
-	name, usage := flag.UnquoteUsage(f)
-	def := ""
-	switch {
-	case f.DefValue == "" || f.DefValue == "false" || f.DefValue == "0":
-	case name == "string":
-		def = fmt.Sprintf(" (default %q)", f.DefValue)
-	default:
-		def = fmt.Sprintf(" (default %s)", f.DefValue)
-	}
-	if name != "" {
-		name = " " + name
-	}
-	fmt.Fprintf(o, "  --%s%s\n    \t%s%s\n", f.Name, name, usage, def)
-}
-
 // runMigrateCommand runs `v2bridge migrate` or `v2bridge verify`.
-func runMigrateCommand(cmd string, args []string) error {
+func runMigrateCommand(cmd string, args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return migrateMain(ctx, cmd, args, getenv, os.Stdout, os.Stderr, isTerminal(os.Stderr))
+	return migrateMain(ctx, cmd, args, getenv, stdout, stderr, isTerminal(os.Stderr))
 }
 
 func isTerminal(f *os.File) bool {
@@ -160,16 +146,34 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) error {
+func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) (err error) {
 	var c config
 	var mf migrateFlags
-	fs := newMigrateFlagSet(cmd, &c, &mf, stderr)
+	fs := newMigrateFlagSet(cmd, &c, &mf, io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return nil
+		}
+		return usageErrorf("%s: %v (see %s %s --help)", cmd, err, progName, cmd)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q", cmd, fs.Arg(0))
+		return usageErrorf("%s: unexpected argument %q", cmd, fs.Arg(0))
 	}
+	if mf.output != "text" && mf.output != "json" {
+		return usageErrorf("%s: --output must be text or json, not %q", cmd, mf.output)
+	}
+	jsonOut := mf.output == "json"
+	// The JSON summary is written however the command ends, once there is
+	// something to summarise.
+	var summary interface{ setResult(error) }
+	defer func() {
+		if jsonOut && summary != nil {
+			summary.setResult(err)
+			writeJSON(stdout, summary)
+		}
+	}()
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
@@ -240,6 +244,7 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	defer be.Close()
 	o.Target = be
+	jt := newJSONTarget(endpoints, layout)
 	target := fmt.Sprintf("etcd v3 %s (data prefix %q, meta prefix %q)", strings.Join(endpoints, ","), layout.DataPrefix, layout.MetaPrefix)
 
 	if cmd == "verify" {
@@ -250,7 +255,11 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 		if err != nil {
 			return fmt.Errorf("verify: %w", err)
 		}
-		printReport(stdout, rep, target, mf.maxDiffs)
+		if jsonOut {
+			summary = verifyJSON(rep, jt)
+		} else {
+			printReport(stdout, rep, target, mf.maxDiffs)
+		}
 		if n := len(rep.Differences); n > 0 {
 			return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.Source)
 		}
@@ -264,7 +273,12 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if sum == nil {
 		return fmt.Errorf("migrate: %w", cerr)
 	}
-	printSummary(stdout, sum, target)
+	js := migrateJSON(sum, jt, nil)
+	if jsonOut {
+		summary = js
+	} else {
+		printSummary(stdout, sum, target)
+	}
 	var ie *migrate.IncompleteError
 	if cerr != nil && (!mf.follow || (errors.As(cerr, &ie) && ie.Stopped) || ctx.Err() != nil) {
 		return fmt.Errorf("migrate: %w", cerr)
@@ -280,7 +294,9 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if pp != nil {
 		pp.Finish()
 	}
-	if fst != nil {
+	if fst != nil && jsonOut {
+		js.Follow = migrateJSON(sum, jt, fst).Follow
+	} else if fst != nil {
 		fmt.Fprintf(stdout, "followed     %s events up to source index %d: %s applied, %s already there, %d TTLs carried over, %d re-syncs, %d conflicts, %d failures\n",
 			migrate.Count(fst.Events), fst.Index, migrate.Count(fst.Applied), migrate.Count(fst.Unchanged),
 			fst.TTLRefreshed, fst.Resyncs, len(fst.Conflicts), len(fst.Failures))
@@ -421,4 +437,18 @@ func orNone(ps []string) string {
 		return "none"
 	}
 	return strings.Join(ps, ", ")
+}
+
+func (j *jsonMigrate) setResult(err error) {
+	j.OK = err == nil
+	if err != nil {
+		j.Error = err.Error()
+	}
+}
+
+func (j *jsonVerify) setResult(err error) {
+	j.OK = err == nil
+	if err != nil {
+		j.Error = err.Error()
+	}
 }
