@@ -10,7 +10,8 @@ import (
 // newLogger builds the one logger of the process, the embedded etcd's
 // included: etcd's own encoder settings (ISO 8601 time with microseconds,
 // lowercase levels, the same keys), so a bridge line and an etcd line look
-// alike. Stack traces only on errors, in both formats.
+// alike. Stack traces only on errors, and only in JSON (one field of one
+// line): a console log stays one line per entry for grep and journald.
 func newLogger(level, format string) (*zap.Logger, error) {
 	lvl, err := zap.ParseAtomicLevel(level)
 	if err != nil {
@@ -22,6 +23,7 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	// Sampling would drop request lines at debug, the one time they are
 	// wanted; the bridge logs little otherwise.
 	zc.Sampling = nil
+	zc.DisableStacktrace = format == "console"
 	lg, err := zc.Build()
 	if err != nil {
 		return nil, fmt.Errorf("logger: %w", err)

@@ -134,9 +134,10 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 // embeddedLogger is the embedded etcd's logger: the bridge's, at the bridge's
 // level, but never below info — etcd's debug lines are bbolt transactions and
 // raw applied requests, values included, which would drown the bridge's own
-// request lines and leak what they deliberately leave out.
+// request lines and leak what they deliberately leave out — and without stack
+// traces, which locate etcd's code, not an operator's problem.
 func embeddedLogger(lg *zap.Logger) *zap.Logger {
-	lg = lg.Named("etcd")
+	lg = lg.Named("etcd").WithOptions(zap.AddStacktrace(zapcore.DPanicLevel))
 	if lg.Core().Enabled(zapcore.DebugLevel) {
 		lg = lg.WithOptions(zap.IncreaseLevel(zapcore.InfoLevel))
 	}
