@@ -13,7 +13,8 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/v2bridge ./cmd/bridge
 
-## run: the bridge on http://127.0.0.1:2379 over an embedded etcd (data in default.v2bridge/)
+## run: the bridge on http://127.0.0.1:2379 over a private embedded etcd (data in default.v2bridge/; it says so at startup).
+##      ARGS adds flags: ARGS="--endpoints http://m1:2379" serves a real etcd v3 cluster instead.
 run: build
 	./bin/v2bridge $(ARGS)
 
