@@ -302,4 +302,10 @@ func TestCLIMigrateAndVerifyPrintOneJSONSummary(t *testing.T) {
 	if d, _ := m["differences"].([]any); len(d) != 0 || m["sourceNodes"] != float64(3) {
 		t.Errorf("verify summary: %s", r.stdout)
 	}
+	// A command that fails before it counts anything still prints one object.
+	r = runBinary(t, nil, "verify", "--output", "json", "--from", url, "--progress", "none")
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil || r.code != 1 || m["ok"] != false ||
+		!strings.Contains(m["error"].(string), "--endpoints is required") {
+		t.Fatalf("failed verify --output json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
 }

@@ -165,14 +165,17 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return usageErrorf("%s: --output must be text or json, not %q", cmd, mf.output)
 	}
 	jsonOut := mf.output == "json"
-	// The JSON summary is written however the command ends, once there is
-	// something to summarise.
+	// The JSON summary is written however the command ends.
 	var summary interface{ setResult(error) }
 	defer func() {
-		if jsonOut && summary != nil {
-			summary.setResult(err)
-			writeJSON(stdout, summary)
+		if !jsonOut {
+			return
 		}
+		if summary == nil { // it failed before there was anything to count
+			summary = &jsonFailure{Command: cmd}
+		}
+		summary.setResult(err)
+		writeJSON(stdout, summary)
 	}()
 	if err := applySources(fs, getenv); err != nil {
 		return err
@@ -447,6 +450,21 @@ func (j *jsonMigrate) setResult(err error) {
 }
 
 func (j *jsonVerify) setResult(err error) {
+	j.OK = err == nil
+	if err != nil {
+		j.Error = err.Error()
+	}
+}
+
+// jsonFailure is the summary of a command that failed before it counted
+// anything (the source or the cluster unreachable, a bad setting).
+type jsonFailure struct {
+	Command string `json:"command"`
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+}
+
+func (j *jsonFailure) setResult(err error) {
 	j.OK = err == nil
 	if err != nil {
 		j.Error = err.Error()
