@@ -157,6 +157,9 @@ func TestCLILogFormatIsEtcds(t *testing.T) {
 			if lvl, _ := m["level"].(string); lvl != strings.ToLower(lvl) {
 				t.Errorf("level %q is not lowercase", lvl)
 			}
+			if m["level"] == "error" {
+				t.Errorf("an error logged by a clean start and shutdown: %s", l)
+			}
 			logger, _ := m["logger"].(string)
 			sawEtcd = sawEtcd || strings.HasPrefix(logger, "v2bridge.etcd")
 			if m["level"] == "warn" && strings.Contains(l, "PRIVATE EMBEDDED") {

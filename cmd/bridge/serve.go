@@ -14,7 +14,6 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -50,14 +49,18 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	var etcd *embed.Etcd
 	if c.embeddedMode != "" {
 		warnEmbedded(lg, c)
+		elg, closing := embeddedLogger(lg)
 		etcd, err = v3backend.StartEmbedded(v3backend.EmbeddedConfig{
 			Name: c.name, Dir: c.dataDir, ClientURL: c.embeddedClientURLs, PeerURL: c.embeddedPeerURLs,
-			AutoCompaction: c.autoCompaction, Logger: embeddedLogger(lg),
+			AutoCompaction: c.autoCompaction, Logger: elg,
 		})
 		if err != nil {
 			return err
 		}
-		defer etcd.Close()
+		defer func() {
+			closing.Store(true)
+			etcd.Close()
+		}()
 		endpoints = []string{c.embeddedClientURLs}
 		lg.Info("embedded etcd started", zap.String("client-url", c.embeddedClientURLs), zap.String("data-dir", c.dataDir))
 	}
@@ -129,19 +132,6 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		errs = append(errs, srv.Shutdown(sctx))
 	}
 	return errors.Join(errs...)
-}
-
-// embeddedLogger is the embedded etcd's logger: the bridge's, at the bridge's
-// level, but never below info — etcd's debug lines are bbolt transactions and
-// raw applied requests, values included, which would drown the bridge's own
-// request lines and leak what they deliberately leave out — and without stack
-// traces, which locate etcd's code, not an operator's problem.
-func embeddedLogger(lg *zap.Logger) *zap.Logger {
-	lg = lg.Named("etcd").WithOptions(zap.AddStacktrace(zapcore.DPanicLevel))
-	if lg.Core().Enabled(zapcore.DebugLevel) {
-		lg = lg.WithOptions(zap.IncreaseLevel(zapcore.InfoLevel))
-	}
-	return lg
 }
 
 // warnEmbedded says loudly that the bridge serves a store of its own, which
