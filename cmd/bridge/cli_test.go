@@ -126,6 +126,7 @@ func TestEmbeddedEtcdOnlyWhenAskedOrUnconfigured(t *testing.T) {
 		{"endpoints", []string{"--endpoints", "http://a:2379"}, nil, ""},
 		{"V2BRIDGE_EMBEDDED=false (the image)", nil, map[string]string{"V2BRIDGE_EMBEDDED": "false"}, "error: no etcd v3 backend"},
 		{"config file without a backend", []string{"--config-file", file}, nil, "error: no etcd v3 backend"},
+		{"config file opting in", []string{"--config-file", writeFile(t, "embedded: true\n")}, nil, "explicit"},
 		{"embedded and endpoints", []string{"--embedded", "--endpoints", "http://a:2379"}, nil, "error: --embedded conflicts"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
