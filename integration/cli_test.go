@@ -190,18 +190,45 @@ func etcdctlLacksV2(path string) string {
 	if err != nil {
 		return fmt.Sprintf("cannot tell etcdctl's version (%v: %s)", err, bytes.TrimSpace(out))
 	}
-	var major, minor int
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(line, "etcdctl version: "); ok {
-			if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
-				return fmt.Sprintf("cannot parse etcdctl's version %q", v)
-			}
+	return etcdctlVersionLacksV2(string(out))
+}
+
+// etcdctlVersionLacksV2 reads `etcdctl version` output: 3.6 and later have
+// no v2 commands.
+func etcdctlVersionLacksV2(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "etcdctl version: ")
+		if !ok {
+			continue
+		}
+		var major, minor int
+		if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+			return fmt.Sprintf("cannot parse etcdctl's version %q", v)
+		}
+		if major > 3 || major == 3 && minor >= 6 {
+			return fmt.Sprintf("etcdctl %d.%d has no v2 commands (removed in 3.6 with etcd's v2 API); install etcdctl 3.5 or older", major, minor)
+		}
+		return ""
+	}
+	return fmt.Sprintf("no version in etcdctl's output %q", out)
+}
+
+func TestEtcdctlVersionDecidesV2Support(t *testing.T) {
+	for _, c := range []struct {
+		out    string
+		skipIf string // "" when v2 commands exist
+	}{
+		{"etcdctl version: 3.4.23\nAPI version: 3.4\n", ""},
+		{"etcdctl version: 3.5.17\nAPI version: 3.5\n", ""},
+		{"etcdctl version: 3.6.0\nAPI version: 3.6\n", "etcdctl 3.6 has no v2 commands"},
+		{"etcdctl version: 4.0.1\n", "etcdctl 4.0 has no v2 commands"},
+		{"something else\n", "no version"},
+	} {
+		got := etcdctlVersionLacksV2(c.out)
+		if c.skipIf == "" && got != "" || c.skipIf != "" && !strings.Contains(got, c.skipIf) {
+			t.Errorf("%q: %q, want %q", c.out, got, c.skipIf)
 		}
 	}
-	if major > 3 || major == 3 && minor >= 6 {
-		return fmt.Sprintf("etcdctl %d.%d has no v2 commands (removed in 3.6 with etcd's v2 API); install etcdctl 3.5 or older", major, minor)
-	}
-	return ""
 }
 
 // TestEtcdctlV2 drives the bridge binary with the real etcdctl v2.
