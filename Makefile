@@ -9,13 +9,14 @@ TESTTIME ?= 20m
 
 all: build
 
-## build: a static bridge binary in bin/, version stamped
+## build: a static binary, bin/v2bridge, version stamped
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/bridge ./cmd/bridge
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/v2bridge ./cmd/bridge
 
-## run: the bridge on http://127.0.0.1:2379 over an embedded etcd (data in default.v2bridge/)
+## run: the bridge on http://127.0.0.1:2379 over a private embedded etcd (data in default.v2bridge/; it says so at startup).
+##      ARGS adds flags: ARGS="--endpoints http://m1:2379" serves a real etcd v3 cluster instead.
 run: build
-	./bin/bridge $(ARGS)
+	./bin/v2bridge $(ARGS)
 
 # The packages with unit tests; the race detector runs on them, on the test
 # fixture (its fault proxies and watchers) and on the integration tests of

@@ -24,7 +24,7 @@ var (
 	buildErr  error
 )
 
-// buildBridge builds cmd/bridge once per test binary.
+// buildBridge builds cmd/bridge, the v2bridge binary, once per test binary.
 func buildBridge(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -33,7 +33,7 @@ func buildBridge(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		bridgeBin = filepath.Join(dir, "bridge")
+		bridgeBin = filepath.Join(dir, "v2bridge")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		out, err := exec.CommandContext(ctx, "go", "build", "-o", bridgeBin, "../cmd/bridge").CombinedOutput()
@@ -45,6 +45,19 @@ func buildBridge(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return bridgeBin
+}
+
+// childEnv is this process's environment without V2BRIDGE_* variables (the
+// binary refuses unknown ones, and a developer's own settings must not leak
+// into a test), plus extra.
+func childEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "V2BRIDGE_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
 }
 
 // proc is a bridge binary running on an embedded etcd.
@@ -61,7 +74,7 @@ func startBridgeProcess(t *testing.T, env []string, args ...string) *proc {
 	p := &proc{logs: &bytes.Buffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Dir = t.TempDir()
-	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Env = childEnv(env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -157,18 +170,71 @@ func TestBinaryRefusesOverlappingPrefixes(t *testing.T) {
 	}
 }
 
-// TestEtcdctlV2 drives the bridge binary with the real etcdctl v2.
-func TestEtcdctlV2(t *testing.T) {
-	etcdctl, err := exec.LookPath("etcdctl")
+// etcdctlV2 is the path of an etcdctl that still has the v2 commands, or
+// skips the test saying why there is none: etcdctl 3.6 dropped them with
+// etcd's v2 API.
+func etcdctlV2(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("etcdctl")
 	if err != nil {
 		missingClient(t, "etcdctl not installed (Debian package etcd-client; .ci/run installs it)")
 	}
-	// etcdctl 3.6 dropped the v2 commands; up to 3.5 ETCDCTL_API=2 selects them.
-	ver := exec.Command(etcdctl, "--version")
-	ver.Env = append(os.Environ(), "ETCDCTL_API=2")
-	if out, _ := ver.CombinedOutput(); !strings.Contains(string(out), "API version: 2") {
-		missingClient(t, fmt.Sprintf("%s has no v2 commands (etcdctl 3.5 or older has): %s", etcdctl, bytes.TrimSpace(out)))
+	if reason := etcdctlLacksV2(path); reason != "" {
+		missingClient(t, reason)
 	}
+	return path
+}
+
+// etcdctlLacksV2 says why the etcdctl at path cannot speak v2, or "" if it can.
+func etcdctlLacksV2(path string) string {
+	out, err := exec.Command(path, "version").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("cannot tell etcdctl's version (%v: %s)", err, bytes.TrimSpace(out))
+	}
+	return etcdctlVersionLacksV2(string(out))
+}
+
+// etcdctlVersionLacksV2 reads `etcdctl version` output: 3.6 and later have
+// no v2 commands.
+func etcdctlVersionLacksV2(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "etcdctl version: ")
+		if !ok {
+			continue
+		}
+		var major, minor int
+		if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+			return fmt.Sprintf("cannot parse etcdctl's version %q", v)
+		}
+		if major > 3 || major == 3 && minor >= 6 {
+			return fmt.Sprintf("etcdctl %d.%d has no v2 commands (removed in 3.6 with etcd's v2 API); install etcdctl 3.5 or older", major, minor)
+		}
+		return ""
+	}
+	return fmt.Sprintf("no version in etcdctl's output %q", out)
+}
+
+func TestEtcdctlVersionDecidesV2Support(t *testing.T) {
+	for _, c := range []struct {
+		out    string
+		skipIf string // "" when v2 commands exist
+	}{
+		{"etcdctl version: 3.4.23\nAPI version: 3.4\n", ""},
+		{"etcdctl version: 3.5.17\nAPI version: 3.5\n", ""},
+		{"etcdctl version: 3.6.0\nAPI version: 3.6\n", "etcdctl 3.6 has no v2 commands"},
+		{"etcdctl version: 4.0.1\n", "etcdctl 4.0 has no v2 commands"},
+		{"something else\n", "no version"},
+	} {
+		got := etcdctlVersionLacksV2(c.out)
+		if c.skipIf == "" && got != "" || c.skipIf != "" && !strings.Contains(got, c.skipIf) {
+			t.Errorf("%q: %q, want %q", c.out, got, c.skipIf)
+		}
+	}
+}
+
+// TestEtcdctlV2 drives the bridge binary with the real etcdctl v2.
+func TestEtcdctlV2(t *testing.T) {
+	etcdctl := etcdctlV2(t)
 	url := startHealthyBridge(t, embedded(t)).url
 	run := func(want string, a ...string) {
 		t.Helper()

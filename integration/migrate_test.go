@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -863,7 +864,7 @@ func runBridgeCmd(t *testing.T, args ...string) cmdResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, buildBridge(t), args...)
-	cmd.Env = os.Environ()
+	cmd.Env = childEnv()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -895,7 +896,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestMigrateCommand drives `bridge migrate` and `bridge verify`: output,
+// TestMigrateCommand drives `v2bridge migrate` and `v2bridge verify`: output,
 // exit codes, --follow until interrupted, and error messages.
 func TestMigrateCommand(t *testing.T) {
 	buildBridge(t)
@@ -917,7 +918,7 @@ func TestMigrateCommand(t *testing.T) {
 		!strings.Contains(r.stdout, "written      209 created, 0 updated, 0 already there") || !strings.Contains(r.stderr, "done: 209 nodes") {
 		t.Fatalf("migrate: %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	t.Logf("bridge migrate output:\n%s%s", r.stdout, r.stderr)
+	t.Logf("v2bridge migrate output:\n%s%s", r.stdout, r.stderr)
 	if r := runBridgeCmd(t, append([]string{"verify", "--hidden", "/app/_secret"}, common...)...); r.code != 0 ||
 		!strings.Contains(r.stdout, "differences  0") {
 		t.Fatalf("verify: %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -928,6 +929,15 @@ func TestMigrateCommand(t *testing.T) {
 		!strings.Contains(r.stdout, `/app/d1/k001: value: source holds "1", bridge holds "changed"`) ||
 		!strings.Contains(r.stderr, "verify: 1 difference(s)") {
 		t.Fatalf("verify with a difference: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runBridgeCmd(t, append([]string{"verify", "--output", "json"}, common...)...)
+	var js struct {
+		OK          bool
+		Differences []struct{ Path, Kind string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &js); err != nil || r.code == 0 || js.OK ||
+		len(js.Differences) != 1 || js.Differences[0].Path != "/app/d1/k001" || js.Differences[0].Kind != "value" {
+		t.Fatalf("verify --output json with a difference: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
 	if r := runBridgeCmd(t, append([]string{"migrate"}, common...)...); r.code == 0 ||
 		!strings.Contains(r.stdout, "conflicts    1") || !strings.Contains(r.stderr, "1 conflicting node(s) left unchanged") {

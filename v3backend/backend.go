@@ -89,27 +89,43 @@ type Config struct {
 	MaxReplayRevisions int64
 }
 
+// Defaults are the values Config's zero fields take; the command line's
+// flags show and use the same values.
+var Defaults = Config{
+	DialTimeout:        5 * time.Second,
+	KeepAliveTime:      10 * time.Second,
+	KeepAliveTimeout:   3 * time.Second,
+	HeartbeatInterval:  time.Second,
+	HeartbeatTimeout:   time.Second,
+	HeartbeatFailures:  2,
+	RequestTimeout:     5 * time.Second,
+	RingSize:           hub.DefaultRingSize,
+	WatcherBuffer:      hub.DefaultWatcherBuffer,
+	MaxReplayRevisions: hub.DefaultMaxReplayRevisions,
+}
+
 func (c *Config) setDefaults() {
+	d := Defaults
 	if c.DialTimeout == 0 {
-		c.DialTimeout = 5 * time.Second
+		c.DialTimeout = d.DialTimeout
 	}
 	if c.KeepAliveTime == 0 {
-		c.KeepAliveTime = 10 * time.Second
+		c.KeepAliveTime = d.KeepAliveTime
 	}
 	if c.KeepAliveTimeout == 0 {
-		c.KeepAliveTimeout = 3 * time.Second
+		c.KeepAliveTimeout = d.KeepAliveTimeout
 	}
 	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = time.Second
+		c.HeartbeatInterval = d.HeartbeatInterval
 	}
 	if c.HeartbeatTimeout == 0 {
-		c.HeartbeatTimeout = time.Second
+		c.HeartbeatTimeout = d.HeartbeatTimeout
 	}
 	if c.HeartbeatFailures == 0 {
-		c.HeartbeatFailures = 2
+		c.HeartbeatFailures = d.HeartbeatFailures
 	}
 	if c.RequestTimeout == 0 {
-		c.RequestTimeout = 5 * time.Second
+		c.RequestTimeout = d.RequestTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

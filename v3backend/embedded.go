@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // EmbeddedConfig configures the single-member etcd the bridge runs when no
@@ -19,9 +20,16 @@ type EmbeddedConfig struct {
 	// reach); empty means one hour.
 	AutoCompaction string
 	LogLevel       string
+	// Logger, if set, is the member's logger (at its level, LogLevel unused),
+	// so its lines share the bridge's format and output.
+	Logger *zap.Logger
 	// Extra lets tests tune the embedded config (for example election timing).
 	Extra func(*embed.Config)
 }
+
+// DefaultAutoCompaction is the embedded member's periodic compaction
+// retention when none is given.
+const DefaultAutoCompaction = "1h"
 
 // StartEmbedded starts the embedded member and waits until it serves.
 func StartEmbedded(c EmbeddedConfig) (*embed.Etcd, error) {
@@ -44,13 +52,16 @@ func StartEmbedded(c EmbeddedConfig) (*embed.Etcd, error) {
 	cfg.AutoCompactionMode = embed.CompactorModePeriodic
 	cfg.AutoCompactionRetention = c.AutoCompaction
 	if cfg.AutoCompactionRetention == "" {
-		cfg.AutoCompactionRetention = "1h"
+		cfg.AutoCompactionRetention = DefaultAutoCompaction
 	}
 	// embed.NewConfig leaves this 0, which logs every request as "expensive".
 	cfg.WarningUnaryRequestDuration = 300 * time.Millisecond
 	cfg.LogLevel = c.LogLevel
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "warn"
+	}
+	if c.Logger != nil {
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(c.Logger)
 	}
 	if c.Extra != nil {
 		c.Extra(cfg)

@@ -1,15 +1,21 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/v2bridge/v2bridge/server"
+	"github.com/v2bridge/v2bridge/v3backend"
 	"sigs.k8s.io/yaml"
 )
 
@@ -31,10 +37,17 @@ type config struct {
 	heartbeatTimeout     time.Duration
 	heartbeatFailures    int
 	requestTimeout       time.Duration
-	autoSyncInterval     time.Duration
-	discoverySRV         string
-	discoverySRVName     string
 
+	watchHistoryEvents      int
+	watchReplayMaxRevisions int64
+	httpIdleTimeout         time.Duration
+	httpBodyReadTimeout     time.Duration
+	maxConnections          int
+	autoSyncInterval        time.Duration
+	discoverySRV            string
+	discoverySRVName        string
+
+	embedded           optionalBool
 	dataDir            string
 	embeddedClientURLs string
 	embeddedPeerURLs   string
@@ -56,33 +69,61 @@ type config struct {
 
 	listenMetricsURLs string
 	enablePprof       bool
+
+	// embeddedMode is how validate decided the backend: "" (--endpoints or
+	// --discovery-srv), "explicit" (--embedded) or "implicit" (no backend
+	// settings at all: the make run case).
+	embeddedMode string
 }
 
+// optionalBool is a boolean flag that remembers whether any source set it.
+type optionalBool struct{ value, set bool }
+
+func (b *optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	b.value, b.set = v, true
+	return nil
+}
+
+func (b *optionalBool) String() string {
+	if b == nil {
+		return "false"
+	}
+	return strconv.FormatBool(b.value)
+}
+
+func (b *optionalBool) IsBoolFlag() bool { return true }
+
 func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("bridge", flag.ContinueOnError)
+	fs := flag.NewFlagSet(progName, flag.ContinueOnError)
 	fs.SetOutput(out)
+	d, h := v3backend.Defaults, server.DefaultHTTPLimits
 	fs.StringVar(&c.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to serve the v2 API on (http://host:port)")
 	fs.StringVar(&c.advertiseClientURLs, "advertise-client-urls", "", "URLs reported by /v2/members and /v2/machines (default: the listen URLs)")
-	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd v3 endpoints; empty runs an embedded etcd")
-	fs.DurationVar(&c.dialTimeout, "dial-timeout", 5*time.Second, "timeout for connecting to an etcd v3 endpoint")
+	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd v3 endpoints (without them, and without any other backend setting, a private embedded etcd runs)")
+	fs.DurationVar(&c.dialTimeout, "dial-timeout", d.DialTimeout, "timeout for connecting to an etcd v3 endpoint")
 	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify the etcd v3 endpoints")
 	fs.StringVar(&c.cert, "cert", "", "client certificate for the etcd v3 endpoints")
 	fs.StringVar(&c.key, "key", "", "client key for the etcd v3 endpoints")
 	fs.BoolVar(&c.insecureSkipTLSVerify, "insecure-skip-tls-verify", false, "do not verify the etcd v3 endpoints' certificates")
 	fs.StringVar(&c.user, "user", "", "etcd v3 user as name:password")
-	fs.DurationVar(&c.dialKeepAliveTime, "dial-keepalive-time", 10*time.Second, "gRPC keepalive ping interval to the backend (grpc-go raises values below 10s)")
-	fs.DurationVar(&c.dialKeepAliveTimeout, "dial-keepalive-timeout", 3*time.Second, "gRPC keepalive ping timeout")
-	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", time.Second, "interval of the backend liveness heartbeat (gRPC health check)")
-	fs.DurationVar(&c.heartbeatTimeout, "heartbeat-timeout", time.Second, "deadline of one heartbeat")
-	fs.IntVar(&c.heartbeatFailures, "heartbeat-failures", 2, "missed heartbeats in a row that declare the backend lost")
-	fs.DurationVar(&c.requestTimeout, "request-timeout", 5*time.Second, "deadline of every backend call made for a v2 request")
+	fs.DurationVar(&c.dialKeepAliveTime, "dial-keepalive-time", d.KeepAliveTime, "gRPC keepalive ping interval to the backend (grpc-go raises values below 10s)")
+	fs.DurationVar(&c.dialKeepAliveTimeout, "dial-keepalive-timeout", d.KeepAliveTimeout, "gRPC keepalive ping timeout")
+	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", d.HeartbeatInterval, "interval of the backend liveness heartbeat (gRPC health check)")
+	fs.DurationVar(&c.heartbeatTimeout, "heartbeat-timeout", d.HeartbeatTimeout, "deadline of one heartbeat")
+	fs.IntVar(&c.heartbeatFailures, "heartbeat-failures", d.HeartbeatFailures, "missed heartbeats in a row that declare the backend lost")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", d.RequestTimeout, "deadline of every backend call made for a v2 request")
 	fs.DurationVar(&c.autoSyncInterval, "endpoints-auto-sync-interval", 0, "refresh the backend endpoints from the cluster's member list at this interval (0: never)")
 	fs.StringVar(&c.discoverySRV, "discovery-srv", "", "domain whose DNS SRV records (_etcd-client-ssl._tcp, _etcd-client._tcp) list the backend endpoints")
 	fs.StringVar(&c.discoverySRVName, "discovery-srv-name", "", "suffix of the SRV service name, as etcd's --discovery-srv-name")
+	fs.Var(&c.embedded, "embedded", "serve a private embedded etcd instead of --endpoints (data in --data-dir; nothing else shares it)")
 	fs.StringVar(&c.dataDir, "data-dir", "default.v2bridge", "embedded etcd's data directory")
 	fs.StringVar(&c.embeddedClientURLs, "embedded-client-urls", "http://127.0.0.1:22379", "embedded etcd's v3 client URL (v3 clients share the data here)")
 	fs.StringVar(&c.embeddedPeerURLs, "embedded-peer-urls", "http://127.0.0.1:22380", "embedded etcd's peer URL")
-	fs.StringVar(&c.autoCompaction, "embedded-auto-compaction-retention", "1h", "embedded etcd's periodic auto-compaction retention (bounds watch history)")
+	fs.StringVar(&c.autoCompaction, "embedded-auto-compaction-retention", v3backend.DefaultAutoCompaction, "embedded etcd's periodic auto-compaction retention (bounds watch history)")
 	fs.StringVar(&c.dataPrefix, "data-prefix", "", "v3 key prefix of the v2 key space ('' or /something)")
 	fs.StringVar(&c.metaPrefix, "meta-prefix", "_v2bridge/", "v3 key prefix of the bridge's bookkeeping (no leading slash)")
 	fs.StringVar(&c.name, "name", "v2bridge", "member name reported by /v2/members")
@@ -97,6 +138,11 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.tlsMinVersion, "tls-min-version", "TLS1.2", "minimum TLS version served: TLS1.2 or TLS1.3")
 	fs.StringVar(&c.listenMetricsURLs, "listen-metrics-urls", "", "extra listeners serving only /metrics, /health, /readyz, /livez")
 	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "serve runtime profiles at /debug/pprof/ on the client URLs")
+	fs.IntVar(&c.watchHistoryEvents, "watch-history-events", d.RingSize, "recent v2 events kept for re-watches: a waitIndex older than that many events gets error 401, as v2 kept its last 1000")
+	fs.Int64Var(&c.watchReplayMaxRevisions, "watch-replay-max-revisions", d.MaxReplayRevisions, "how far back (in revisions) a replay of v3 history may read for a waitIndex older than the kept events")
+	fs.DurationVar(&c.httpIdleTimeout, "http-idle-timeout", h.IdleTimeout, "close a client's keep-alive connection idle this long between requests (a parked watch is not idle)")
+	fs.DurationVar(&c.httpBodyReadTimeout, "http-body-read-timeout", h.BodyReadTimeout, "deadline for reading a request's body")
+	fs.IntVar(&c.maxConnections, "max-connections", h.MaxConnections, "client connections served at once per listener; more wait to be accepted (0: no cap)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	return fs
 }
@@ -116,7 +162,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 		return nil, err
 	}
 	if c.advertiseClientURLs == "" {
-		c.advertiseClientURLs = c.listenClientURLs
+		c.advertiseClientURLs = advertiseDefault(c.listenClientURLs, os.Hostname)
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -135,7 +181,7 @@ func applySources(fs *flag.FlagSet, getenv func(string) string) error {
 		if set[f.Name] {
 			return
 		}
-		env := "V2BRIDGE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v := getenv(env); v != "" {
 			if err := f.Value.Set(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", env, err))
@@ -177,9 +223,17 @@ func readConfigFile(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
 	}
-	var raw map[string]any
-	if err := yaml.Unmarshal(b, &raw); err != nil {
+	// Through JSON with UseNumber, so numbers keep the digits the user wrote
+	// (1000000, not 1e+06).
+	js, err := yaml.YAMLToJSON(b)
+	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	var raw map[string]any
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("config file %s: want a map of settings named like the flags: %w", path, err)
 	}
 	out := map[string]string{}
 	for k, v := range raw {
@@ -241,7 +295,51 @@ func (c *config) validate() error {
 	case c.logFormat != "json" && c.logFormat != "console":
 		return fmt.Errorf("--log-format %q: want json or console", c.logFormat)
 	}
+	return c.decideBackend()
+}
+
+// decideBackend applies the one rule for the embedded etcd: it runs when
+// asked for (--embedded), or when no backend setting is given at all — no
+// --endpoints, --discovery-srv, --embedded or --config-file — which is what
+// `make run` does. A configured deployment (a config file, or
+// V2BRIDGE_EMBEDDED=false as the Docker image sets) must name its backend,
+// so a typo never turns into a bridge serving an empty private store.
+func (c *config) decideBackend() error {
+	remote := c.endpoints != "" || c.discoverySRV != ""
+	switch {
+	case c.embedded.value && remote:
+		return errors.New("--embedded conflicts with --endpoints and --discovery-srv: give one backend")
+	case remote:
+		c.embeddedMode = ""
+	case c.embedded.value:
+		c.embeddedMode = "explicit"
+	case !c.embedded.set && c.configFile == "":
+		c.embeddedMode = "implicit"
+	default:
+		return errors.New("no etcd v3 backend: give --endpoints (V2BRIDGE_ENDPOINTS) or --discovery-srv, " +
+			"or --embedded (V2BRIDGE_EMBEDDED=true) to serve a private embedded etcd with its data in --data-dir")
+	}
 	return nil
+}
+
+// advertiseDefault is the listen URLs, with an unspecified host (0.0.0.0,
+// [::]) replaced by this machine's name: a wildcard address is useless to the
+// v2 clients that read /v2/members.
+func advertiseDefault(listen string, hostname func() (string, error)) string {
+	var out []string
+	for _, u := range splitList(listen) {
+		pu, err := url.Parse(u)
+		if err == nil && (pu.Scheme == "http" || pu.Scheme == "https") {
+			if h := pu.Hostname(); h == "" || net.ParseIP(h) != nil && net.ParseIP(h).IsUnspecified() {
+				if name, err := hostname(); err == nil && name != "" {
+					pu.Host = net.JoinHostPort(name, pu.Port())
+					u = pu.String()
+				}
+			}
+		}
+		out = append(out, u)
+	}
+	return strings.Join(out, ",")
 }
 
 func splitList(s string) []string {

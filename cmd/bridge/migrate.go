@@ -28,7 +28,7 @@ var backendFlagNames = []string{
 	"request-timeout", "data-prefix", "meta-prefix", "config-file", "log-level", "log-format",
 }
 
-// migrateFlags are the settings of `bridge migrate` and `bridge verify`.
+// migrateFlags are the settings of `v2bridge migrate` and `v2bridge verify`.
 type migrateFlags struct {
 	from, fromPrefix, hidden      string
 	noDiscovery                   bool
@@ -43,10 +43,11 @@ type migrateFlags struct {
 	progress                      string
 	maxDiffs                      int
 	compareExpiration             bool
+	output                        string
 }
 
 // addBackendFlags registers every server flag on fs (so V2BRIDGE_* variables
-// and --config-file work as for `bridge`), bound to c with the server's
+// and --config-file work as for the server), bound to c with the server's
 // defaults; the usage text shows only backendFlagNames.
 func addBackendFlags(fs *flag.FlagSet, c *config) {
 	srv := newFlagSet(c, io.Discard)
@@ -67,7 +68,7 @@ func addBackendFlags(fs *flag.FlagSet, c *config) {
 }
 
 func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("bridge "+cmd, flag.ContinueOnError)
+	fs := flag.NewFlagSet(progName+" "+cmd, flag.ContinueOnError)
 	fs.SetOutput(out)
 	addBackendFlags(fs, c)
 	fs.StringVar(&mf.from, "from", "", "client URL of the etcd v2 server to copy from (required), e.g. http://old-etcd:2379")
@@ -81,6 +82,7 @@ func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *
 	fs.StringVar(&mf.fromUser, "from-user", "", "v2 source user as name:password (v2 auth)")
 	fs.DurationVar(&mf.fromTimeout, "from-timeout", 2*time.Minute, "deadline of each read of the v2 source (the snapshot of a big tree is one answer)")
 	fs.DurationVar(&mf.ttlTolerance, "ttl-tolerance", 5*time.Second, "how far apart two expirations of the same TTL node may be and still agree")
+	fs.StringVar(&mf.output, "output", "text", "summary on stdout: text, or json (one object, for scripts)")
 	fs.StringVar(&mf.progress, "progress", "auto", "progress on stderr: auto (a live line on a terminal, else a line every 10s), tty, lines or none")
 	if cmd == "migrate" {
 		fs.BoolVar(&mf.dryRun, "dry-run", false, "report what would be written, write nothing")
@@ -101,7 +103,7 @@ func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *
 	fs.Usage = func() {
 		o := fs.Output()
 		if cmd == "migrate" {
-			fmt.Fprint(o, `Usage: bridge migrate --from URL --endpoints URLS [flags]
+			fmt.Fprint(o, `Usage: v2bridge migrate --from URL --endpoints URLS [flags]
 
 Copies a running etcd v2 server's tree (files, empty directories, hidden nodes,
 TTLs as leases) into the bridge's etcd v3 layout, through the bridge's own
@@ -110,7 +112,7 @@ differently are reported as conflicts and left alone unless --overwrite.
 With --follow it keeps applying the source's changes until interrupted.
 `)
 		} else {
-			fmt.Fprint(o, `Usage: bridge verify --from URL --endpoints URLS [flags]
+			fmt.Fprint(o, `Usage: v2bridge verify --from URL --endpoints URLS [flags]
 
 Compares an etcd v2 server's tree with the bridge's view of it, node by node
 (kind, value, TTL), and exits non-zero on any difference.
@@ -132,27 +134,11 @@ Compares an etcd v2 server's tree with the bridge's view of it, node by node
 	return fs
 }
 
-func printFlag(o io.Writer, f *flag.Flag) {
-	name, usage := flag.UnquoteUsage(f)
-	def := ""
-	switch {
-	case f.DefValue == "" || f.DefValue == "false" || f.DefValue == "0":
-	case name == "string":
-		def = fmt.Sprintf(" (default %q)", f.DefValue)
-	default:
-		def = fmt.Sprintf(" (default %s)", f.DefValue)
-	}
-	if name != "" {
-		name = " " + name
-	}
-	fmt.Fprintf(o, "  --%s%s\n    \t%s%s\n", f.Name, name, usage, def)
-}
-
-// runMigrateCommand runs `bridge migrate` or `bridge verify`.
-func runMigrateCommand(cmd string, args []string) error {
+// runMigrateCommand runs `v2bridge migrate` or `v2bridge verify`.
+func runMigrateCommand(cmd string, args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return migrateMain(ctx, cmd, args, getenv, os.Stdout, os.Stderr, isTerminal(os.Stderr))
+	return migrateMain(ctx, cmd, args, getenv, stdout, stderr, isTerminal(os.Stderr))
 }
 
 func isTerminal(f *os.File) bool {
@@ -160,16 +146,37 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) error {
+func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) (err error) {
 	var c config
 	var mf migrateFlags
-	fs := newMigrateFlagSet(cmd, &c, &mf, stderr)
+	fs := newMigrateFlagSet(cmd, &c, &mf, io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return nil
+		}
+		return usageErrorf("%s: %v (see %s %s --help)", cmd, err, progName, cmd)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q", cmd, fs.Arg(0))
+		return usageErrorf("%s: unexpected argument %q", cmd, fs.Arg(0))
 	}
+	if mf.output != "text" && mf.output != "json" {
+		return usageErrorf("%s: --output must be text or json, not %q", cmd, mf.output)
+	}
+	jsonOut := mf.output == "json"
+	// The JSON summary is written however the command ends.
+	var summary interface{ setResult(error) }
+	defer func() {
+		if !jsonOut {
+			return
+		}
+		if summary == nil { // it failed before there was anything to count
+			summary = &jsonFailure{Command: cmd}
+		}
+		summary.setResult(err)
+		writeJSON(stdout, summary)
+	}()
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
@@ -240,6 +247,7 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	defer be.Close()
 	o.Target = be
+	jt := newJSONTarget(endpoints, layout)
 	target := fmt.Sprintf("etcd v3 %s (data prefix %q, meta prefix %q)", strings.Join(endpoints, ","), layout.DataPrefix, layout.MetaPrefix)
 
 	if cmd == "verify" {
@@ -250,7 +258,11 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 		if err != nil {
 			return fmt.Errorf("verify: %w", err)
 		}
-		printReport(stdout, rep, target, mf.maxDiffs)
+		if jsonOut {
+			summary = verifyJSON(rep, jt)
+		} else {
+			printReport(stdout, rep, target, mf.maxDiffs)
+		}
 		if n := len(rep.Differences); n > 0 {
 			return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.Source)
 		}
@@ -264,7 +276,12 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if sum == nil {
 		return fmt.Errorf("migrate: %w", cerr)
 	}
-	printSummary(stdout, sum, target)
+	js := migrateJSON(sum, jt, nil)
+	if jsonOut {
+		summary = js
+	} else {
+		printSummary(stdout, sum, target)
+	}
 	var ie *migrate.IncompleteError
 	if cerr != nil && (!mf.follow || (errors.As(cerr, &ie) && ie.Stopped) || ctx.Err() != nil) {
 		return fmt.Errorf("migrate: %w", cerr)
@@ -280,7 +297,9 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if pp != nil {
 		pp.Finish()
 	}
-	if fst != nil {
+	if fst != nil && jsonOut {
+		js.Follow = migrateJSON(sum, jt, fst).Follow
+	} else if fst != nil {
 		fmt.Fprintf(stdout, "followed     %s events up to source index %d: %s applied, %s already there, %d TTLs carried over, %d re-syncs, %d conflicts, %d failures\n",
 			migrate.Count(fst.Events), fst.Index, migrate.Count(fst.Applied), migrate.Count(fst.Unchanged),
 			fst.TTLRefreshed, fst.Resyncs, len(fst.Conflicts), len(fst.Failures))
@@ -316,25 +335,12 @@ func conflictError(n int, dryRun bool) error {
 // newMigrateBackend connects to the v3 cluster the way the server does (same
 // TLS, auth and timeouts), without metrics.
 func newMigrateBackend(ctx context.Context, c *config, endpoints []string, layout translate.Layout, lg *zap.Logger) (*v3backend.Backend, error) {
-	bcfg := v3backend.Config{
-		Endpoints: endpoints, DialTimeout: c.dialTimeout,
-		KeepAliveTime: c.dialKeepAliveTime, KeepAliveTimeout: c.dialKeepAliveTimeout,
-		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout, HeartbeatFailures: c.heartbeatFailures,
-		RequestTimeout: c.requestTimeout, Layout: layout, Logger: lg.Named("backend"),
+	bcfg, err := backendConfig(c, endpoints, layout)
+	if err != nil {
+		return nil, err
 	}
-	if c.user != "" {
-		if !strings.Contains(c.user, ":") {
-			return nil, errors.New("--user must be name:password")
-		}
-		bcfg.Username, bcfg.Password, _ = strings.Cut(c.user, ":")
-	}
-	if c.cacert != "" || c.cert != "" || c.insecureSkipTLSVerify {
-		ti := transport.TLSInfo{CertFile: c.cert, KeyFile: c.key, TrustedCAFile: c.cacert, InsecureSkipVerify: c.insecureSkipTLSVerify}
-		var err error
-		if bcfg.TLS, err = ti.ClientConfig(); err != nil {
-			return nil, fmt.Errorf("backend TLS: %w", err)
-		}
-	}
+	bcfg.AutoSyncInterval = 0
+	bcfg.Logger = lg.Named("backend")
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
 	defer cancel()
 	be, err := v3backend.New(dctx, bcfg)
@@ -421,4 +427,33 @@ func orNone(ps []string) string {
 		return "none"
 	}
 	return strings.Join(ps, ", ")
+}
+
+func (j *jsonMigrate) setResult(err error) {
+	j.OK = err == nil
+	if err != nil {
+		j.Error = err.Error()
+	}
+}
+
+func (j *jsonVerify) setResult(err error) {
+	j.OK = err == nil
+	if err != nil {
+		j.Error = err.Error()
+	}
+}
+
+// jsonFailure is the summary of a command that failed before it counted
+// anything (the source or the cluster unreachable, a bad setting).
+type jsonFailure struct {
+	Command string `json:"command"`
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+}
+
+func (j *jsonFailure) setResult(err error) {
+	j.OK = err == nil
+	if err != nil {
+		j.Error = err.Error()
+	}
 }

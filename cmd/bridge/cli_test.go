@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestUnknownEnvironmentVariableNamesTheClosest(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		want string // "" for no error
+	}{
+		{[]string{"V2BRIDGE_ENDPOINT=http://a:2379"}, "unknown environment variable V2BRIDGE_ENDPOINT (did you mean V2BRIDGE_ENDPOINTS?)"},
+		{[]string{"V2BRIDGE_LOGLEVEL=debug"}, "did you mean V2BRIDGE_LOG_LEVEL?"},
+		{[]string{"V2BRIDGE_ENDPOINTS=http://a:2379", "PATH=/bin"}, ""},
+		{[]string{"V2BRIDGE_FROM=http://old:2379"}, ""},                // a migrate flag does not stop the server
+		{[]string{"V2BRIDGE_EMBEDDED=true"}, ""},                       // the embedded opt-in
+		{[]string{"V2BRIDGE_TEST_STRICT=1", "V2BRIDGE_BENCH_X=1"}, ""}, // the project's tooling
+	} {
+		err := checkEnv(c.env)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: unexpected error %v", c.env, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: error %v, want one containing %q", c.env, err, c.want)
+		}
+	}
+}
+
+func TestEveryServerFlagIsInOneHelpGroup(t *testing.T) {
+	seen := map[string]int{}
+	for _, g := range flagGroups {
+		for _, n := range g.names {
+			seen[n]++
+		}
+	}
+	fs := newFlagSet(&config{}, io.Discard)
+	for n, k := range seen {
+		if fs.Lookup(n) == nil {
+			t.Errorf("help group names %q, which is not a flag", n)
+		}
+		if k > 1 {
+			t.Errorf("%q is in %d help groups", n, k)
+		}
+	}
+	var missing []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if seen[f.Name] == 0 {
+			missing = append(missing, f.Name)
+		}
+	})
+	if len(missing) > 0 {
+		t.Errorf("flags missing from --help groups: %v", missing)
+	}
+}
+
+func TestHelpAndVersionSucceed(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--help"}, []string{"Usage:", "The etcd v3 cluster:", "--endpoints", "$V2BRIDGE_ENDPOINTS",
+			"command line > environment > config file > default", "migrate", "verify", "version"}},
+		{[]string{"-h"}, []string{"Usage:"}},
+		{[]string{"help"}, []string{"Usage:"}},
+		{[]string{"help", "migrate"}, []string{"Usage: v2bridge migrate", "--from", "--output"}},
+		{[]string{"verify", "--help"}, []string{"Usage: v2bridge verify", "--max-differences"}},
+		{[]string{"version"}, []string{"v2bridge version:", "go os/arch:"}},
+		{[]string{"--log-level", "debug", "version"}, []string{"v2bridge version:"}},
+		{[]string{"--version"}, []string{"git commit:"}},
+	} {
+		var out bytes.Buffer
+		if err := run(c.args, nil, &out, io.Discard); err != nil {
+			t.Errorf("%v: %v", c.args, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%v: output lacks %q:\n%s", c.args, w, out.String())
+			}
+		}
+	}
+}
+
+func TestCommandLineMistakesAreUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve"}, `unknown command "serve"`},
+		{[]string{"--bogus"}, "flag provided but not defined"},
+		{[]string{"help", "nothing"}, `unknown command "nothing"`},
+		{[]string{"migrate", "--output", "yaml"}, "--output must be text or json"},
+	} {
+		err := run(c.args, nil, io.Discard, io.Discard)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestGlobalFlagsBeforeACommandReachIt(t *testing.T) {
+	// Parsed as migrate's own flags: the command gets as far as its first check.
+	err := run([]string{"--log-level", "debug", "--endpoints", "http://127.0.0.1:1", "migrate"}, nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--from is required") {
+		t.Fatalf("got %v, want migrate's --from check", err)
+	}
+}
+
+func TestEmbeddedEtcdOnlyWhenAskedOrUnconfigured(t *testing.T) {
+	file := writeFile(t, "name: node-1\n")
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		mode string // embeddedMode, or "error: ..."
+	}{
+		{"no backend settings (make run)", nil, nil, "implicit"},
+		{"--embedded", []string{"--embedded"}, nil, "explicit"},
+		{"V2BRIDGE_EMBEDDED=true", nil, map[string]string{"V2BRIDGE_EMBEDDED": "true"}, "explicit"},
+		{"endpoints", []string{"--endpoints", "http://a:2379"}, nil, ""},
+		{"V2BRIDGE_EMBEDDED=false (the image)", nil, map[string]string{"V2BRIDGE_EMBEDDED": "false"}, "error: no etcd v3 backend"},
+		{"config file without a backend", []string{"--config-file", file}, nil, "error: no etcd v3 backend"},
+		{"config file opting in", []string{"--config-file", writeFile(t, "embedded: true\n")}, nil, "explicit"},
+		{"embedded and endpoints", []string{"--embedded", "--endpoints", "http://a:2379"}, nil, "error: --embedded conflicts"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := parseConfig(c.args, func(k string) string { return c.env[k] }, io.Discard)
+			if want, ok := strings.CutPrefix(c.mode, "error: "); ok {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %v, want %q", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.embeddedMode != c.mode {
+				t.Fatalf("embedded mode %q, want %q", cfg.embeddedMode, c.mode)
+			}
+		})
+	}
+}
+
+func TestConfigFileNumbersKeepTheirDigits(t *testing.T) {
+	file := writeFile(t, "name: 1000000\nheartbeat-failures: 1000000\nendpoints: [http://a:2379]\n")
+	c, err := parseConfig([]string{"--config-file", file}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.name != "1000000" || c.heartbeatFailures != 1000000 {
+		t.Fatalf("name %q, heartbeat-failures %d; want 1000000 for both", c.name, c.heartbeatFailures)
+	}
+}
+
+func TestAdvertiseDefaultNamesTheHostForAWildcardListener(t *testing.T) {
+	host := func() (string, error) { return "node-7", nil }
+	for _, c := range []struct{ listen, want string }{
+		{"http://127.0.0.1:2379", "http://127.0.0.1:2379"},
+		{"http://0.0.0.0:2379", "http://node-7:2379"},
+		{"https://[::]:2379,unix:///run/v2.sock", "https://node-7:2379,unix:///run/v2.sock"},
+	} {
+		if got := advertiseDefault(c.listen, host); got != c.want {
+			t.Errorf("%s: got %s, want %s", c.listen, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// flagGroup is a heading of --help and the server flags under it.
+type flagGroup struct {
+	title string
+	names []string
+}
+
+// flagGroups orders every server flag for --help; a test keeps it complete.
+var flagGroups = []flagGroup{
+	{"Serving the v2 API", []string{"listen-client-urls", "advertise-client-urls", "name",
+		"cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "client-crl-file", "tls-min-version",
+		"listen-metrics-urls", "enable-pprof", "http-idle-timeout", "http-body-read-timeout", "max-connections"}},
+	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions"}},
+	{"The etcd v3 cluster", []string{"endpoints", "discovery-srv", "discovery-srv-name", "endpoints-auto-sync-interval",
+		"cacert", "cert", "key", "insecure-skip-tls-verify", "user",
+		"dial-timeout", "dial-keepalive-time", "dial-keepalive-timeout", "request-timeout",
+		"heartbeat-interval", "heartbeat-timeout", "heartbeat-failures"}},
+	{"Embedded etcd (a private store for trying the bridge out; see the backend rule below)", []string{"embedded", "data-dir",
+		"embedded-client-urls", "embedded-peer-urls", "embedded-auto-compaction-retention"}},
+	{"Key layout in etcd v3", []string{"data-prefix", "meta-prefix"}},
+	{"Logging, configuration, version", []string{"log-level", "log-format", "config-file", "version"}},
+}
+
+const usageHead = `%[1]s serves the etcd v2 keys and watch API from an etcd v3 cluster.
+
+Usage:
+  %[1]s [flags]                      serve (the default)
+  %[1]s [flags] migrate [flags]      copy an etcd v2 server's tree into the v3 cluster
+  %[1]s [flags] verify [flags]       compare an etcd v2 server's tree with the bridge's view
+  %[1]s version                      print the version
+  %[1]s help [migrate|verify]        this text, or a command's
+
+Flags given before a command apply to it, so "%[1]s --log-level debug migrate ..." works.
+Flags take one or two dashes; each is followed by the environment variable that sets it.
+`
+
+const usageTail = `
+Settings: every flag can be set on the command line, as its V2BRIDGE_ variable, or in the
+YAML --config-file under the flag's name (lists allowed). Precedence, highest first:
+  command line > environment > config file > default
+A V2BRIDGE_ variable that no flag reads is an error naming the closest real one.
+
+Backend rule: the bridge serves --endpoints (or --discovery-srv). A private embedded etcd runs
+only with --embedded, or when no backend setting is given at all (no --endpoints,
+--discovery-srv, --embedded or --config-file: what "make run" does); it says so at startup
+and in the v2bridge_embedded_store metric. Its data is in --data-dir and nothing else shares it.
+
+Exit status: 0 on success and for help, 1 on an error, 2 on a command-line mistake.
+`
+
+// printUsage writes the server's help, flags grouped, to w.
+func printUsage(w io.Writer) {
+	fs := newFlagSet(&config{}, io.Discard)
+	fmt.Fprintf(w, usageHead, progName)
+	for _, g := range flagGroups {
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		for _, n := range g.names {
+			if f := fs.Lookup(n); f != nil {
+				printFlag(w, f)
+			}
+		}
+	}
+	fmt.Fprint(w, usageTail)
+}
+
+// printFlag writes one flag as --name TYPE  $VARIABLE, then its usage.
+func printFlag(o io.Writer, f *flag.Flag) {
+	name, usage := flag.UnquoteUsage(f)
+	if _, ok := f.Value.(*optionalBool); ok {
+		name = ""
+	}
+	def := ""
+	switch {
+	case f.DefValue == "" || f.DefValue == "false" || f.DefValue == "0" || f.DefValue == "0s":
+	case name == "string":
+		def = fmt.Sprintf(" (default %q)", f.DefValue)
+	default:
+		def = fmt.Sprintf(" (default %s)", f.DefValue)
+	}
+	if name != "" {
+		name = " " + name
+	}
+	left := "  --" + f.Name + name
+	fmt.Fprintf(o, "%-46s $%s\n        %s%s\n", left, envName(f.Name), usage, def)
+}
+
+// helpFor prints the help of a command named in `v2bridge help CMD`.
+func helpFor(w io.Writer, args []string) error {
+	if len(args) == 0 {
+		printUsage(w)
+		return nil
+	}
+	switch args[0] {
+	case "migrate", "verify":
+		fs := newMigrateFlagSet(args[0], &config{}, &migrateFlags{}, w)
+		fs.Usage()
+		return nil
+	case "version", "help":
+		printUsage(w)
+		return nil
+	}
+	return usageErrorf("help: unknown command %q (commands: %s)", args[0], strings.Join(commands, ", "))
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.etcd.io/etcd/client/pkg/v3/srv"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/server"
+	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v2api"
+	"github.com/v2bridge/v2bridge/v3backend"
+)
+
+// serve runs the bridge until ctx ends. Its listeners are opened first, so a
+// port that is taken stops it before the embedded etcd or anything else
+// starts.
+func serve(ctx context.Context, c *config, lg *zap.Logger) error {
+	layout, err := translate.NewLayout(c.dataPrefix, c.metaPrefix)
+	if err != nil {
+		return err
+	}
+	lns, err := openListeners(c)
+	if err != nil {
+		return err
+	}
+	defer lns.closeUnserved()
+
+	endpoints := splitList(c.endpoints)
+	if c.discoverySRV != "" {
+		srvs, err := srv.GetClient("etcd-client", c.discoverySRV, c.discoverySRVName)
+		if err != nil {
+			return fmt.Errorf("--discovery-srv %s: %w", c.discoverySRV, err)
+		}
+		endpoints = srvs.Endpoints
+		lg.Info("backend endpoints from DNS SRV", zap.String("domain", c.discoverySRV), zap.Strings("endpoints", endpoints))
+	}
+	var etcd *embed.Etcd
+	if c.embeddedMode != "" {
+		warnEmbedded(lg, c)
+		elg, closing := embeddedLogger(lg)
+		etcd, err = v3backend.StartEmbedded(v3backend.EmbeddedConfig{
+			Name: c.name, Dir: c.dataDir, ClientURL: c.embeddedClientURLs, PeerURL: c.embeddedPeerURLs,
+			AutoCompaction: c.autoCompaction, Logger: elg,
+		})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			closing.Store(true)
+			etcd.Close()
+		}()
+		endpoints = []string{c.embeddedClientURLs}
+		lg.Info("embedded etcd started", zap.String("client-url", c.embeddedClientURLs), zap.String("data-dir", c.dataDir))
+	}
+	bcfg, err := backendConfig(c, endpoints, layout)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBridgeInfo(reg, c.embeddedMode != "")
+	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
+	br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
+		EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true,
+		HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
+			MaxConnections: c.maxConnections}})
+	cancel()
+	if err != nil {
+		return err
+	}
+	shutdown := func() error {
+		// Watches are long-polls: Close ends them (clients re-issue them
+		// elsewhere), then lets in-flight requests finish.
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		return br.Close(sctx)
+	}
+
+	errc := make(chan error, 8)
+	lns.served = true
+	for _, l := range lns.client {
+		lg.Info("serving", zap.String("url", l.url), zap.Strings("backend", endpoints))
+		br.Serve(l.ln, v2api.RequestLog(br.API, lg.Named("request")), errc)
+	}
+	for _, l := range lns.metrics {
+		lg.Info("serving metrics", zap.String("url", l.url))
+		br.Serve(l.ln, br.API.MetricsHandler(), errc)
+	}
+	nctx, ncancel := context.WithCancel(ctx)
+	notified := make(chan struct{})
+	go func() {
+		defer close(notified)
+		notifyReady(nctx, br.Backend.Ready, lg)
+	}()
+	defer func() {
+		ncancel()
+		<-notified
+	}()
+	select {
+	case <-ctx.Done():
+		lg.Info("shutting down")
+		notifyStopping(lg)
+	case err := <-errc:
+		_ = shutdown()
+		return err
+	}
+	return shutdown()
+}
+
+// warnEmbedded says loudly that the bridge serves a store of its own, which
+// no other bridge or v3 client shares unless pointed at its client URL.
+func warnEmbedded(lg *zap.Logger, c *config) {
+	why := "--embedded was given"
+	if c.embeddedMode == "implicit" {
+		why = "no --endpoints, --discovery-srv, --embedded or --config-file was given"
+	}
+	lg.Warn("serving a PRIVATE EMBEDDED etcd, not a cluster: its data lives only in --data-dir; "+
+		"give --endpoints to serve a real etcd v3 cluster",
+		zap.String("reason", why), zap.String("data-dir", c.dataDir), zap.String("client-url", c.embeddedClientURLs))
+}
