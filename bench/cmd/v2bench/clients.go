@@ -229,6 +229,40 @@ const v3Prefix = "v3bench"
 
 type v3kv struct{ cli *clientv3.Client }
 
+// bridgeTxner sends the transaction shape of a bridge's v2 PUT.
+type bridgeTxner interface {
+	bridgeTxn(ctx context.Context, key, val string) error
+}
+
+// bridgeTxn is what a bridge sends for a v2 PUT of key over a file: compares
+// on the key, its directory marker, "no children" ranges of both, and the
+// file and marker of every ancestor; puts of the value and of a journal
+// record of a typical size. The compares hold; their values do not matter to
+// the cost.
+func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
+	k := v3Prefix + key
+	var cmps []clientv3.Cmp
+	cmps = append(cmps,
+		clientv3.Compare(clientv3.ModRevision(k), "<", 1<<62),
+		clientv3.Compare(clientv3.ModRevision(v3Prefix+"_m"+key), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(k+"/"), "=", 0).WithRange(k+"0"),
+		clientv3.Compare(clientv3.CreateRevision(v3Prefix+"_m"+key+"/"), "=", 0).WithRange(v3Prefix+"_m"+key+"0"))
+	for i := 1; i < len(key); i++ {
+		if key[i] == '/' {
+			a := key[:i]
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(v3Prefix+a), "=", 0),
+				clientv3.Compare(clientv3.ModRevision(v3Prefix+"_m"+a), "<", 1<<62))
+		}
+	}
+	journal := `{"a":"set","n":{"key":"` + key + `","value":"","modifiedIndex":0,"createdIndex":0},` +
+		`"p":{"key":"` + key + `","value":"","modifiedIndex":12345,"createdIndex":12345}}`
+	r, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k, val), clientv3.OpPut(v3Prefix+"_j", journal)).Commit()
+	if err == nil && !r.Succeeded {
+		err = errors.New("bridge-shaped transaction: a compare failed")
+	}
+	return err
+}
+
 func (c v3kv) put(ctx context.Context, key, val string) (uint64, error) {
 	r, err := c.cli.Put(ctx, v3Prefix+key, val)
 	if err != nil {
