@@ -191,7 +191,7 @@ func TestBuildGet(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			lists := readGet(l, c.p, c.state)
-			node := l.BuildGet(c.p, first(lists[0]), first(lists[1]), lists[2], lists[3], c.recursive, ls, now)
+			node := l.BuildGet(c.p, firstKV(lists[0]), firstKV(lists[1]), lists[2], lists[3], c.recursive, ls, now)
 			got, err := json.Marshal(node)
 			if err != nil {
 				t.Fatal(err)
@@ -219,7 +219,7 @@ func readGet(l Layout, p string, state []*KV) [][]*KV {
 	return lists
 }
 
-func first(kvs []*KV) *KV {
+func firstKV(kvs []*KV) *KV {
 	if len(kvs) == 0 {
 		return nil
 	}
