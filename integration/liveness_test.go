@@ -1,6 +1,6 @@
 package integration
 
-// Liveness (DESIGN §6, issue 4): a bridge whose etcd member is lost — powered
+// Liveness (docs/design.md §6): a bridge whose etcd member is lost — powered
 // off (blackholed), frozen (SIGSTOP) or cut off from quorum — ends every v2
 // watch it feeds within seconds, moves to a healthy member, and the watchers
 // (the Go v2 client, looping like flanneld) resume from their waitIndex with

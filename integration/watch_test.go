@@ -381,7 +381,7 @@ func TestWatchTwoBridges(t *testing.T) {
 	ch = startWatch(t, b2.URL, "/shared")
 	do(t, "PUT", b1.URL, "/v2/keys/shared", form("value", "y", "prevValue", "x"))
 	expectEvent(t, ch, "compareAndSwap", "/shared")
-	// A v3-native write is reported by DESIGN §2's rules.
+	// A v3-native write is reported by the key layout's rules (docs/design.md §2).
 	ch = startWatch(t, b1.URL, "/native")
 	if _, err := cl.Client(t).Put(ctxT(t, 10*time.Second), "/native", "v"); err != nil {
 		t.Fatal(err)

@@ -155,32 +155,74 @@ func (t *tally) expired() {
 	t.mu.Unlock()
 }
 
+// copy reads the source and the bridge, plans what differs, and makes the
+// writes (with DryRun, only counts them).
 func (m *migrator) copy(ctx context.Context) (*Summary, error) {
 	start := time.Now()
-	pfx := m.o.FromPrefix
-	sum := &Summary{Source: m.src.String(), Prefix: pfx, DryRun: m.o.DryRun, owned: m.owned}
-	m.progress(Progress{Phase: "reading source"}, true)
-	st, err := m.readSource(ctx)
+	sum := &Summary{Source: m.src.String(), Prefix: m.o.FromPrefix, DryRun: m.o.DryRun, owned: m.owned}
+	st, tt, err := m.readTrees(ctx, sum)
 	if err != nil {
 		return nil, err
 	}
+	tl := &tally{sum: sum}
+	paths := st.sorted()
+	pl := m.plan(st, tt, paths, tl)
+	if m.o.DryRun {
+		pl.countDryRun(tl)
+		sum.Complete = true
+		sum.Duration = time.Since(start)
+		m.progress(Progress{Phase: "done", Done: len(paths), Total: len(paths), Elapsed: sum.Duration}, true)
+		return sum, nil
+	}
+	return m.write(ctx, pl, tl, start, len(paths))
+}
+
+// readTrees reads the source's tree and the bridge's nodes below the same
+// roots, and records what the source holds in sum.
+func (m *migrator) readTrees(ctx context.Context, sum *Summary) (st, tt *tree, err error) {
+	m.progress(Progress{Phase: "reading source"}, true)
+	if st, err = m.readSource(ctx); err != nil {
+		return nil, nil, err
+	}
 	sum.Index, sum.roots, sum.HiddenNamed, sum.HiddenFound = st.index, st.roots, st.named, st.found
-	sum.countSource(st, pfx)
+	sum.countSource(st, sum.Prefix)
 	if len(st.found) > 0 {
 		m.logf("found %d hidden node(s) in the source's recent event history: %s", len(st.found), joinPaths(st.found))
 	}
 	m.progress(Progress{Phase: "reading bridge", Total: len(st.nodes)}, true)
-	tt, err := m.readTarget(ctx, st.roots)
-	if err != nil {
-		return nil, fmt.Errorf("%w (nothing was written)", err)
+	if tt, err = m.readTarget(ctx, st.roots); err != nil {
+		return nil, nil, fmt.Errorf("%w (nothing was written)", err)
 	}
+	return st, tt, nil
+}
 
-	// Plan: parents come before children, so a conflicting directory can
-	// hold back what is below it.
-	tl := &tally{sum: sum}
-	var structural, parallel []*job
+// copyPlan is the copy's writes: the structural jobs run one by one, in
+// order, before the parallel ones.
+type copyPlan struct {
+	structural, parallel []*job
+	deletes              int // the deletions, at the end of parallel
+}
+
+func (pl *copyPlan) planned() int { return len(pl.structural) + len(pl.parallel) }
+
+// add queues j. Whatever changes the shape of the tree, or gives a directory
+// the lease its children expire with, goes first, in order.
+func (pl *copyPlan) add(j *job) {
+	if j.op == opKind || (j.src.Dir && j.src.Expiration != nil) {
+		pl.structural = append(pl.structural, j)
+	} else {
+		pl.parallel = append(pl.parallel, j)
+	}
+}
+
+// plan decides what to do with every source node (paths, sorted) and with
+// the bridge's extra nodes; what needs no write is counted at once. Parents
+// come before children, so a conflicting directory can hold back what is
+// below it.
+func (m *migrator) plan(st, tt *tree, paths []string, tl *tally) *copyPlan {
+	sum := tl.sum
+	pl := &copyPlan{}
 	blocked := map[string]int{} // conflicting path -> index in Conflicts
-	paths := st.sorted()
 	for _, p := range paths {
 		n := st.nodes[p]
 		if i, ok := blockedBy(blocked, p); ok {
@@ -206,22 +248,19 @@ func (m *migrator) copy(ctx context.Context) (*Summary, error) {
 				blocked[p] = len(sum.Conflicts) - 1
 			}
 		default:
-			j := &job{path: p, src: n, dst: d, op: op, children: st.children[p] > 0}
-			// Whatever changes the shape of the tree, or gives a directory
-			// the lease its children expire with, goes first, in order.
-			if op == opKind || (n.Dir && n.Expiration != nil) {
-				structural = append(structural, j)
-			} else {
-				parallel = append(parallel, j)
-			}
+			pl.add(&job{path: p, src: n, dst: d, op: op, children: st.children[p] > 0})
 		}
 	}
 	deletes := m.planExtra(st, tt, sum)
-	parallel = append(interleave(parallel), deletes...)
-	planned := len(structural) + len(parallel)
+	pl.parallel = append(interleave(pl.parallel), deletes...)
+	pl.deletes = len(deletes)
+	return pl
+}
 
-	if m.o.DryRun {
-		for _, j := range append(structural, parallel...) {
+// countDryRun counts what the planned writes would do, without making them.
+func (pl *copyPlan) countDryRun(tl *tally) {
+	for _, jobs := range [][]*job{pl.structural, pl.parallel} {
+		for _, j := range jobs {
 			if j.op == opCreate {
 				if _, _, ok := ttlSeconds(j.src, time.Now()); !ok {
 					tl.expired()
@@ -230,70 +269,91 @@ func (m *migrator) copy(ctx context.Context) (*Summary, error) {
 			}
 			tl.add(j.op, j.nodes)
 		}
-		sum.Complete = true
-		sum.Duration = time.Since(start)
-		m.progress(Progress{Phase: "done", Done: len(paths), Total: len(paths), Elapsed: sum.Duration}, true)
-		return sum, nil
 	}
+}
 
-	// Write.
-	wstart := time.Now()
-	var done, written atomic.Int64
-	var bytes atomic.Int64
-	settled := len(paths) - (len(structural) + len(parallel) - len(deletes))
-	report := func(force bool) {
-		el := time.Since(wstart)
-		d := int(done.Load())
-		p := Progress{Phase: "copying", Done: settled + d, Total: settled + planned, Written: int(written.Load()),
-			Bytes: bytes.Load(), Elapsed: el}
-		if el > 0 && d > 0 {
-			p.Rate = float64(d) / el.Seconds()
-			p.ETA = time.Duration(float64(planned-d) / p.Rate * float64(time.Second))
-		}
-		m.progress(p, force)
+// copyProgress counts the writes of a copy as they are made and reports
+// them.
+type copyProgress struct {
+	m                    *migrator
+	start                time.Time
+	settled              int // source nodes that needed no write
+	planned              int
+	done, written, bytes atomic.Int64
+}
+
+func (cp *copyProgress) jobDone(j *job, writes int) {
+	cp.done.Add(1)
+	cp.written.Add(int64(writes))
+	if j.src != nil {
+		cp.bytes.Add(int64(len(value(j.src))))
 	}
-	report(true)
-	run := func(ctx context.Context, j *job) error {
-		w, err := m.exec(ctx, j, tl)
-		done.Add(1)
-		written.Add(int64(w))
-		if j.src != nil {
-			bytes.Add(int64(len(value(j.src))))
-		}
-		if err != nil && isKeyError(err) {
-			tl.fail(j.path, err)
-			err = nil
-		}
-		report(false)
-		return err
+}
+
+func (cp *copyProgress) report(force bool) {
+	el := time.Since(cp.start)
+	d := int(cp.done.Load())
+	p := Progress{Phase: "copying", Done: cp.settled + d, Total: cp.settled + cp.planned, Written: int(cp.written.Load()),
+		Bytes: cp.bytes.Load(), Elapsed: el}
+	if el > 0 && d > 0 {
+		p.Rate = float64(d) / el.Seconds()
+		p.ETA = time.Duration(float64(cp.planned-d) / p.Rate * float64(time.Second))
 	}
-	var fatal error
-	for _, j := range structural {
-		if err := ctx.Err(); err != nil {
-			fatal = err
-			break
-		}
-		if err := run(ctx, j); err != nil {
-			fatal = err
-			break
-		}
-	}
+	cp.m.progress(p, force)
+}
+
+// write makes the planned writes of a copy that started at start and read
+// nodes source nodes. The first error that is not about one node stops it;
+// either way the summary says how far it got.
+func (m *migrator) write(ctx context.Context, pl *copyPlan, tl *tally, start time.Time, nodes int) (*Summary, error) {
+	sum := tl.sum
+	cp := &copyProgress{m: m, start: time.Now(), settled: nodes - (pl.planned() - pl.deletes), planned: pl.planned()}
+	cp.report(true)
+	run := func(ctx context.Context, j *job) error { return m.runJob(ctx, j, tl, cp) }
+	fatal := runInOrder(ctx, pl.structural, run)
 	if fatal == nil {
-		fatal = m.runParallel(ctx, parallel, run)
+		fatal = m.runParallel(ctx, pl.parallel, run)
 	}
-	sum.WriteTime = time.Since(wstart)
+	sum.WriteTime = time.Since(cp.start)
 	sum.Duration = time.Since(start)
-	report(true)
-	m.progress(Progress{Phase: "done", Done: len(paths), Total: len(paths), Written: int(written.Load()),
-		Bytes: bytes.Load(), Elapsed: sum.Duration}, true)
+	cp.report(true)
+	written := int(cp.written.Load())
+	m.progress(Progress{Phase: "done", Done: nodes, Total: nodes, Written: written,
+		Bytes: cp.bytes.Load(), Elapsed: sum.Duration}, true)
 	if fatal != nil {
-		return sum, &IncompleteError{Summary: sum, Cause: fatal, Stopped: true, Done: int(written.Load()), Planned: planned}
+		return sum, &IncompleteError{Summary: sum, Cause: fatal, Stopped: true, Done: written, Planned: pl.planned()}
 	}
 	if len(sum.Failures) > 0 {
-		return sum, &IncompleteError{Summary: sum, Cause: sum.Failures[0].Err, Done: int(written.Load()), Planned: planned}
+		return sum, &IncompleteError{Summary: sum, Cause: sum.Failures[0].Err, Done: written, Planned: pl.planned()}
 	}
 	sum.Complete = true
 	return sum, nil
+}
+
+// runJob makes one job's writes; a failure that concerns only its node is
+// counted and does not stop the copy.
+func (m *migrator) runJob(ctx context.Context, j *job, tl *tally, cp *copyProgress) error {
+	w, err := m.exec(ctx, j, tl)
+	cp.jobDone(j, w)
+	if err != nil && isKeyError(err) {
+		tl.fail(j.path, err)
+		err = nil
+	}
+	cp.report(false)
+	return err
+}
+
+// runInOrder runs jobs one after another; the first error stops them.
+func runInOrder(ctx context.Context, jobs []*job, run func(context.Context, *job) error) error {
+	for _, j := range jobs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := run(ctx, j); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runParallel runs jobs on Concurrency workers; the first error that is not

@@ -175,3 +175,136 @@ func TestEncodedIsWhatAnEncoderWrites(t *testing.T) {
 		t.Fatalf("Encoded %q, encoder %q", ev.Encoded, buf.String())
 	}
 }
+
+// TestWatchMatchesPastAndLiveEventsByDifferentRules: v2 matches events
+// already in its history (a watch with a past waitIndex) by
+// EventHistory.scan's rules and live events by the watcher hub's, and a
+// directory deletion reaches live only the watchers on the paths it removed.
+func TestWatchMatchesPastAndLiveEventsByDifferentRules(t *testing.T) {
+	set := func(k string, idx uint64) *Event {
+		return &Event{Action: ActionSet, Node: &Node{Key: k, ModifiedIndex: idx}}
+	}
+	delDir := func(k string, idx uint64, removed ...string) *Event {
+		ev := &Event{Action: ActionDelete, Node: &Node{Key: k, Dir: true, ModifiedIndex: idx},
+			PrevNode: &Node{Key: k, Dir: true}}
+		if removed != nil {
+			ev.Removed = map[string]bool{k: true}
+			for _, r := range removed {
+				ev.Removed[r] = true
+			}
+		}
+		return ev
+	}
+	const current = 10 // the store index when the watch was made
+	for _, c := range []struct {
+		name      string
+		key       string
+		recursive bool
+		ev        *Event
+		want      bool
+	}{
+		{"live: hidden key below a recursive watch is skipped", "/d", true, set("/d/_h", 11), false},
+		{"history: hidden key below a recursive watch is shown", "/d", true, set("/d/_h", 9), true},
+		{"history: hidden key below the root", "/", true, set("/d/_h/x", 9), true},
+		{"live: dir delete tells a removed path", "/d/x", false, delDir("/d", 11, "/d/x"), true},
+		{"live: dir delete does not tell a path that did not exist", "/d/nope", false, delDir("/d", 11, "/d/x"), false},
+		{"live: dir delete with unknown contents tells every path inside", "/d/nope", false, delDir("/d", 11), true},
+		{"live: dir delete keeps the '/' boundary", "/dd", false, delDir("/d", 11), false},
+		{"history: dir delete tells any path inside", "/d/nope", false, delDir("/d", 9, "/d/x"), true},
+		{"history: dir delete is a plain prefix", "/dd", false, delDir("/d", 9), true},
+		{"history: recursive keeps the '/' boundary", "/d", true, set("/dd", 9), false},
+		{"history: non-recursive ignores children", "/d", false, set("/d/x", 9), false},
+		{"live: the key itself", "/d/_h", false, set("/d/_h", 11), true},
+	} {
+		if got := WatchMatches(c.key, c.recursive, current, c.ev); got != c.want {
+			t.Errorf("%s: WatchMatches(%q, %v, %d, %s %s@%d) = %v", c.name, c.key, c.recursive, current,
+				c.ev.Action, c.ev.Node.Key, c.ev.Index(), got)
+		}
+	}
+}
+
+// TestDirectoryRemovalListsWhatItRemoved: the event of a directory's
+// deletion or expiry carries every path it removed (itself, what was below
+// it, and the directories those imply), so the watch side tells only them; a
+// file's deletion carries no list.
+func TestDirectoryRemovalListsWhatItRemoved(t *testing.T) {
+	l, _ := NewLayout("", "_v2bridge/")
+	del := func(k string) V3Event {
+		return V3Event{Delete: true, KV: KV{Key: k}, Prev: &KV{Key: k, CreateRevision: 3}}
+	}
+	journal := func(action string, n *Node) V3Event {
+		b, _ := json.Marshal(Journal{Action: action, Node: n, PrevNode: &Node{Key: n.Key, Dir: true, CreatedIndex: 3}})
+		return V3Event{KV: KV{Key: l.JournalKey(), Value: b}}
+	}
+	expiredDir := V3Event{Delete: true, KV: KV{Key: l.MarkerKey("/td")},
+		Prev: &KV{Key: l.MarkerKey("/td"), CreateRevision: 3, ModRevision: 3, Lease: 9}}
+	for _, c := range []struct {
+		name string
+		evs  []V3Event
+		// sweep, when set, is what the backend finds below the expired
+		// directory /td and records with SetRemoved.
+		sweep []string
+		want  []string // nil: no list
+	}{
+		{
+			name: "recursive delete lists the removed paths and the directories they imply",
+			evs: []V3Event{del(l.DataKey("/d/a/b")), del(l.MarkerKey("/d")), del(l.MarkerKey("/d/e")),
+				journal(ActionDelete, &Node{Key: "/d", Dir: true})},
+			want: []string{"/d", "/d/a", "/d/a/b", "/d/e"},
+		},
+		{
+			name: "file delete has no removed list",
+			evs:  []V3Event{del(l.DataKey("/f")), journal(ActionDelete, &Node{Key: "/f", Value: strPtr("")})},
+		},
+		{
+			name:  "expired directory lists what its sweep removed",
+			evs:   []V3Event{expiredDir},
+			sweep: []string{l.DataKey("/td/x/y"), l.MarkerKey("/td/z")},
+			want:  []string{"/td", "/td/x", "/td/x/y", "/td/z"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, sweeps, _ := l.DecodeRevision(20, c.evs, Leases{9: time.Now()}, time.Now())
+			if c.sweep != nil {
+				if len(sweeps) != 1 || sweeps[0] != "/td" {
+					t.Fatalf("sweeps %v, want [/td]", sweeps)
+				}
+				SetRemoved(out, "/td", l.SweptPaths("/td", c.sweep))
+			}
+			if len(out) != 1 {
+				t.Fatalf("events %+v", out)
+			}
+			if c.want == nil {
+				if out[0].Removed != nil {
+					t.Errorf("removed %v, want none", out[0].Removed)
+				}
+				return
+			}
+			if len(out[0].Removed) != len(c.want) {
+				t.Errorf("removed %v, want %v", out[0].Removed, c.want)
+			}
+			for _, k := range c.want {
+				if !out[0].Removed[k] {
+					t.Errorf("%s missing from %v", k, out[0].Removed)
+				}
+			}
+		})
+	}
+}
+
+// TestExpiredDirectoryShowsItsExpiration: an expired directory's event is an
+// expire whose prevNode shows the expiration, as v2's does.
+func TestExpiredDirectoryShowsItsExpiration(t *testing.T) {
+	l, _ := NewLayout("", "_v2bridge/")
+	now := time.Now()
+	exp := now.Add(-time.Second)
+	evs := []V3Event{{Delete: true, KV: KV{Key: l.MarkerKey("/td")},
+		Prev: &KV{Key: l.MarkerKey("/td"), CreateRevision: 3, ModRevision: 3, Lease: 9}}}
+	out, _, _ := l.DecodeRevision(20, evs, Leases{9: exp}, now)
+	if len(out) != 1 || out[0].Action != ActionExpire {
+		t.Fatalf("events %+v", out)
+	}
+	if e := out[0].PrevNode.Expiration; e == nil || !e.Equal(exp) {
+		t.Errorf("prevNode expiration %v, want %v", e, exp)
+	}
+}

@@ -31,6 +31,15 @@ func NewLayout(dataPrefix, metaPrefix string) (Layout, error) {
 	return Layout{DataPrefix: dp, MetaPrefix: metaPrefix}, nil
 }
 
+// The kinds of key under the meta prefix: each kind's keys start with
+// MetaPrefix + its tag.
+const (
+	markerTag  = "d" // + DataPrefix + p: directory markers
+	seqTag     = "s" // + DataPrefix + p: in-order sequences
+	leaseTag   = "l/"
+	journalTag = "j"
+)
+
 // childPath is p + "/" except for the root, which is already "/".
 func childPath(p string) string {
 	if p == "/" {
@@ -46,24 +55,24 @@ func (l Layout) DataKey(p string) string { return l.DataPrefix + p }
 func (l Layout) DataChildPrefix(p string) string { return l.DataPrefix + childPath(p) }
 
 // MarkerKey is the v3 key that records the v2 directory p.
-func (l Layout) MarkerKey(p string) string { return l.MetaPrefix + "d" + l.DataPrefix + p }
+func (l Layout) MarkerKey(p string) string { return l.MetaPrefix + markerTag + l.DataPrefix + p }
 
 // MarkerChildPrefix is the v3 prefix of the markers of every directory below p.
 func (l Layout) MarkerChildPrefix(p string) string {
-	return l.MetaPrefix + "d" + l.DataPrefix + childPath(p)
+	return l.MetaPrefix + markerTag + l.DataPrefix + childPath(p)
 }
 
 // SeqKey holds the last in-order (POST) name used in directory p.
-func (l Layout) SeqKey(p string) string { return l.MetaPrefix + "s" + l.DataPrefix + p }
+func (l Layout) SeqKey(p string) string { return l.MetaPrefix + seqTag + l.DataPrefix + p }
 
 // LeaseKey records the expiration of a lease the bridge granted; it is
 // attached to that lease, so it goes away with it.
 func (l Layout) LeaseKey(id int64) string {
-	return l.MetaPrefix + "l/" + strconv.FormatInt(id, 16)
+	return l.MetaPrefix + leaseTag + strconv.FormatInt(id, 16)
 }
 
 // JournalKey is rewritten by every bridge write with the v2 action it made.
-func (l Layout) JournalKey() string { return l.MetaPrefix + "j" }
+func (l Layout) JournalKey() string { return l.MetaPrefix + journalTag }
 
 // PathOfData returns the v2 path of a data key.
 func (l Layout) PathOfData(key string) (string, bool) {
@@ -75,11 +84,42 @@ func (l Layout) PathOfData(key string) (string, bool) {
 
 // PathOfMarker returns the v2 directory a marker key records.
 func (l Layout) PathOfMarker(key string) (string, bool) {
-	pfx := l.MetaPrefix + "d" + l.DataPrefix + "/"
+	pfx := l.MetaPrefix + markerTag + l.DataPrefix + "/"
 	if !strings.HasPrefix(key, pfx) {
 		return "", false
 	}
 	return key[len(pfx)-1:], true
+}
+
+// inDataSpace reports whether key starts with DataPrefix + "/" (without
+// building that string: it runs for every key the bridge mirrors).
+func (l Layout) inDataSpace(key string) bool {
+	rest, ok := strings.CutPrefix(key, l.DataPrefix)
+	return ok && strings.HasPrefix(rest, "/")
+}
+
+// Mirrored reports whether key is one the bridge keeps a copy of in memory:
+// a data key, a directory marker, an in-order sequence key (those two of
+// this data prefix only) or a lease record. The journal is not: only the
+// watch side reads it, from the events themselves.
+func (l Layout) Mirrored(key string) bool {
+	if l.inDataSpace(key) {
+		return true
+	}
+	rest, ok := strings.CutPrefix(key, l.MetaPrefix)
+	if !ok {
+		return false
+	}
+	if strings.HasPrefix(rest, leaseTag) {
+		return true
+	}
+	if sub, ok := strings.CutPrefix(rest, markerTag); ok {
+		return l.inDataSpace(sub)
+	}
+	if sub, ok := strings.CutPrefix(rest, seqTag); ok {
+		return l.inDataSpace(sub)
+	}
+	return false
 }
 
 // WatchRange is one v3 key range covering both the data and the meta key

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -523,9 +522,8 @@ func (p *Plan) Bind(lease int64, exp time.Time, now time.Time) {
 		// A TTL directory's marker carries its expiration too, so the
 		// expire event can show it even after the lease and its record
 		// are gone.
-		markers := p.layout.MetaPrefix + "d"
 		for i := range p.Ops {
-			if p.Ops[i].WithLease && strings.HasPrefix(p.Ops[i].Key, markers) {
+			if _, marker := p.layout.PathOfMarker(p.Ops[i].Key); marker && p.Ops[i].WithLease {
 				p.Ops[i].Value = expNs
 			}
 		}

@@ -2,7 +2,6 @@ package v3backend
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -38,19 +37,6 @@ func newMirror(l translate.Layout) *mirror {
 
 func newKVTree() *btree.BTreeG[*translate.KV] {
 	return btree.NewG(32, func(a, b *translate.KV) bool { return a.Key < b.Key })
-}
-
-// keeps reports whether key belongs in the mirror.
-func (m *mirror) keeps(key string) bool {
-	l := m.layout
-	if strings.HasPrefix(key, l.DataPrefix+"/") {
-		return true
-	}
-	if !strings.HasPrefix(key, l.MetaPrefix) {
-		return false
-	}
-	rest := key[len(l.MetaPrefix):]
-	return strings.HasPrefix(rest, "d") || strings.HasPrefix(rest, "s") || strings.HasPrefix(rest, "l/")
 }
 
 // signalLocked wakes every waiter.
@@ -105,7 +91,7 @@ func (m *mirror) load(ctx context.Context, cli *clientv3.Client) (int64, error) 
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			if m.keeps(string(kv.Key)) {
+			if m.layout.Mirrored(string(kv.Key)) {
 				t.ReplaceOrInsert(toKV(kv))
 			}
 		}
@@ -132,7 +118,7 @@ func (m *mirror) apply(rev int64, evs []translate.V3Event) {
 	}
 	for i := range evs {
 		e := &evs[i]
-		if !m.keeps(e.KV.Key) {
+		if !m.layout.Mirrored(e.KV.Key) {
 			continue
 		}
 		if e.Delete {

@@ -1,7 +1,7 @@
 // Package failover measures how fast a lost etcd backend is noticed by v2
-// watchers (issue 4, "Measured, side by side"): the bridge with its defaults
-// against the setup of the original incident, a v2 watch through a plain TCP
-// forwarder (Go's default TCP keepalive) in front of a real etcd v2 server.
+// watchers, side by side: the bridge with its defaults against the setup it
+// replaces, a v2 watch through a plain TCP forwarder (Go's default TCP
+// keepalive) in front of a real etcd v2 server.
 //
 // It is a benchmark that prints a table, written as a test so that it can use
 // the v2bridgetest fixtures; it runs only with V2BRIDGE_BENCH_FAILOVER=1:
@@ -90,7 +90,7 @@ func TestFailoverBench(t *testing.T) {
 		rows = append(rows, benchBridge(t, c, "SIGSTOP (frozen process)", c.Freeze, c.Thaw, trials))
 	})
 	rows = append(rows, result{setup: "(b) v2 watch via TCP forwarder → etcd v2", fault: "blackhole (power off: no FIN, no RST)",
-		note: "not re-measured here (no iptables/nftables on this machine); issue 4's figure, measured earlier with " +
+		note: "not re-measured here (no iptables/nftables on this machine); figure measured earlier with " +
 			"packet drops in a network namespace (etcd 3.4.23, straight or via `etcd gateway`): detected after **138–157 s** " +
 			"(TCP keepalive)"})
 	t.Run("baseline-sigstop", func(t *testing.T) {
@@ -267,7 +267,7 @@ func (w *seqWriter) waitWrites(t *testing.T, k int) {
 	waitFor(t, fmt.Sprintf("%d more writes", k), func() bool { return w.n.Load() >= n0+int64(k) })
 }
 
-// ---- (b) the incident's setup ----
+// ---- (b) the setup the bridge replaces ----
 
 // benchBaselineFreeze: n flannel-like watchers, each on its own connection
 // through a plain TCP forwarder, in front of one real etcd v2 server, which
@@ -631,7 +631,7 @@ func render(rows []result, trials int, took time.Duration) string {
 - **recover**: from the fault to the first event delivered again (per trial, the slowest watcher); a watcher learns of events only after its watch ended, and (like flanneld) re-issues a failed watch after a 1 s back-off, which is most of the gap between detect and recover in (a).
 - **events lost**: keys created in the backend (ground truth read from it afterwards) that a watcher never received, summed over watchers; every watcher must see every key once, in order.
 - (a): a 3-member etcd cluster in loopback, each member's client URL behind a fault proxy; the bridge with default flags through the proxies; %d flannel-like watchers (the Go v2 client in a loop) through the bridge; a writer creating a key every 25 ms through a healthy member. Each trial faults the member the bridge uses (blackhole: the proxy drops all traffic both ways; SIGSTOP: the member is a child process), then lifts the fault and waits until that member serves and the bridge is healthy again.
-- (b): the original incident: a real etcd v2 server (etcd 3.5, internal/v2ref), the watchers reach it through a plain TCP forwarder whose upstream connections use Go's default TCP keepalive; N watchers, each on its own connection, in one fault episode of %.0f s count as N trials. The watches are idle and in flight when the server is frozen; after %.0f s it gets SIGCONT, the stalled watches resume on their old connection, and the writer (straight to the server) resumes, so recovery comes only after the fault is lifted by hand. The kernel keeps ACKing a frozen process's TCP traffic, keepalive probes included, so TCP keepalive never fires.
+- (b): the setup the bridge replaces: a real etcd v2 server (etcd 3.5, internal/v2ref), the watchers reach it through a plain TCP forwarder whose upstream connections use Go's default TCP keepalive; N watchers, each on its own connection, in one fault episode of %.0f s count as N trials. The watches are idle and in flight when the server is frozen; after %.0f s it gets SIGCONT, the stalled watches resume on their old connection, and the writer (straight to the server) resumes, so recovery comes only after the fault is lifted by hand. The kernel keeps ACKing a frozen process's TCP traffic, keepalive probes included, so TCP keepalive never fires.
 `, inFlightGrace, bridgeWatchers, baselineCap.Seconds(), baselineCap.Seconds())
 	return b.String()
 }

@@ -146,53 +146,34 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// migrateRun is one run of `v2bridge migrate` or `v2bridge verify`.
+type migrateRun struct {
+	cmd            string
+	mf             migrateFlags
+	o              migrate.Options
+	pp             *migrate.ProgressPrinter // nil with --progress none
+	jt             jsonTarget
+	target         string // the target as the text summary names it
+	stdout, stderr io.Writer
+	// summary is the JSON summary (--output json) once there is one: it
+	// is written however the command ends.
+	summary interface{ setResult(error) }
+}
+
 func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) (err error) {
 	var c config
-	var mf migrateFlags
-	fs := newMigrateFlagSet(cmd, &c, &mf, io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return nil
-		}
-		return usageErrorf("%s: %v (see %s %s --help)", cmd, err, progName, cmd)
+	r := &migrateRun{cmd: cmd, stdout: stdout, stderr: stderr}
+	fs, help, err := parseMigrateFlags(cmd, args, &c, &r.mf, stdout)
+	if help || err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageErrorf("%s: unexpected argument %q", cmd, fs.Arg(0))
+	if r.jsonOut() {
+		defer func() { r.writeJSONSummary(err) }()
 	}
-	if mf.output != "text" && mf.output != "json" {
-		return usageErrorf("%s: --output must be text or json, not %q", cmd, mf.output)
-	}
-	jsonOut := mf.output == "json"
-	// The JSON summary is written however the command ends.
-	var summary interface{ setResult(error) }
-	defer func() {
-		if !jsonOut {
-			return
-		}
-		if summary == nil { // it failed before there was anything to count
-			summary = &jsonFailure{Command: cmd}
-		}
-		summary.setResult(err)
-		writeJSON(stdout, summary)
-	}()
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
-	if mf.from == "" {
-		return fmt.Errorf("%s: --from is required: the client URL of the etcd v2 server, e.g. --from http://old-etcd:2379", cmd)
-	}
-	if mf.dryRun && mf.follow {
-		return errors.New("migrate: --follow cannot be combined with --dry-run")
-	}
-	endpoints := splitList(c.endpoints)
-	if len(endpoints) == 0 {
-		return fmt.Errorf("%s: --endpoints is required: the etcd v3 cluster your bridges serve "+
-			"(for a bridge running its embedded etcd, give that etcd's client URL, "+
-			"e.g. --endpoints http://127.0.0.1:22379, while the bridge runs)", cmd)
-	}
-	layout, err := translate.NewLayout(c.dataPrefix, c.metaPrefix)
+	endpoints, layout, err := r.checkTarget(&c)
 	if err != nil {
 		return err
 	}
@@ -201,7 +182,89 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return err
 	}
 	defer func() { _ = lg.Sync() }()
+	if r.o, err = sourceOptions(&r.mf); err != nil {
+		return err
+	}
+	if r.pp, err = newProgressPrinter(r.mf.progress, stderr, tty); err != nil {
+		return err
+	}
+	r.o.Log = func(msg string) { fmt.Fprintln(stderr, msg) }
+	if r.pp != nil {
+		r.o.Progress = r.pp.Update
+		r.o.Log = r.pp.Println
+		defer r.pp.Finish()
+	}
+	be, err := newMigrateBackend(ctx, &c, endpoints, layout, lg)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	r.o.Target = be
+	r.jt = newJSONTarget(endpoints, layout)
+	r.target = fmt.Sprintf("etcd v3 %s (data prefix %q, meta prefix %q)", strings.Join(endpoints, ","), layout.DataPrefix, layout.MetaPrefix)
+	if cmd == "verify" {
+		return r.verify(ctx)
+	}
+	return r.migrate(ctx)
+}
 
+// parseMigrateFlags parses the command line; help reports that --help was
+// asked for and answered on stdout.
+func parseMigrateFlags(cmd string, args []string, c *config, mf *migrateFlags, stdout io.Writer) (fs *flag.FlagSet, help bool, err error) {
+	fs = newMigrateFlagSet(cmd, c, mf, io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return fs, true, nil
+		}
+		return fs, false, usageErrorf("%s: %v (see %s %s --help)", cmd, err, progName, cmd)
+	}
+	if fs.NArg() > 0 {
+		return fs, false, usageErrorf("%s: unexpected argument %q", cmd, fs.Arg(0))
+	}
+	if mf.output != "text" && mf.output != "json" {
+		return fs, false, usageErrorf("%s: --output must be text or json, not %q", cmd, mf.output)
+	}
+	return fs, false, nil
+}
+
+func (r *migrateRun) jsonOut() bool { return r.mf.output == "json" }
+
+// writeJSONSummary writes the JSON summary with the command's result.
+func (r *migrateRun) writeJSONSummary(err error) {
+	if r.summary == nil { // it failed before there was anything to count
+		r.summary = &jsonFailure{Command: r.cmd}
+	}
+	r.summary.setResult(err)
+	writeJSON(r.stdout, r.summary)
+}
+
+// checkTarget checks the settings that must be given and returns the v3
+// cluster's endpoints and the bridge's key layout.
+func (r *migrateRun) checkTarget(c *config) ([]string, translate.Layout, error) {
+	if r.mf.from == "" {
+		return nil, translate.Layout{}, fmt.Errorf("%s: --from is required: the client URL of the etcd v2 server, e.g. --from http://old-etcd:2379", r.cmd)
+	}
+	if r.mf.dryRun && r.mf.follow {
+		return nil, translate.Layout{}, errors.New("migrate: --follow cannot be combined with --dry-run")
+	}
+	endpoints := splitList(c.endpoints)
+	if len(endpoints) == 0 {
+		return nil, translate.Layout{}, fmt.Errorf("%s: --endpoints is required: the etcd v3 cluster your bridges serve "+
+			"(for a bridge running its embedded etcd, give that etcd's client URL, "+
+			"e.g. --endpoints http://127.0.0.1:22379, while the bridge runs)", r.cmd)
+	}
+	layout, err := translate.NewLayout(c.dataPrefix, c.metaPrefix)
+	if err != nil {
+		return nil, translate.Layout{}, err
+	}
+	return endpoints, layout, nil
+}
+
+// sourceOptions are the migrate options from the flags: the source, how to
+// reach it, and what to do; the target and the output are set later.
+func sourceOptions(mf *migrateFlags) (migrate.Options, error) {
 	o := migrate.Options{
 		From: mf.from, FromPrefix: mf.fromPrefix, SourceUser: mf.fromUser, SourceTimeout: mf.fromTimeout,
 		Hidden: splitList(mf.hidden), NoHiddenDiscovery: mf.noDiscovery,
@@ -209,106 +272,102 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 		TTLTolerance: mf.ttlTolerance, TTLResync: mf.ttlResync, CompareExpiration: mf.compareExpiration,
 	}
 	if mf.ttlResync == 0 {
-		o.TTLResync = -1
+		o.TTLResync = -1 // the flag's 0 disables; the option's 0 is the default
 	}
 	if mf.fromUser != "" && !strings.Contains(mf.fromUser, ":") {
-		return errors.New("--from-user must be name:password")
+		return o, errors.New("--from-user must be name:password")
 	}
 	if mf.fromCACert != "" || mf.fromCert != "" || mf.fromInsecure {
 		ti := transport.TLSInfo{CertFile: mf.fromCert, KeyFile: mf.fromKey, TrustedCAFile: mf.fromCACert,
 			InsecureSkipVerify: mf.fromInsecure}
+		var err error
 		if o.SourceTLS, err = ti.ClientConfig(); err != nil {
-			return fmt.Errorf("source TLS: %w", err)
+			return o, fmt.Errorf("source TLS: %w", err)
 		}
 	}
+	return o, nil
+}
 
+// newProgressPrinter is the progress output --progress asks for; nil for
+// none.
+func newProgressPrinter(mode string, stderr io.Writer, tty bool) (*migrate.ProgressPrinter, error) {
 	pp := &migrate.ProgressPrinter{W: stderr, TTY: tty, Interval: 10 * time.Second}
-	switch mf.progress {
+	switch mode {
 	case "auto":
 	case "tty":
 		pp.TTY = true
 	case "lines":
 		pp.TTY = false
 	case "none":
-		pp = nil
+		return nil, nil
 	default:
-		return fmt.Errorf("--progress must be auto, tty, lines or none, not %q", mf.progress)
+		return nil, fmt.Errorf("--progress must be auto, tty, lines or none, not %q", mode)
 	}
-	o.Log = func(msg string) { fmt.Fprintln(stderr, msg) }
-	if pp != nil {
-		o.Progress = pp.Update
-		o.Log = pp.Println
-		defer pp.Finish()
-	}
+	return pp, nil
+}
 
-	be, err := newMigrateBackend(ctx, &c, endpoints, layout, lg)
+// finishProgress ends the live progress line before a summary is printed.
+func (r *migrateRun) finishProgress() {
+	if r.pp != nil {
+		r.pp.Finish()
+	}
+}
+
+// verify compares the source with the bridge and reports every difference.
+func (r *migrateRun) verify(ctx context.Context) error {
+	rep, err := migrate.Verify(ctx, r.o)
+	r.finishProgress()
 	if err != nil {
-		return err
+		return fmt.Errorf("verify: %w", err)
 	}
-	defer be.Close()
-	o.Target = be
-	jt := newJSONTarget(endpoints, layout)
-	target := fmt.Sprintf("etcd v3 %s (data prefix %q, meta prefix %q)", strings.Join(endpoints, ","), layout.DataPrefix, layout.MetaPrefix)
+	if r.jsonOut() {
+		r.summary = verifyJSON(rep, r.jt)
+	} else {
+		printReport(r.stdout, rep, r.target, r.mf.maxDiffs)
+	}
+	if n := len(rep.Differences); n > 0 {
+		return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.Source)
+	}
+	return nil
+}
 
-	if cmd == "verify" {
-		rep, err := migrate.Verify(ctx, o)
-		if pp != nil {
-			pp.Finish()
-		}
-		if err != nil {
-			return fmt.Errorf("verify: %w", err)
-		}
-		if jsonOut {
-			summary = verifyJSON(rep, jt)
-		} else {
-			printReport(stdout, rep, target, mf.maxDiffs)
-		}
-		if n := len(rep.Differences); n > 0 {
-			return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.Source)
-		}
-		return nil
-	}
-
-	sum, cerr := migrate.Copy(ctx, o)
-	if pp != nil {
-		pp.Finish()
-	}
+// migrate copies the source's tree and, with --follow, keeps applying its
+// changes until interrupted.
+func (r *migrateRun) migrate(ctx context.Context) error {
+	sum, cerr := migrate.Copy(ctx, r.o)
+	r.finishProgress()
 	if sum == nil {
 		return fmt.Errorf("migrate: %w", cerr)
 	}
-	js := migrateJSON(sum, jt, nil)
-	if jsonOut {
-		summary = js
+	js := migrateJSON(sum, r.jt, nil)
+	if r.jsonOut() {
+		r.summary = js
 	} else {
-		printSummary(stdout, sum, target)
+		printSummary(r.stdout, sum, r.target)
 	}
 	var ie *migrate.IncompleteError
-	if cerr != nil && (!mf.follow || (errors.As(cerr, &ie) && ie.Stopped) || ctx.Err() != nil) {
+	if cerr != nil && (!r.mf.follow || (errors.As(cerr, &ie) && ie.Stopped) || ctx.Err() != nil) {
 		return fmt.Errorf("migrate: %w", cerr)
 	}
 	if cerr != nil {
-		fmt.Fprintf(stderr, "migrate: %v\nfollowing anyway; the exit status will say so\n", cerr)
+		fmt.Fprintf(r.stderr, "migrate: %v\nfollowing anyway; the exit status will say so\n", cerr)
 	}
-	if !mf.follow {
-		return conflictError(len(sum.Conflicts), mf.dryRun)
+	if !r.mf.follow {
+		return conflictError(len(sum.Conflicts), r.mf.dryRun)
 	}
-	fmt.Fprintf(stderr, "following %s from index %d; interrupt (Ctrl-C) to stop\n", sum.Source, sum.Index+1)
-	fst, ferr := migrate.Follow(ctx, o, sum)
-	if pp != nil {
-		pp.Finish()
-	}
-	if fst != nil && jsonOut {
-		js.Follow = migrateJSON(sum, jt, fst).Follow
+	return r.follow(ctx, sum, js, cerr)
+}
+
+// follow applies the source's changes after the copy sum until interrupted;
+// cerr is the copy's own error, reported once following ends.
+func (r *migrateRun) follow(ctx context.Context, sum *migrate.Summary, js *jsonMigrate, cerr error) error {
+	fmt.Fprintf(r.stderr, "following %s from index %d; interrupt (Ctrl-C) to stop\n", sum.Source, sum.Index+1)
+	fst, ferr := migrate.Follow(ctx, r.o, sum)
+	r.finishProgress()
+	if fst != nil && r.jsonOut() {
+		js.Follow = migrateJSON(sum, r.jt, fst).Follow
 	} else if fst != nil {
-		fmt.Fprintf(stdout, "followed     %s events up to source index %d: %s applied, %s already there, %d TTLs carried over, %d re-syncs, %d conflicts, %d failures\n",
-			migrate.Count(fst.Events), fst.Index, migrate.Count(fst.Applied), migrate.Count(fst.Unchanged),
-			fst.TTLRefreshed, fst.Resyncs, len(fst.Conflicts), len(fst.Failures))
-		for _, c := range fst.Conflicts {
-			fmt.Fprintln(stdout, "  conflict:", c)
-		}
-		for _, f := range fst.Failures {
-			fmt.Fprintln(stdout, "  failed:", f)
-		}
+		printFollowStats(r.stdout, fst)
 	}
 	if ferr != nil {
 		return fmt.Errorf("migrate --follow: %w", ferr)
@@ -320,6 +379,18 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return fmt.Errorf("migrate --follow: %d source change(s) could not be applied", n)
 	}
 	return conflictError(len(sum.Conflicts)+len(fst.Conflicts), false)
+}
+
+func printFollowStats(w io.Writer, fst *migrate.FollowStats) {
+	fmt.Fprintf(w, "followed     %s events up to source index %d: %s applied, %s already there, %d TTLs carried over, %d re-syncs, %d conflicts, %d failures\n",
+		migrate.Count(fst.Events), fst.Index, migrate.Count(fst.Applied), migrate.Count(fst.Unchanged),
+		fst.TTLRefreshed, fst.Resyncs, len(fst.Conflicts), len(fst.Failures))
+	for _, c := range fst.Conflicts {
+		fmt.Fprintln(w, "  conflict:", c)
+	}
+	for _, f := range fst.Failures {
+		fmt.Fprintln(w, "  failed:", f)
+	}
 }
 
 func conflictError(n int, dryRun bool) error {

@@ -1,0 +1,227 @@
+package translate
+
+import (
+	"encoding/json"
+	"sort"
+	"testing"
+	"time"
+)
+
+// TestBuildGet: what a v2 GET of a path shows, from the keys the backend
+// reads for it (GetReads) in one revision.
+func TestBuildGet(t *testing.T) {
+	l, _ := NewLayout("/x", "_m/")
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ls := Leases{7: now.Add(10*time.Second + time.Second/2)}
+	file := func(p, v string, rev, lease int64) *KV {
+		return &KV{Key: l.DataKey(p), Value: []byte(v), CreateRevision: rev, ModRevision: rev + 1, Lease: lease}
+	}
+	dir := func(p string, rev, lease int64, value string) *KV {
+		return &KV{Key: l.MarkerKey(p), Value: []byte(value), CreateRevision: rev, ModRevision: rev, Lease: lease}
+	}
+	tree := []*KV{ // /a/{b,c/d,c/e/f,_h}, /a/c a directory with a marker
+		file("/a/b", "1", 3, 0), dir("/a", 2, 0, ""), dir("/a/c", 4, 0, ""),
+		file("/a/c/d", "2", 5, 0), file("/a/c/e/f", "3", 6, 0), file("/a/_h", "4", 7, 0),
+	}
+	for _, c := range []struct {
+		name      string
+		p         string
+		recursive bool
+		state     []*KV
+		want      string // the node's JSON; "null" for no node
+	}{
+		{
+			name:  "a file",
+			p:     "/f",
+			state: []*KV{file("/f", "v", 3, 0)},
+			want:  `{"key":"/f","value":"v","modifiedIndex":4,"createdIndex":3}`,
+		},
+		{
+			name:  "a file with an empty value shows the value",
+			p:     "/f",
+			state: []*KV{file("/f", "", 3, 0)},
+			want:  `{"key":"/f","value":"","modifiedIndex":4,"createdIndex":3}`,
+		},
+		{
+			name:  "an empty directory is its marker",
+			p:     "/d",
+			state: []*KV{dir("/d", 3, 0, "")},
+			want:  `{"key":"/d","dir":true,"modifiedIndex":3,"createdIndex":3}`,
+		},
+		{
+			name:  "a directory lists one level, its directories without their nodes",
+			p:     "/a",
+			state: tree,
+			want: `{"key":"/a","dir":true,"nodes":[` +
+				`{"key":"/a/b","value":"1","modifiedIndex":4,"createdIndex":3},` +
+				`{"key":"/a/c","dir":true,"modifiedIndex":4,"createdIndex":4}` +
+				`],"modifiedIndex":2,"createdIndex":2}`,
+		},
+		{
+			name:      "a recursive get renders every level",
+			p:         "/a",
+			recursive: true,
+			state:     tree,
+			want: `{"key":"/a","dir":true,"nodes":[` +
+				`{"key":"/a/b","value":"1","modifiedIndex":4,"createdIndex":3},` +
+				`{"key":"/a/c","dir":true,"nodes":[` +
+				`{"key":"/a/c/d","value":"2","modifiedIndex":6,"createdIndex":5},` +
+				`{"key":"/a/c/e","dir":true,"nodes":[` +
+				`{"key":"/a/c/e/f","value":"3","modifiedIndex":7,"createdIndex":6}]}` +
+				`],"modifiedIndex":4,"createdIndex":4}` +
+				`],"modifiedIndex":2,"createdIndex":2}`,
+		},
+		{
+			// Only v3 clients can make such a directory: it has no marker.
+			name:  "a directory without a marker has no indexes",
+			p:     "/v3",
+			state: []*KV{file("/v3/k", "v", 3, 0)},
+			want:  `{"key":"/v3","dir":true,"nodes":[{"key":"/v3/k","value":"v","modifiedIndex":4,"createdIndex":3}]}`,
+		},
+		{
+			name:      "a file shadows the keys below it",
+			p:         "/f",
+			recursive: true,
+			state:     []*KV{file("/f", "v", 3, 0), file("/f/g", "w", 5, 0), dir("/f/h", 6, 0, "")},
+			want:      `{"key":"/f","value":"v","modifiedIndex":4,"createdIndex":3}`,
+		},
+		{
+			name:      "a file shadows the keys below it in a listing",
+			p:         "/d",
+			recursive: true,
+			state:     []*KV{dir("/d", 2, 0, ""), file("/d/f", "v", 3, 0), file("/d/f/g", "w", 5, 0)},
+			want:      `{"key":"/d","dir":true,"nodes":[{"key":"/d/f","value":"v","modifiedIndex":4,"createdIndex":3}],"modifiedIndex":2,"createdIndex":2}`,
+		},
+		{
+			name:  "a file shadows a marker at its own path",
+			p:     "/f",
+			state: []*KV{file("/f", "v", 3, 0), dir("/f", 5, 0, "")},
+			want:  `{"key":"/f","value":"v","modifiedIndex":4,"createdIndex":3}`,
+		},
+		{
+			name:  "a hidden file is readable directly",
+			p:     "/a/_h",
+			state: tree,
+			want:  `{"key":"/a/_h","value":"4","modifiedIndex":8,"createdIndex":7}`,
+		},
+		{
+			name:      "a hidden directory is left out of a recursive listing at every level",
+			p:         "/",
+			recursive: true,
+			state:     []*KV{dir("/_h", 2, 0, ""), file("/_h/f", "v", 3, 0), dir("/d", 4, 0, ""), dir("/d/_g", 5, 0, "")},
+			want:      `{"dir":true,"nodes":[{"key":"/d","dir":true,"modifiedIndex":4,"createdIndex":4}]}`,
+		},
+		{
+			name:  "a hidden directory lists what is in it",
+			p:     "/_h",
+			state: []*KV{dir("/_h", 2, 0, ""), file("/_h/f", "v", 3, 0)},
+			want:  `{"key":"/_h","dir":true,"nodes":[{"key":"/_h/f","value":"v","modifiedIndex":4,"createdIndex":3}],"modifiedIndex":2,"createdIndex":2}`,
+		},
+		{
+			name:  "a listing is sorted by name",
+			p:     "/s",
+			state: []*KV{file("/s/b", "", 5, 0), file("/s/a-b", "", 4, 0), file("/s/a", "", 6, 0), file("/s/B", "", 3, 0)},
+			want: `{"key":"/s","dir":true,"nodes":[` +
+				`{"key":"/s/B","value":"","modifiedIndex":4,"createdIndex":3},` +
+				`{"key":"/s/a","value":"","modifiedIndex":7,"createdIndex":6},` +
+				`{"key":"/s/a-b","value":"","modifiedIndex":5,"createdIndex":4},` +
+				`{"key":"/s/b","value":"","modifiedIndex":6,"createdIndex":5}]}`,
+		},
+		{
+			name:  "a file with a ttl shows its lease's expiration, ttl rounded up",
+			p:     "/t",
+			state: []*KV{file("/t", "v", 3, 7)},
+			want:  `{"key":"/t","value":"v","expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":4,"createdIndex":3}`,
+		},
+		{
+			name:  "a file whose lease is unknown is shown as permanent",
+			p:     "/t",
+			state: []*KV{file("/t", "v", 3, 8)},
+			want:  `{"key":"/t","value":"v","modifiedIndex":4,"createdIndex":3}`,
+		},
+		{
+			name:  "a directory with a ttl shows its lease's expiration",
+			p:     "/td",
+			state: []*KV{dir("/td", 3, 7, "0")},
+			want:  `{"key":"/td","dir":true,"expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":3,"createdIndex":3}`,
+		},
+		{
+			// The marker records the expiration it was granted with.
+			name:  "a directory whose lease is unknown shows the expiration its marker records",
+			p:     "/td",
+			state: []*KV{dir("/td", 3, 8, "1767323065000000000")}, // now + 20 s
+			want:  `{"key":"/td","dir":true,"expiration":"2026-01-02T03:04:25Z","ttl":20,"modifiedIndex":3,"createdIndex":3}`,
+		},
+		{
+			name:  "a directory with a ttl in a listing shows it",
+			p:     "/",
+			state: []*KV{dir("/td", 3, 7, "0")},
+			want:  `{"dir":true,"nodes":[{"key":"/td","dir":true,"expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":3,"createdIndex":3}]}`,
+		},
+		{
+			name: "the empty root is a directory with no key",
+			p:    "/",
+			want: `{"dir":true}`,
+		},
+		{
+			name:  "the root lists the top level",
+			p:     "/",
+			state: tree,
+			want:  `{"dir":true,"nodes":[{"key":"/a","dir":true,"modifiedIndex":2,"createdIndex":2}]}`,
+		},
+		{
+			name:  "nothing at the path is no node",
+			p:     "/none",
+			state: tree,
+			want:  `null`,
+		},
+		{
+			// No v2 path maps to "/n//b" or "/n/".
+			name:  "keys no v2 path maps to do not make a directory",
+			p:     "/n",
+			state: []*KV{{Key: "/x/n//b"}, {Key: "/x/n/"}},
+			want:  `null`,
+		},
+		{
+			name:  "keys outside the data prefix are not shown",
+			p:     "/",
+			state: []*KV{{Key: "/y/a"}, {Key: "/a"}},
+			want:  `{"dir":true}`,
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lists := readGet(l, c.p, c.state)
+			node := l.BuildGet(c.p, firstKV(lists[0]), firstKV(lists[1]), lists[2], lists[3], c.recursive, ls, now)
+			got, err := json.Marshal(node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != c.want {
+				t.Errorf("got  %s\nwant %s", got, c.want)
+			}
+		})
+	}
+}
+
+// readGet answers l.GetReads(p) from state, in v3's key order, as the
+// backend reads them.
+func readGet(l Layout, p string, state []*KV) [][]*KV {
+	reads := l.GetReads(p)
+	lists := make([][]*KV, len(reads))
+	for i, r := range reads {
+		for _, kv := range state {
+			if (r.End == "" && kv.Key == r.Key) || (r.End != "" && kv.Key >= r.Key && kv.Key < r.End) {
+				lists[i] = append(lists[i], kv)
+			}
+		}
+		sort.Slice(lists[i], func(a, b int) bool { return lists[i][a].Key < lists[i][b].Key })
+	}
+	return lists
+}
+
+func firstKV(kvs []*KV) *KV {
+	if len(kvs) == 0 {
+		return nil
+	}
+	return kvs[0]
+}
