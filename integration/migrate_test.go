@@ -861,21 +861,7 @@ type cmdResult struct {
 
 func runBridgeCmd(t *testing.T, args ...string) cmdResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, buildBridge(t), args...)
-	cmd.Env = childEnv()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return cmdResult{out.String(), errb.String(), code}
+	return runBinary(t, nil, args...)
 }
 
 // syncBuffer is a bytes.Buffer safe to read while a process writes it.
