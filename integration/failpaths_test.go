@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
@@ -227,4 +229,94 @@ func TestEtcdRequestLimitsAre209(t *testing.T) {
 	if r := do(t, "PUT", br.URL, "/v2/keys/a/b/c", form("value", "1")); r.status != 201 {
 		t.Errorf("shallow key: %d %s", r.status, r.body)
 	}
+}
+
+// TestLeaseRevokesDroppedWhenTheQueueIsFull: a TTL write that replaces a
+// node's lease with a new one (another TTL) leaves the old lease holding
+// nothing; the bridge revokes such leases one at a time, and when writers
+// free them faster than that, the queue fills and the rest are dropped, to
+// lapse at their TTL. Observable from etcd: after the revoker has caught up,
+// more leases are alive than keys hold.
+func TestLeaseRevokesDroppedWhenTheQueueIsFull(t *testing.T) {
+	e := newEnv(t, v2bridgetest.Options{})
+	const writers, writes = 64, 16
+	ctx := ctxT(t, 60*time.Second)
+	errc := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		go func() {
+			for i := 0; i < writes; i++ {
+				r, err := v2writeResp(e.url, fmt.Sprintf("/rv/k%d", w), "x", fmt.Sprint(60+i%2))
+				if err != nil || r/100 != 2 {
+					errc <- fmt.Errorf("writer %d: %d %v", w, r, err)
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for w := 0; w < writers; w++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli := e.cluster.Client(t)
+	// The revoker works in order: once a lease freed last is revoked,
+	// every revoke queued before it has been done (or was dropped).
+	caughtUp := false
+	for try := 0; try < 5 && !caughtUp; try++ {
+		first, err := v2writeResp(e.url, "/rv/marker", "x", "60")
+		if err != nil || first/100 != 2 {
+			t.Fatalf("marker: %d %v", first, err)
+		}
+		g, err := cli.Get(ctx, e.bridge.Backend.Layout().DataKey("/rv/marker"))
+		if err != nil || len(g.Kvs) != 1 || g.Kvs[0].Lease == 0 {
+			t.Fatalf("the marker's lease: %v %v", g, err)
+		}
+		lease := clientv3.LeaseID(g.Kvs[0].Lease)
+		if r, err := v2writeResp(e.url, "/rv/marker", "x", "61"); err != nil || r/100 != 2 {
+			t.Fatalf("marker: %d %v", r, err)
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			ttl, err := cli.TimeToLive(ctx, lease)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ttl.TTL == -1 {
+				caughtUp = true
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // poll etcd
+		}
+	}
+	if !caughtUp {
+		t.Fatal("the revoker did not catch up")
+	}
+	leases, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants := metricValue(t, e.bridge.Registry, "v2bridge_lease_grants_total")
+	held := writers + 1 // one lease per key
+	t.Logf("%v leases granted, %d alive, %d held by keys: %d revokes dropped", grants, len(leases.Leases), held,
+		len(leases.Leases)-held)
+	if len(leases.Leases) <= held {
+		t.Errorf("%d leases alive for %d keys: no revoke was dropped", len(leases.Leases), held)
+	}
+}
+
+// v2writeResp PUTs value at p with a TTL and returns the status.
+func v2writeResp(base, p, value, ttl string) (int, error) {
+	req, err := http.NewRequest("PUT", base+"/v2/keys"+p, strings.NewReader(form("value", value, "ttl", ttl).Encode()))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r, err := httpClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Body.Close()
+	_, err = io.Copy(io.Discard, r.Body)
+	return r.StatusCode, err
 }
