@@ -8,9 +8,11 @@ package v3backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,6 +42,14 @@ func freeURL(t *testing.T) string {
 // startMember starts an embedded etcd member and returns its client URL.
 func startMember(t *testing.T, extra func(*embed.Config)) string {
 	t.Helper()
+	ep, _ := startEtcd(t, extra)
+	return ep
+}
+
+// startEtcd starts an embedded etcd member and returns its client URL and
+// what stops it (once; it is stopped when the test ends).
+func startEtcd(t *testing.T, extra func(*embed.Config)) (string, func()) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("needs an etcd member")
 	}
@@ -49,8 +59,9 @@ func startMember(t *testing.T, extra func(*embed.Config)) string {
 		e, err := StartEmbedded(EmbeddedConfig{Name: "m", Dir: t.TempDir(), ClientURL: cu, PeerURL: freeURL(t),
 			LogLevel: "fatal", Extra: extra})
 		if err == nil {
-			t.Cleanup(e.Close)
-			return cu
+			stop := sync.OnceFunc(e.Close)
+			t.Cleanup(stop)
+			return cu, stop
 		}
 		lastErr = err
 		if !strings.Contains(err.Error(), "address already in use") {
@@ -58,7 +69,7 @@ func startMember(t *testing.T, extra func(*embed.Config)) string {
 		}
 	}
 	t.Fatal(lastErr)
-	return ""
+	return "", nil
 }
 
 // interceptor calls before(method, req) ahead of each unary call on the
@@ -80,14 +91,21 @@ func (i *interceptor) option() grpc.DialOption {
 
 func newBackend(t *testing.T, ep string, ic *interceptor) *Backend {
 	t.Helper()
+	return newBackendWith(t, ep, func(c *Config) {
+		if ic != nil {
+			c.DialOptions = []grpc.DialOption{ic.option()}
+		}
+	})
+}
+
+func newBackendWith(t *testing.T, ep string, tune func(*Config)) *Backend {
+	t.Helper()
 	layout, err := translate.NewLayout("", "_v2bridge/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{Endpoints: []string{ep}, Layout: layout, Logger: zap.NewNop()}
-	if ic != nil {
-		cfg.DialOptions = []grpc.DialOption{ic.option()}
-	}
+	tune(&cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	b, err := New(ctx, cfg)
@@ -272,5 +290,186 @@ func TestSessionLostDuringAWriteIsUnavailableAtOnce(t *testing.T) {
 				t.Errorf("failed after %v, want at once", d)
 			}
 		})
+	}
+}
+
+// TestReadsAndWritesWhenTheMirrorCannotSay: while the bridge's copy of its
+// key space is not valid (the feed that kept it ended, and the next has not
+// loaded it yet) reads and write decisions are taken from the backend, with
+// the same answers.
+func TestReadsAndWritesWhenTheMirrorCannotSay(t *testing.T) {
+	b := newBackend(t, startMember(t, nil), nil)
+	ctx := context.Background()
+	write := func(method, p string, form url.Values) *translate.Event {
+		t.Helper()
+		ev, _, err := b.Write(ctx, request(t, method, p, form))
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, p, err)
+		}
+		return ev
+	}
+	write("PUT", "/m/a", url.Values{"value": {"1"}})
+	b.mirror.invalidate()
+	reads := counterValue(t, b.metrics.backendReads)
+
+	for _, quorum := range []string{"false", "true"} {
+		ev, _, err := b.Get(ctx, request(t, "GET", "/m/a", url.Values{"quorum": {quorum}}))
+		if err != nil || ev.Node.Value == nil || *ev.Node.Value != "1" {
+			t.Fatalf("GET /m/a (quorum=%s): %+v %v", quorum, ev, err)
+		}
+		ev, _, err = b.Get(ctx, request(t, "GET", "/m", url.Values{"quorum": {quorum}, "recursive": {"true"}}))
+		if err != nil || !ev.Node.Dir || len(ev.Node.Nodes) != 1 {
+			t.Fatalf("GET /m (quorum=%s): %+v %v", quorum, ev, err)
+		}
+	}
+	var terr *translate.Error
+	if _, _, err := b.Get(ctx, request(t, "GET", "/m/none", nil)); !errors.As(err, &terr) || terr.Code != translate.EcodeKeyNotFound {
+		t.Fatalf("GET of a missing key: %v, want 100", err)
+	}
+	if ev := write("PUT", "/m/a", url.Values{"value": {"2"}, "prevValue": {"1"}}); ev.PrevNode == nil || *ev.PrevNode.Value != "1" {
+		t.Fatalf("compare-and-swap: %+v", ev)
+	}
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/m/a", url.Values{"value": {"3"}, "prevValue": {"1"}})); !errors.As(err, &terr) ||
+		terr.Code != translate.EcodeTestFailed {
+		t.Fatalf("compare-and-swap on a stale value: %v, want 101", err)
+	}
+	in := write("POST", "/m/q", url.Values{"value": {"x"}})
+	if !strings.HasPrefix(in.Node.Key, "/m/q/") {
+		t.Fatalf("in-order create: %+v", in.Node)
+	}
+	write("PUT", "/m/t", url.Values{"value": {"x"}, "ttl": {"60"}})
+	write("DELETE", "/m/a", nil)
+	if got := counterValue(t, b.metrics.backendReads) - reads; got < 5 {
+		t.Errorf("%v reads answered by the backend, want every read", got)
+	}
+	if _, valid := b.mirror.Rev(); valid {
+		t.Fatal("the mirror became valid again during the test")
+	}
+}
+
+// TestMirrorLoadsAKeySpaceOfManyPages: the copy of a key space larger than
+// one page of the initial load is complete and consistent (every page at
+// the first page's revision), and reads are answered from it.
+func TestMirrorLoadsAKeySpaceOfManyPages(t *testing.T) {
+	ep := startMember(t, nil)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	const n = 2*mirrorPage + 100
+	for i := 0; i < n; i += 100 {
+		ops := make([]clientv3.Op, 0, 100)
+		for k := i; k < i+100; k++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("/p/k%05d", k), fmt.Sprint(k)))
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newBackend(t, ep, nil)
+	rev, valid := b.mirror.Rev()
+	if !valid || b.mirror.kvs.Len() < n {
+		t.Fatalf("mirror at %d (valid %v) holds %d keys, want %d", rev, valid, b.mirror.kvs.Len(), n)
+	}
+	ev, _, err := b.Get(ctx, request(t, "GET", "/p", url.Values{"recursive": {"true"}}))
+	if err != nil || len(ev.Node.Nodes) != n {
+		t.Fatalf("GET /p: %d nodes, %v; want %d", len(ev.Node.Nodes), err, n)
+	}
+	if last := ev.Node.Nodes[n-1]; last.Key != fmt.Sprintf("/p/k%05d", n-1) || *last.Value != fmt.Sprint(n-1) {
+		t.Fatalf("the last key: %+v", last)
+	}
+	if r := counterValue(t, b.metrics.backendReads); r != 0 {
+		t.Errorf("%v reads answered by the backend, want all from the mirror", r)
+	}
+}
+
+// TestLostBackendAnswersUnavailableAtOnce: once the only member is gone and
+// declared lost, every call fails at once with ErrUnavailable (v2's 300).
+func TestLostBackendAnswersUnavailableAtOnce(t *testing.T) {
+	ep, stop := startEtcd(t, nil)
+	b := newBackendWith(t, ep, func(c *Config) {
+		c.HeartbeatInterval, c.HeartbeatTimeout, c.DialTimeout = 100*time.Millisecond, 100*time.Millisecond, time.Second
+	})
+	stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Up() {
+		if time.Now().After(deadline) {
+			t.Fatal("the member was not declared lost")
+		}
+		time.Sleep(10 * time.Millisecond) // poll
+	}
+	ctx := context.Background()
+	for name, call := range map[string]func() error{
+		"Health":  func() error { return b.Health(ctx) },
+		"Version": func() error { _, err := b.Version(ctx); return err },
+		"Get":     func() error { _, _, err := b.Get(ctx, request(t, "GET", "/a", nil)); return err },
+		"Write": func() error {
+			_, _, err := b.Write(ctx, request(t, "PUT", "/a", url.Values{"value": {"1"}}))
+			return err
+		},
+		"Watch": func() error {
+			_, _, err := b.Watch(ctx, request(t, "GET", "/a", url.Values{"wait": {"true"}}))
+			return err
+		},
+	} {
+		start := time.Now()
+		if err := call(); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("%s while lost: %v, want ErrUnavailable", name, err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s while lost took %v", name, d)
+		}
+	}
+	if b.Ready() || b.Endpoint() != "" {
+		t.Errorf("ready %v, endpoint %q while lost", b.Ready(), b.Endpoint())
+	}
+}
+
+// TestAliveIsFalseWhileWedged: a lock held for good (a wedged bridge) makes
+// Alive false within its bound; freed, true again.
+func TestAliveIsFalseWhileWedged(t *testing.T) {
+	b := newBackend(t, startMember(t, nil), nil)
+	if !b.Alive(time.Second) {
+		t.Fatal("not alive")
+	}
+	b.mu.Lock()
+	start := time.Now()
+	alive := b.Alive(50 * time.Millisecond)
+	b.mu.Unlock()
+	if alive || time.Since(start) > time.Second {
+		t.Fatalf("alive %v after %v while wedged", alive, time.Since(start))
+	}
+	if !b.Alive(time.Second) {
+		t.Fatal("not alive once freed")
+	}
+}
+
+// TestNewFailsWithoutAnAnsweringEndpoint: no endpoints, or none answering
+// within the dial timeout, is an error from New, and Close twice is harmless.
+func TestNewFailsWithoutAnAnsweringEndpoint(t *testing.T) {
+	layout, err := translate.NewLayout("", "_v2bridge/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := New(ctx, Config{Layout: layout}); err == nil {
+		t.Fatal("New without endpoints succeeded")
+	}
+	start := time.Now()
+	if _, err := New(ctx, Config{Endpoints: []string{freeURL(t)}, Layout: layout, DialTimeout: 500 * time.Millisecond}); err == nil ||
+		!strings.Contains(err.Error(), "no etcd v3 endpoint answered") {
+		t.Fatalf("New with nothing listening: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("New gave up after %v", d)
+	}
+	b := newBackend(t, startMember(t, nil), nil)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }
