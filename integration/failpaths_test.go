@@ -320,3 +320,22 @@ func v2writeResp(base, p, value, ttl string) (int, error) {
 	_, err = io.Copy(io.Discard, r.Body)
 	return r.StatusCode, err
 }
+
+// TestForgedJournalRecordIsIgnored: a v3 client writes the bridge's journal
+// key by hand, with a record of a delete that its revision does not hold: the
+// bridge ignores the record (counted), decodes the revision by rule, and
+// watchers get what really changed.
+func TestForgedJournalRecordIsIgnored(t *testing.T) {
+	e := newEnv(t, v2bridgetest.Options{})
+	ch := startWatch(t, e.url, "/fj", "recursive", "true")
+	cli := e.cluster.Client(t)
+	l := e.bridge.Backend.Layout()
+	if _, err := cli.Txn(ctxT(t, 10*time.Second)).Then(clientv3.OpPut(l.DataKey("/fj/x"), "v"),
+		clientv3.OpPut(l.JournalKey(), `{"a":"delete","n":{"key":"/fj/other"}}`)).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	expectEvent(t, ch, "create", "/fj/x")
+	if n := metricValue(t, e.bridge.Registry, "v2bridge_journal_records_ignored_total"); n != 1 {
+		t.Errorf("%v journal records ignored, want 1", n)
+	}
+}
