@@ -49,11 +49,13 @@ COVER_PKGS := $(UNIT_PKGS) ./v2bridgetest/...
 ##        binary the CLI tests run (built with -cover); merged into $(COVERDIR)/all.out, printed per package
 cover:
 	rm -rf $(COVERDIR) && mkdir -p $(COVERDIR)/bin
-	-$(GO) test -count=1 -timeout $(TESTTIME) -coverpkg=./... -coverprofile=$(COVERDIR)/unit.out $(COVER_PKGS)
-	-V2BRIDGE_TEST_COVERDIR=$(abspath $(COVERDIR))/bin $(GO) test -count=1 -timeout $(TESTTIME) -coverpkg=./... \
-		-coverprofile=$(COVERDIR)/integration.out ./integration/...
+	$(GO) test -count=1 -timeout $(TESTTIME) -coverpkg=./... -coverprofile=$(COVERDIR)/unit.out $(COVER_PKGS) \
+		|| echo unit >> $(COVERDIR)/failed
+	V2BRIDGE_TEST_COVERDIR=$(abspath $(COVERDIR))/bin $(GO) test -count=1 -timeout $(TESTTIME) -coverpkg=./... \
+		-coverprofile=$(COVERDIR)/integration.out ./integration/... || echo integration >> $(COVERDIR)/failed
 	$(GO) tool covdata textfmt -i=$(COVERDIR)/bin -o $(COVERDIR)/bin.out
-	$(GO) tool covdata percent -i=$(COVERDIR)/bin -pkg=github.com/v2bridge/v2bridge/cmd/bridge
+	@echo "the bridge binary's own runs:"
+	@$(GO) tool covdata percent -i=$(COVERDIR)/bin -pkg=github.com/v2bridge/v2bridge/cmd/bridge
 	{ echo "mode: set"; for f in unit integration bin; do if test -f $(COVERDIR)/$$f.out; then tail -n +2 $(COVERDIR)/$$f.out; fi; done; } \
 		> $(COVERDIR)/all.out
 	$(GO) tool cover -func=$(COVERDIR)/all.out > $(COVERDIR)/func.txt
@@ -63,6 +65,7 @@ cover:
 		END { for (k in b) { split(k, p, SUBSEP); n[p[1]] += b[k]; if (k in hit) c[p[1]] += b[k] } \
 		for (q in n) printf "%-55s %6.1f%%  (%d/%d statements)\n", q, 100 * c[q] / n[q], c[q], n[q] }' \
 		$(COVERDIR)/all.out | sort
+	@if test -s $(COVERDIR)/failed; then echo "make cover: tests failed ($$(cat $(COVERDIR)/failed | tr '\n' ' '))"; exit 1; fi
 
 ## conformance: the same v2 requests to the bridge and a real etcd v2 server, answers compared (~1 min; CONFORMANCE_SEED=n replays)
 conformance:
