@@ -5,7 +5,7 @@ COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.gitCommit=$(COMMIT)
 TESTTIME ?= 20m
 
-.PHONY: all build run test unit integration conformance conformance-long bench bench-quick bench-watch bench-failover vet tidy clean
+.PHONY: all build run test unit integration cover conformance conformance-long bench bench-quick bench-watch bench-failover vet tidy clean
 
 all: build
 
@@ -41,6 +41,32 @@ unit:
 integration:
 	$(GO) test -count=1 -timeout $(TESTTIME) ./integration/...
 
+# cover: where the profiles go (bin/: the binary's counters, GOCOVERDIR).
+COVERDIR ?= cover
+COVER_PKGS := $(UNIT_PKGS) ./v2bridgetest/...
+
+## cover: the unit and integration tests with coverage of every package (-coverpkg=./...), and of the bridge
+##        binary the CLI tests run (built with -cover); merged into $(COVERDIR)/all.out, printed per package
+cover:
+	rm -rf $(COVERDIR) && mkdir -p $(COVERDIR)/bin
+	$(GO) test -count=1 -timeout $(TESTTIME) -coverpkg=./... -coverprofile=$(COVERDIR)/unit.out $(COVER_PKGS) \
+		|| echo unit >> $(COVERDIR)/failed
+	V2BRIDGE_TEST_COVERDIR=$(abspath $(COVERDIR))/bin $(GO) test -count=1 -timeout $(TESTTIME) -coverpkg=./... \
+		-coverprofile=$(COVERDIR)/integration.out ./integration/... || echo integration >> $(COVERDIR)/failed
+	$(GO) tool covdata textfmt -i=$(COVERDIR)/bin -o $(COVERDIR)/bin.out
+	@echo "the bridge binary's own runs:"
+	@$(GO) tool covdata percent -i=$(COVERDIR)/bin -pkg=github.com/v2bridge/v2bridge/cmd/bridge
+	{ echo "mode: set"; for f in unit integration bin; do if test -f $(COVERDIR)/$$f.out; then tail -n +2 $(COVERDIR)/$$f.out; fi; done; } \
+		> $(COVERDIR)/all.out
+	$(GO) tool cover -func=$(COVERDIR)/all.out > $(COVERDIR)/func.txt
+	@tail -n 1 $(COVERDIR)/func.txt
+	@awk 'NR > 1 { split($$1, a, ":"); f = a[1]; sub(/\/[^\/]*$$/, "", f); b[f SUBSEP $$1] = $$2; \
+		if ($$3 > 0) hit[f SUBSEP $$1] = 1 } \
+		END { for (k in b) { split(k, p, SUBSEP); n[p[1]] += b[k]; if (k in hit) c[p[1]] += b[k] } \
+		for (q in n) printf "%-55s %6.1f%%  (%d/%d statements)\n", q, 100 * c[q] / n[q], c[q], n[q] }' \
+		$(COVERDIR)/all.out | sort
+	@if test -s $(COVERDIR)/failed; then echo "make cover: tests failed ($$(cat $(COVERDIR)/failed | tr '\n' ' '))"; exit 1; fi
+
 ## conformance: the same v2 requests to the bridge and a real etcd v2 server, answers compared (~1 min; CONFORMANCE_SEED=n replays)
 conformance:
 	$(GO) test -count=1 ./conformance/...
@@ -72,4 +98,4 @@ tidy:
 	$(GO) mod tidy
 
 clean:
-	rm -rf bin default.v2bridge
+	rm -rf bin default.v2bridge $(COVERDIR)

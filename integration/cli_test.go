@@ -24,6 +24,24 @@ var (
 	buildErr  error
 )
 
+// coverDirEnv names a directory for the coverage of the bridge binary's
+// runs (make cover): the binary is then built with -cover over every package
+// of the module and each run writes its counters there (GOCOVERDIR). The
+// binary ignores V2BRIDGE_TEST_* variables.
+const coverDirEnv = "V2BRIDGE_TEST_COVERDIR"
+
+// coverDir is the absolute directory named by coverDirEnv, or "".
+func coverDir() string {
+	d := os.Getenv(coverDirEnv)
+	if d == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(d); err == nil {
+		return abs
+	}
+	return d
+}
+
 // buildBridge builds cmd/bridge, the v2bridge binary, once per test binary.
 func buildBridge(t *testing.T) string {
 	t.Helper()
@@ -36,7 +54,15 @@ func buildBridge(t *testing.T) string {
 		bridgeBin = filepath.Join(dir, "v2bridge")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bridgeBin, "../cmd/bridge").CombinedOutput()
+		args := []string{"build", "-o", bridgeBin}
+		if d := coverDir(); d != "" {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				buildErr = err
+				return
+			}
+			args = append(args, "-cover", "-coverpkg=github.com/v2bridge/v2bridge/...")
+		}
+		out, err := exec.CommandContext(ctx, "go", append(args, "../cmd/bridge")...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -49,15 +75,38 @@ func buildBridge(t *testing.T) string {
 
 // childEnv is this process's environment without V2BRIDGE_* variables (the
 // binary refuses unknown ones, and a developer's own settings must not leak
-// into a test), plus extra.
+// into a test), plus extra; under coverDirEnv, GOCOVERDIR names its
+// directory (go test sets GOCOVERDIR for itself: it is replaced).
 func childEnv(extra ...string) []string {
 	var env []string
+	cover := coverDir()
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "V2BRIDGE_") {
-			env = append(env, kv)
+		if strings.HasPrefix(kv, "V2BRIDGE_") || (cover != "" && strings.HasPrefix(kv, "GOCOVERDIR=")) {
+			continue
 		}
+		env = append(env, kv)
+	}
+	if cover != "" {
+		env = append(env, "GOCOVERDIR="+cover)
 	}
 	return append(env, extra...)
+}
+
+// stopForCoverage ends a bridge process the test is done with: SIGTERM, and
+// SIGKILL if it has not exited within a few seconds. A binary built for
+// coverage writes its counters only when it exits by itself, so under
+// coverDirEnv it is given the chance; otherwise it is killed at once.
+func stopForCoverage(p *os.Process, exited <-chan error) error {
+	if coverDir() != "" {
+		_ = p.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			return err
+		case <-time.After(10 * time.Second):
+		}
+	}
+	_ = p.Kill()
+	return <-exited
 }
 
 // proc is a bridge binary running on an embedded etcd.
@@ -80,10 +129,7 @@ func startBridgeProcess(t *testing.T, env []string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	})
+	t.Cleanup(func() { _ = stopForCoverage(p.cmd.Process, p.done) })
 	return p
 }
 
@@ -160,11 +206,16 @@ func TestBinaryEnvFlagsAndShutdown(t *testing.T) {
 
 func TestBinaryRefusesOverlappingPrefixes(t *testing.T) {
 	bin := buildBridge(t)
-	out, err := exec.Command(bin, "--data-prefix", "/x", "--meta-prefix", "/x/meta/").CombinedOutput()
+	command := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = childEnv()
+		return cmd
+	}
+	out, err := command("--data-prefix", "/x", "--meta-prefix", "/x/meta/").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "overlaps") {
 		t.Fatalf("want a refusal, got %v: %s", err, out)
 	}
-	out, err = exec.Command(bin, "--version").CombinedOutput()
+	out, err = command("--version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "go version") {
 		t.Fatalf("--version: %v %s", err, out)
 	}

@@ -936,6 +936,7 @@ func TestMigrateCommand(t *testing.T) {
 
 	// --follow --overwrite: fixes the conflict, follows a change, stops cleanly on SIGINT.
 	cmd := exec.Command(buildBridge(t), append([]string{"migrate", "--follow", "--overwrite"}, common...)...)
+	cmd.Env = childEnv()
 	var out, errb syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {

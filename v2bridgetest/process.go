@@ -40,7 +40,7 @@ const memberEnv = "V2BRIDGETEST_MEMBER"
 // process dies.
 func StartProcessCluster(t TB, n int) *Cluster {
 	t.Helper()
-	return startCluster(t, n, true)
+	return startCluster(t, n, true, MemberLimits{})
 }
 
 // MemberMain returns at once, unless this process was started by

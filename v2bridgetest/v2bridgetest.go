@@ -145,19 +145,34 @@ func RetryPortTaken(t TB, what string, start func() error) {
 // serve; they stop when the test ends.
 func StartCluster(t TB, n int) *Cluster {
 	t.Helper()
-	return startCluster(t, n, false)
+	return startCluster(t, n, false, MemberLimits{})
+}
+
+// MemberLimits are etcd's request limits for every member of a cluster
+// (zero: etcd's defaults), for tests of what the bridge answers when etcd
+// refuses a request.
+type MemberLimits struct {
+	MaxTxnOps       uint `json:"maxTxnOps,omitempty"`       // --max-txn-ops
+	MaxRequestBytes uint `json:"maxRequestBytes,omitempty"` // --max-request-bytes
+}
+
+// StartClusterWithLimits is StartCluster with members that apply limits.
+func StartClusterWithLimits(t TB, n int, limits MemberLimits) *Cluster {
+	t.Helper()
+	return startCluster(t, n, false, limits)
 }
 
 // memberSpec is what a member needs to start, in this process or (as JSON)
 // in a child process.
 type memberSpec struct {
-	Name             string `json:"name"`
-	Dir              string `json:"dir"`
-	ClientURL        string `json:"clientURL"`
-	PeerURL          string `json:"peerURL"`
-	AdvertisePeerURL string `json:"advertisePeerURL"`
-	InitialCluster   string `json:"initialCluster"`
-	LogLevel         string `json:"logLevel"`
+	Name             string       `json:"name"`
+	Dir              string       `json:"dir"`
+	ClientURL        string       `json:"clientURL"`
+	PeerURL          string       `json:"peerURL"`
+	AdvertisePeerURL string       `json:"advertisePeerURL"`
+	InitialCluster   string       `json:"initialCluster"`
+	LogLevel         string       `json:"logLevel"`
+	Limits           MemberLimits `json:"limits"`
 }
 
 func (s memberSpec) config() (*embed.Config, error) {
@@ -177,6 +192,12 @@ func (s memberSpec) config() (*embed.Config, error) {
 	cfg.InitialCluster = s.InitialCluster
 	cfg.InitialClusterToken = "v2bridgetest"
 	cfg.LogLevel = s.LogLevel
+	if s.Limits.MaxTxnOps > 0 {
+		cfg.MaxTxnOps = s.Limits.MaxTxnOps
+	}
+	if s.Limits.MaxRequestBytes > 0 {
+		cfg.MaxRequestBytes = s.Limits.MaxRequestBytes
+	}
 	return cfg, nil
 }
 
@@ -203,14 +224,14 @@ func startInProcess(s memberSpec) (*embed.Etcd, error) {
 
 func hostOf(u string) string { return strings.TrimPrefix(u, "http://") }
 
-func startCluster(t TB, n int, inChildren bool) *Cluster {
+func startCluster(t TB, n int, inChildren bool, limits MemberLimits) *Cluster {
 	t.Helper()
 	// etcd binds its own ports (in a child process, the error is in the
 	// output the start error carries).
 	var c *Cluster
 	RetryPortTaken(t, "start cluster", func() error {
 		var err error
-		if c, err = tryStartCluster(t, n, inChildren); err != nil {
+		if c, err = tryStartCluster(t, n, inChildren, limits); err != nil {
 			c.Stop()
 		}
 		return err
@@ -220,7 +241,7 @@ func startCluster(t TB, n int, inChildren bool) *Cluster {
 	return c
 }
 
-func tryStartCluster(t TB, n int, inChildren bool) (*Cluster, error) {
+func tryStartCluster(t TB, n int, inChildren bool, limits MemberLimits) (*Cluster, error) {
 	t.Helper()
 	c := &Cluster{t: t, ids: map[string]int{}}
 	for i := 0; i < n; i++ {
@@ -246,7 +267,8 @@ func tryStartCluster(t TB, n int, inChildren bool) (*Cluster, error) {
 	for _, m := range c.Members {
 		spec := memberSpec{Name: m.Name, Dir: filepath.Join(dir, m.Name), ClientURL: m.ClientURL, PeerURL: m.PeerURL,
 			AdvertisePeerURL: m.peer.url, InitialCluster: strings.Join(initial, ","),
-			LogLevel: "fatal"} // etcd logs its own shutdown as errors
+			LogLevel: "fatal", // etcd logs its own shutdown as errors
+			Limits:   limits}
 		go func(m *Member) {
 			var err error
 			if inChildren {
