@@ -40,6 +40,14 @@ func (src hubSource) Feed(ctx context.Context, from int64) (hub.Feed, error) {
 				continue
 			}
 		}
+		if from > 0 {
+			// etcd creates a watch from a compacted revision before it
+			// refuses it: without this check the hub would go live for a
+			// moment on a feed that is about to end.
+			if kept, err := src.Kept(ctx, from-1); err == nil && !kept {
+				return nil, fmt.Errorf("%w: resuming at %d", hub.ErrCompacted, from)
+			}
+		}
 		var loaded int64
 		if from == 0 || !b.mirror.resume(from) {
 			lctx, cancel := context.WithTimeout(ctx, mirrorLoadTimeout)
