@@ -218,9 +218,15 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 	for attempt := 0; attempt < maxWriteAttempts; attempt++ {
 		// Decide on the mirror (one round trip in all: the guarded Txn,
 		// whose compares reject a decision taken on a stale copy), or on
-		// a snapshot read when the mirror cannot say.
+		// a snapshot read when the mirror cannot say. After a conflict the
+		// snapshot is read from the member, which has applied the write
+		// that won: under contention, a decision on a copy that trails the
+		// watch by a few milliseconds would lose again and again.
 		withSeq := r.Method == "POST"
-		snap := b.mirroredSnapshot(ctx, r.Path, withSeq, need)
+		var snap *translate.Snapshot
+		if attempt == 0 {
+			snap = b.mirroredSnapshot(ctx, r.Path, withSeq, need)
+		}
 		if snap == nil {
 			var err error
 			if snap, err = b.readSnapshot(ctx, s, r.Path, withSeq, 0); err != nil {
@@ -280,8 +286,6 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 				return nil, err
 			}
 			b.metrics.writeRetries.Inc()
-			// The next decision waits for a copy that has what beat this one.
-			need = max(need, resp.Header.Revision)
 			// Back off a little so contending bridges do not lock-step.
 			time.Sleep(time.Duration(rand.IntN(1+attempt)) * time.Millisecond)
 			continue
