@@ -21,9 +21,11 @@ import (
 	"github.com/v2bridge/v2bridge/v3backend/hub"
 )
 
-// Watch registers a v2 watch with the hub. The current revision (the
-// response's X-Etcd-Index) is read first, by a read shared with the watch
-// requests that arrive meanwhile.
+// Watch registers a v2 watch with the hub. Its start (the response's
+// X-Etcd-Index) is the revision of the mirror once it has every write this
+// bridge acknowledged — the store as the hub is about to see it, with no
+// round trip; when the mirror cannot say, the current revision is read, by
+// a read shared with the watch requests that arrive meanwhile.
 func (b *Backend) Watch(ctx context.Context, r *translate.Request) (*hub.Watcher, Meta, error) {
 	s, err := b.client()
 	if err != nil {
@@ -31,12 +33,19 @@ func (b *Backend) Watch(ctx context.Context, r *translate.Request) (*hub.Watcher
 	}
 	rctx, cancel := b.reqCtx(ctx, s)
 	defer cancel()
-	resp, err := b.cur.get(rctx, b, s)
-	if err != nil {
-		return nil, b.Meta(), b.mapErr(s, err)
+	var cur int64
+	meta := b.Meta()
+	if b.mirror.waitFor(rctx, b.acked.Load(), mirrorWait, b.nudge) {
+		cur, _ = b.mirror.Rev()
 	}
-	meta := b.noteHeader(resp.Header)
-	w, err := b.hub.Watch(rctx, r.Path, r.Recursive, r.Stream, r.WaitIndex, uint64(resp.Header.Revision))
+	if cur == 0 {
+		resp, err := b.cur.get(rctx, b, s)
+		if err != nil {
+			return nil, meta, b.mapErr(s, err)
+		}
+		meta, cur = b.noteHeader(resp.Header), resp.Header.Revision
+	}
+	w, err := b.hub.Watch(rctx, r.Path, r.Recursive, r.Stream, r.WaitIndex, uint64(cur))
 	if errors.Is(err, hub.ErrNotLive) {
 		err = ErrUnavailable
 	}
