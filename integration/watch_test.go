@@ -441,3 +441,18 @@ func TestWatchSharedAndReleased(t *testing.T) {
 		return runtime.NumGoroutine() <= before+10
 	})
 }
+
+// TestWatchDirectoryDeleteReachesEmptySubdirectories: deleting a directory
+// tells the watchers of every directory it removed, empty ones included, as
+// v2 did.
+func TestWatchDirectoryDeleteReachesEmptySubdirectories(t *testing.T) {
+	e := newEnv(t, v2bridgetest.Options{})
+	do(t, "PUT", e.url, "/v2/keys/a/empty", form("dir", "true"))
+	do(t, "PUT", e.url, "/v2/keys/a/deeper/empty", form("dir", "true"))
+	do(t, "PUT", e.url, "/v2/keys/a/f", form("value", "1"))
+	empty := startWatch(t, e.url, "/a/empty")
+	deeper := startWatch(t, e.url, "/a/deeper/empty")
+	do(t, "DELETE", e.url, "/v2/keys/a", form("recursive", "true"))
+	expectEvent(t, empty, "delete", "/a")
+	expectEvent(t, deeper, "delete", "/a")
+}
