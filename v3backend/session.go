@@ -128,7 +128,7 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	err = b.health(cctx, cli)
 	if err == nil {
 		var resp *clientv3.GetResponse
-		resp, err = cli.Get(clientv3.WithRequireLeader(cctx), "health", clientv3.WithSerializable(), clientv3.WithCountOnly())
+		resp, err = cli.Get(clientv3.WithRequireLeader(cctx), b.layout.JournalKey(), clientv3.WithSerializable(), clientv3.WithCountOnly()) // a key the bridge may read under RBAC
 		if err == nil {
 			b.noteHeader(resp.Header)
 		}
