@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"go.etcd.io/etcd/client/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 
@@ -556,5 +558,43 @@ func TestUnreachableBackend(t *testing.T) {
 	}
 	if r := do(t, "GET", e.url, "/health", nil); r.status != 503 || r.body != `{"health":"false"}`+"\n" {
 		t.Errorf("health %d %q", r.status, r.body)
+	}
+}
+
+// TestExpiredDirectorySweptByABridgeStartedLater: a TTL directory that
+// expires while no bridge runs leaves its children behind in v3 (they carry
+// no lease); the next bridge to start removes them, as v2 removed the whole
+// subtree at the expiry.
+func TestExpiredDirectorySweptByABridgeStartedLater(t *testing.T) {
+	cl := v2bridgetest.StartCluster(t, 1)
+	v3 := cl.Client(t)
+	ctx := ctxT(t, time.Minute)
+	first := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{})
+	for _, r := range []struct{ path, form string }{
+		{"/d", "dir=true&ttl=2"}, {"/d/x", "value=1"}, {"/d/y/z", "value=2"}, {"/keep", "value=3"},
+	} {
+		q, _ := url.ParseQuery(r.form)
+		if resp := do(t, "PUT", first.URL, "/v2/keys"+r.path, q); resp.status != 201 {
+			t.Fatalf("PUT %s: %d %s", r.path, resp.status, resp.body)
+		}
+	}
+	first.Stop() // no bridge runs when the directory expires
+	layout, _ := translate.NewLayout("", "_v2bridge/")
+	waitFor(t, 20*time.Second, "the directory's lease to run out", func() bool {
+		r, err := v3.Get(ctx, layout.MarkerKey("/d"))
+		return err == nil && len(r.Kvs) == 0
+	})
+	if r, err := v3.Get(ctx, "/d/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || r.Count != 2 {
+		t.Fatalf("before a bridge starts: %v keys below /d (%v), want the 2 children left behind", r.Count, err)
+	}
+	later := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{})
+	if r, err := v3.Get(ctx, "/d/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || r.Count != 0 {
+		t.Fatalf("after a bridge started: %v keys below /d (%v), want none", r.Count, err)
+	}
+	if r := do(t, "GET", later.URL, "/v2/keys/d", form("quorum", "true")); r.status != 404 {
+		t.Errorf("GET /d: %d %s, want 404", r.status, r.body)
+	}
+	if r := do(t, "GET", later.URL, "/v2/keys/keep", form("quorum", "true")); r.status != 200 {
+		t.Errorf("GET /keep: %d %s, want it untouched", r.status, r.body)
 	}
 }

@@ -38,6 +38,7 @@ const (
 	seqTag     = "s" // + DataPrefix + p: in-order sequences
 	leaseTag   = "l/"
 	journalTag = "j"
+	ttlDirTag  = "t" // + DataPrefix + p: directories that carry a TTL
 )
 
 // childPath is p + "/" except for the root, which is already "/".
@@ -69,6 +70,23 @@ func (l Layout) SeqKey(p string) string { return l.MetaPrefix + seqTag + l.DataP
 // attached to that lease, so it goes away with it.
 func (l Layout) LeaseKey(id int64) string {
 	return l.MetaPrefix + leaseTag + strconv.FormatInt(id, 16)
+}
+
+// TTLDirKey records, without a lease, that directory p carries a TTL. When
+// the lease runs out the marker goes and this record stays: a bridge that
+// was not running then finds the directory's remains by it and sweeps them.
+func (l Layout) TTLDirKey(p string) string { return l.MetaPrefix + ttlDirTag + l.DataPrefix + p }
+
+// TTLDirPrefix is the v3 prefix of every TTL directory record.
+func (l Layout) TTLDirPrefix() string { return l.MetaPrefix + ttlDirTag + l.DataPrefix + "/" }
+
+// PathOfTTLDir returns the v2 directory a TTL directory record names.
+func (l Layout) PathOfTTLDir(key string) (string, bool) {
+	pfx := l.TTLDirPrefix()
+	if !strings.HasPrefix(key, pfx) {
+		return "", false
+	}
+	return key[len(pfx)-1:], true
 }
 
 // JournalKey is rewritten by every bridge write with the v2 action it made.

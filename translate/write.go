@@ -271,6 +271,11 @@ func (l Layout) markAncestors(p *Plan, s *Snapshot) {
 func (l Layout) putNode(p *Plan, path string, dir bool, value string) *Node {
 	if dir {
 		p.Ops = append(p.Ops, Op{Type: OpPut, Key: l.MarkerKey(path), WithLease: p.TTL > 0})
+		if p.TTL > 0 {
+			p.Ops = append(p.Ops, Op{Type: OpPut, Key: l.TTLDirKey(path)})
+		} else {
+			p.Ops = append(p.Ops, Op{Type: OpDelete, Key: l.TTLDirKey(path)})
+		}
 		return &Node{Key: path, Dir: true}
 	}
 	p.Ops = append(p.Ops, Op{Type: OpPut, Key: l.DataKey(path), Value: []byte(value), WithLease: p.TTL > 0})
@@ -448,6 +453,7 @@ func (l Layout) deleteNode(p *Plan, s *Snapshot, action string, ls Leases, now t
 		Op{Type: OpDelete, Key: sc},
 		Op{Type: OpDelete, Key: sc + "/", End: PrefixEnd(sc + "/")},
 	)
+	p.Ops = append(p.Ops, l.deleteTTLDirRecords(s.Path)...)
 }
 
 func (l Layout) planDelete(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
@@ -564,12 +570,23 @@ func (l Layout) SweepTxn(dir string) ([]Cmp, []Op) {
 	dc, mc := l.DataChildPrefix(dir), l.MarkerChildPrefix(dir)
 	j, _ := json.Marshal(Journal{Action: ActionExpire, Node: &Node{Key: dir, Dir: true}, Sweep: true,
 		DataPrefix: l.DataPrefix}) // plain fields: cannot fail
-	return []Cmp{{Key: l.MarkerKey(dir), Target: CmpCreate, Result: "=", Value: 0}},
-		[]Op{
-			{Type: OpDelete, Key: dc, End: PrefixEnd(dc)},
-			{Type: OpDelete, Key: mc, End: PrefixEnd(mc)},
-			{Type: OpPut, Key: l.JournalKey(), Value: j},
-		}
+	ops := []Op{
+		{Type: OpDelete, Key: dc, End: PrefixEnd(dc)},
+		{Type: OpDelete, Key: mc, End: PrefixEnd(mc)},
+	}
+	ops = append(ops, l.deleteTTLDirRecords(dir)...)
+	ops = append(ops, Op{Type: OpPut, Key: l.JournalKey(), Value: j})
+	return []Cmp{{Key: l.MarkerKey(dir), Target: CmpCreate, Result: "=", Value: 0}}, ops
+}
+
+// deleteTTLDirRecords removes the TTL records of dir and of every directory
+// below it.
+func (l Layout) deleteTTLDirRecords(dir string) []Op {
+	below := l.TTLDirKey(childPath(dir))
+	if dir == "/" {
+		below = l.TTLDirPrefix()
+	}
+	return []Op{{Type: OpDelete, Key: l.TTLDirKey(dir)}, {Type: OpDelete, Key: below, End: PrefixEnd(below)}}
 }
 
 // GetReads are the reads of a v2 GET of p, in one read-only transaction: the

@@ -60,6 +60,7 @@ func (src hubSource) Feed(ctx context.Context, from int64) (hub.Feed, error) {
 			}
 			if from == 0 {
 				from, loaded = rev+1, rev
+				b.sweepOrphans(s)
 			}
 		}
 		f := b.openFeed(s, from, true)
@@ -249,6 +250,39 @@ func (f *feed) decode(g []*clientv3.Event) hub.Batch {
 		ev.Encode()
 	}
 	return hub.Batch{Rev: rev, Events: evs}
+}
+
+// sweepOrphans sweeps the remains of TTL directories that expired while no
+// bridge was running to see it: their records outlived their markers. A
+// bridge does this when it starts; the watchers missed the expiry anyway.
+func (b *Backend) sweepOrphans(s *session) {
+	ctx, cancel := b.reqCtx(context.Background(), s)
+	defer cancel()
+	l := b.layout
+	resp, err := s.cli.Get(ctx, l.TTLDirPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		b.lg.Warn("looking for expired TTL directories failed", zap.Error(err))
+		return
+	}
+	swept := 0
+	for _, kv := range resp.Kvs {
+		dir, ok := l.PathOfTTLDir(string(kv.Key))
+		if !ok {
+			continue
+		}
+		if lists, _, ok := b.mirror.read([]translate.Read{{Key: l.MarkerKey(dir)}}, false); !ok || len(lists[0]) > 0 {
+			continue // alive (or the copy cannot say)
+		}
+		cmps, ops := l.SweepTxn(dir)
+		if _, err := s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit(); err != nil {
+			b.lg.Warn("sweeping an expired TTL directory failed", zap.String("dir", dir), zap.Error(err))
+			continue
+		}
+		swept++
+	}
+	if swept > 0 {
+		b.lg.Info("swept TTL directories that expired while no bridge ran", zap.Int("directories", swept))
+	}
 }
 
 // sweep removes what is left below a directory whose TTL ran out and reports
