@@ -68,7 +68,7 @@ var Divergences = []Divergence{
 	},
 	{
 		ID:    "history-horizon",
-		Title: "Watch history reaches back to the v3 compaction, not 1000 events",
+		Title: "A bridge that just started replays v3 history for a waitIndex older than its kept events",
 		Match: matchHistoryHorizon,
 	},
 	{
