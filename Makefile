@@ -5,7 +5,7 @@ COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.gitCommit=$(COMMIT)
 TESTTIME ?= 20m
 
-.PHONY: all build run test unit integration cover conformance conformance-long bench bench-quick bench-watch bench-failover vet tidy clean
+.PHONY: all build run test fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-failover vet tidy clean
 
 all: build
 
@@ -32,6 +32,12 @@ test: vet
 	$(GO) test -race -count=1 -timeout $(TESTTIME) $(RACE_PKGS)
 	$(GO) test -race -count=1 -timeout $(TESTTIME) -run '$(RACE_INTEGRATION)' ./integration/
 	$(GO) test -count=1 -timeout $(TESTTIME) ./...
+	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzKeys$$' -fuzztime $(FUZZTIME) ./v2api/
+
+## fuzz: the HTTP layer's fuzz target for longer (FUZZTIME=10m make fuzz)
+FUZZTIME ?= 5s
+fuzz:
+	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzKeys$$' -fuzztime $(FUZZTIME) ./v2api/
 
 ## unit: the unit tests, quickly (-short: tests that need an etcd skip)
 unit:
