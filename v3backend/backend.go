@@ -161,6 +161,11 @@ type Backend struct {
 	// on a mirror that has its own path's recent writes, without waiting
 	// for every other write in flight.
 	recent [recentSlots]atomic.Int64
+	// writeSlots serialize this bridge's writes to the same path (by hash):
+	// each is a one-place semaphore, taken for the whole write (its round
+	// trips included, bounded by the request deadline), never together
+	// with a lock.
+	writeSlots [1024]chan struct{}
 	// forged counts journal records ignored (for rate-limited warnings).
 	forged atomic.Int64
 
@@ -200,6 +205,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.metrics = newMetrics(cfg.Registry)
 	b.leases = newLeaseCache()
 	b.mirror = newMirror(cfg.Layout)
+	for i := range b.writeSlots {
+		b.writeSlots[i] = make(chan struct{}, 1)
+	}
 	s, err := b.connect(ctx)
 	if err != nil {
 		b.stop()

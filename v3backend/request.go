@@ -210,7 +210,17 @@ func (b *Backend) Write(ctx context.Context, r *translate.Request) (*translate.E
 	}
 	ctx, cancel := b.reqCtx(ctx, s)
 	defer cancel()
+	// This bridge's writes to one path (a POST: to one directory) take
+	// turns: they would only conflict with each other and retry. Writes
+	// through other bridges still meet the guarded transaction.
+	slot := b.writeSlots[recentSlot(r.Path)%len(b.writeSlots)]
+	select {
+	case slot <- struct{}{}:
+	case <-ctx.Done():
+		return nil, b.Meta(), b.mapErr(s, ctx.Err())
+	}
 	ev, err := b.write(ctx, s, r)
+	<-slot
 	return ev, b.Meta(), b.mapErr(s, err)
 }
 
