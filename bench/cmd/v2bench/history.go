@@ -115,7 +115,8 @@ func runHistory(cfg *config, res *results) {
 	wait := getLoad(k, histGetKey, hc.getClients, stop)
 	time.Sleep(hc.baseline)
 	close(stop)
-	base, baseErrs := wait()
+	baseGets, baseErrs := wait()
+	base := latsBefore(baseGets, time.Now())
 	baseCPU := cpu.cores()
 	if baseErrs > 0 {
 		res.note("%s on %s: %d baseline GETs failed", wl, sys, baseErrs)
@@ -146,13 +147,18 @@ func runHistory(cfg *config, res *results) {
 		{fmt.Sprintf("walk from current−%d (in the ring)", histRingWalk), histRingWalk},
 	} {
 		if i > 0 {
-			// The first walk's replay reads on after its client left; the
-			// second walk starts once it has filled the ring.
+			// A replay may read on after the first walk's client left; the
+			// second walk starts once none does.
 			t := time.Now()
-			if _, ok := replaysIdle(br.v2URL, 0, 60*time.Second); !ok {
+			m0, _ := scrapeSums(br.v2URL, mReplayRevs)
+			moved, ok := replaysIdle(br.v2URL, 0, 60*time.Second)
+			if !ok {
 				res.note("%s on %s: history replays still reading 60 s after the first walk", wl, sys)
 			}
-			logf("  (replays idle after %v)", time.Since(t).Round(100*time.Millisecond))
+			m1, _ := scrapeSums(br.v2URL, mReplayRevs)
+			logf("  replays read %.0f more revisions for %v after the first walk ended", m1[mReplayRevs]-m0[mReplayRevs],
+				moved.Sub(t).Round(100*time.Millisecond))
+			res.add(wl, sys, "revisions replayed after the first walk ended", "revisions", true, m1[mReplayRevs]-m0[mReplayRevs])
 		}
 		from := cur - walk.back
 		logf("  %s: %s one-shot from waitIndex %d (current %d)", walk.name, histHot, from, cur)
@@ -178,9 +184,15 @@ func runHistory(cfg *config, res *results) {
 	}
 }
 
+// replayIdleFor is how long the replay revision count must stand still for
+// the replays to count as done: a replay can pause for most of a second
+// when the machine is busy.
+const replayIdleFor = 2 * time.Second
+
 // replaysIdle waits until the bridge's replay revision count has not moved
-// for 0.5 s and at least min has passed, at most max. It returns when the
-// count was last seen moving (within 0.1 s), and whether it got idle.
+// for replayIdleFor and at least min has passed, at most max. It returns
+// when the count was last seen moving (within 0.1 s), and whether it got
+// idle.
 func replaysIdle(base string, min, max time.Duration) (time.Time, bool) {
 	start := time.Now()
 	last, moved := -1.0, time.Now()
@@ -189,12 +201,90 @@ func replaysIdle(base string, min, max time.Duration) (time.Time, bool) {
 		if err == nil && m[mReplayRevs] != last {
 			last, moved = m[mReplayRevs], time.Now()
 		}
-		if time.Since(moved) >= 500*time.Millisecond && time.Since(start) >= min {
+		if time.Since(moved) >= replayIdleFor && time.Since(start) >= min {
 			return moved, true
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return moved, false
+}
+
+// replaySample is the bridge's replay revision count and the CPU seconds
+// of the bridge and of etcd at one moment.
+type replaySample struct {
+	at       time.Time
+	revs     float64
+	cpu      [2]float64
+	scrapeOK bool
+}
+
+// replayTrack polls the bridge's replay revision count and both processes'
+// CPU every 100 ms until the returned func is called, which returns the
+// samples.
+func replayTrack(base string, bridge, etcd int) func() []replaySample {
+	stop, done := make(chan struct{}), make(chan struct{})
+	var ss []replaySample
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			m, err := scrapeSums(base, mReplayRevs)
+			ss = append(ss, replaySample{at: time.Now(), revs: m[mReplayRevs], scrapeOK: err == nil,
+				cpu: [2]float64{cpuSecondsOf(bridge), cpuSecondsOf(etcd)}})
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() []replaySample {
+		close(stop)
+		<-done
+		return ss
+	}
+}
+
+// longestPause is the longest time the count stood still between two of
+// its moves (a replay stalled with revisions left to read, or the gap
+// between two replays).
+func longestPause(ss []replaySample) time.Duration {
+	var longest time.Duration
+	var moved time.Time
+	last := -1.0
+	for _, s := range ss {
+		if !s.scrapeOK || s.revs == last {
+			continue
+		}
+		if last >= 0 {
+			if !moved.IsZero() {
+				longest = max(longest, s.at.Sub(moved))
+			}
+			moved = s.at
+		}
+		last = s.revs
+	}
+	return longest
+}
+
+// cpuUntil is the CPU per second of wall time of the bridge and of etcd
+// from the first sample to the last one taken by t.
+func cpuUntil(ss []replaySample, t time.Time) [2]float64 {
+	if len(ss) < 2 {
+		return [2]float64{}
+	}
+	a, b := ss[0], ss[0]
+	for _, s := range ss {
+		if !s.at.After(t) {
+			b = s
+		}
+	}
+	d := b.at.Sub(a.at).Seconds()
+	if d <= 0 {
+		return [2]float64{}
+	}
+	return [2]float64{(b.cpu[0] - a.cpu[0]) / d, (b.cpu[1] - a.cpu[1]) / d}
 }
 
 // cpuMeter measures the CPU the bridge and its etcd use over a span.
@@ -278,18 +368,24 @@ func currentRev(ctx context.Context, cli *clientv3.Client) (uint64, error) {
 	return uint64(r.Header.Revision), nil
 }
 
+// getSample is one GET: when it started and how long it took.
+type getSample struct {
+	at time.Time
+	d  time.Duration
+}
+
 // getLoad runs n closed-loop v2 GET clients of key until stop is closed;
-// the returned func waits for them and returns their latencies and errors.
-func getLoad(k *v2kv, key string, n int, stop <-chan struct{}) func() (lat, int) {
+// the returned func waits for them and returns their GETs and errors.
+func getLoad(k *v2kv, key string, n int, stop <-chan struct{}) func() ([]getSample, int) {
 	var mu sync.Mutex
-	var all lat
+	var all []getSample
 	errs := 0
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var mine lat
+			var mine []getSample
 			e := 0
 			defer func() {
 				mu.Lock()
@@ -311,14 +407,25 @@ func getLoad(k *v2kv, key string, n int, stop <-chan struct{}) func() (lat, int)
 					e++
 					continue
 				}
-				mine = append(mine, time.Since(t))
+				mine = append(mine, getSample{t, time.Since(t)})
 			}
 		}()
 	}
-	return func() (lat, int) {
+	return func() ([]getSample, int) {
 		wg.Wait()
 		return all, errs
 	}
+}
+
+// latsBefore is the latencies of the GETs started before t.
+func latsBefore(gs []getSample, t time.Time) lat {
+	var l lat
+	for _, g := range gs {
+		if g.at.Before(t) {
+			l = append(l, g.d)
+		}
+	}
+	return l
 }
 
 // The bridge's metrics the section reads.
@@ -445,7 +552,7 @@ func staleBurst(hc *histConfig, res *results, br, etcd *instance, k *v2kv, base 
 	stopGets := make(chan struct{})
 	waitGets := getLoad(k, histGetKey, hc.getClients, stopGets)
 	peakRSS := rssSampler(br.pid, 20*time.Millisecond)
-	cpu := newCPUMeter(br.pid, etcd.pid)
+	track := replayTrack(br.v2URL, br.pid, etcd.pid)
 	start := time.Now()
 	host := br.v2URL[len("http://"):]
 	var leaving atomic.Bool
@@ -529,10 +636,12 @@ func staleBurst(hc *histConfig, res *results, br, etcd *instance, k *v2kv, base 
 	if !replaysDone {
 		res.note("%s on %s: history replays still reading after 60 s", wl, sys)
 	}
+	// The GETs during the burst: those started before the replays were
+	// done (and at least within minBurst).
 	close(stopGets)
-	during, duringErrs := waitGets()
-	burstCPU := cpu.cores()
-	getSpan := time.Since(start)
+	gets, duringErrs := waitGets()
+	getSpan := max(replayTime, hc.minBurst)
+	during := latsBefore(gets, start.Add(getSpan))
 	m1, _ := scrapeSums(br.v2URL, histMetricNames...)
 	memPeak, _ := bridgeGoMem(br)
 
@@ -546,6 +655,8 @@ func staleBurst(hc *histConfig, res *results, br, etcd *instance, k *v2kv, base 
 	wg.Wait()
 	peak := peakRSS()
 	time.Sleep(hc.settle)
+	samples := track()
+	burstCPU := cpuUntil(samples, start.Add(getSpan))
 	rss2, _ := rssKiB(br.pid)
 	mem2, _ := bridgeGoMem(br)
 	m2, _ := scrapeSums(br.v2URL, histMetricNames...)
@@ -583,9 +694,12 @@ func staleBurst(hc *histConfig, res *results, br, etcd *instance, k *v2kv, base 
 	res.add(wl, sys, "replays done after", "ms", true, ms(replayTime))
 	res.add(wl, sys, "watches refused (401)", "watches", false, m1[mRefused]-m0[mRefused])
 	res.add(wl, sys, fmt.Sprintf("v2 watchers left %v after", hc.settle), "watchers", true, m2[mWatchers])
-	if m2[mReplays] != m1[mReplays] || m2[mReplayRevs] != m1[mReplayRevs] {
-		res.note("%s on %s: replays went on after the burst: %.0f more started, %.0f more revisions read", wl, sys,
-			m2[mReplays]-m1[mReplays], m2[mReplayRevs]-m1[mReplayRevs])
+	res.add(wl, sys, "revisions replayed after the watchers left", "revisions", true, m2[mReplayRevs]-m1[mReplayRevs])
+	if m2[mReplays] != m1[mReplays] {
+		res.note("%s on %s: %.0f more replays started after the watchers left", wl, sys, m2[mReplays]-m1[mReplays])
+	}
+	if pause := longestPause(samples); pause > 0 {
+		res.add(wl, sys, "longest pause of a replay's progress", "ms", true, ms(pause))
 	}
 
 	for _, g := range []struct {

@@ -423,7 +423,7 @@ func header(cfg *config, elapsed time.Duration) string {
 			"`--watch-history-events` 1000 and `--watch-replay-max-revisions` 100,000). Baseline: plain GETs by %d "+
 			"clients for %v. Burst: %d one-shot watches on never-written keys, %d with waitIndexes spread over current−%s … "+
 			"current−%s (within the replay's reach) and %d with waitIndex %d (beyond it), opened all at once while the "+
-			"GET clients run on; they stay until the replays' revision count has not moved for 0.5 s (at least %v), then "+
+			"GET clients run on; they stay until the replays' revision count has not moved for 2 s (at least %v), then "+
 			"leave. RSS is the bridge process's VmRSS before, the highest during the burst (sampled every 20 ms) and %v "+
 			"after the watchers left; CPU is each process's utime+stime per second of wall time; replays, revisions and "+
 			"401s are the bridge's own counters. Then, on a bridge restarted again (the burst's replay filled the ring "+
