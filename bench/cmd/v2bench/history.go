@@ -705,9 +705,10 @@ func staleBurst(hc *histConfig, res *results, br, etcd *instance, k *v2kv, base 
 	for _, g := range []struct {
 		beyond bool
 		name   string
+		want   string // the expected outcome
 	}{
-		{false, fmt.Sprintf("waitIndex current−%s…%s", commas(histWithin), commas(histWithinNewest))},
-		{true, fmt.Sprintf("waitIndex %d (beyond reach)", histBeyond)},
+		{false, fmt.Sprintf("waitIndex current−%s…%s", commas(histWithin), commas(histWithinNewest)), outWaiting},
+		{true, fmt.Sprintf("waitIndex %d (beyond reach)", histBeyond), out401},
 	} {
 		count := map[string]int{}
 		var ans lat
@@ -728,7 +729,7 @@ func staleBurst(hc *histConfig, res *results, br, etcd *instance, k *v2kv, base 
 			}
 		}
 		for _, o := range []string{out401, outEvent, outWaiting, outEnded, outError} {
-			res.add(wl, sys, fmt.Sprintf("%s: %s", g.name, o), "watches", o != outWaiting && o != out401, float64(count[o]))
+			res.add(wl, sys, fmt.Sprintf("%s: %s", g.name, o), "watches", o != g.want, float64(count[o]))
 		}
 		if count[out401] > 0 && count[out401] == len(ans) {
 			addLat(res, wl, sys, g.name+": 401 answered in (max)", ans, 1)
