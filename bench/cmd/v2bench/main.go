@@ -12,10 +12,12 @@
 // The bridge and its embedded etcd member run in a child process (this
 // binary re-executed), the etcd v2 and v2v3 servers in v2ref child
 // processes; v2bridge-ext is this binary re-executed with -endpoints, in
-// front of the etcd 3.5 of a v2ref child. The server RSS per watcher and
-// CPU per operation are read from /proc of those processes (summed over the
-// bridge child and its etcd for v2bridge-ext). The load generators run in
-// this process.
+// front of the etcd 3.5 of a v2ref child; the history section runs the
+// embedded member alone in a child (-etcd-only) and bridges in front of it
+// (-endpoints), so that a bridge can start afresh over a long history. The
+// server RSS per watcher and CPU per operation are read from /proc of those
+// processes (summed over the bridge child and its etcd for v2bridge-ext).
+// The load generators run in this process.
 package main
 
 import (
