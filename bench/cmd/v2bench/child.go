@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"expvar"
 	"flag"
 	"fmt"
@@ -27,18 +28,21 @@ import (
 // /proc/<pid>/status and its CPU never mixes with the clients'. With
 // -endpoints the child starts no etcd and runs the bridge alone in front of
 // those (the v2bridge-ext system: the bridge as deployed, its own process in
-// front of an external etcd).
+// front of an external etcd). With -etcd-only it runs the embedded member
+// alone, so that bridges can be started and restarted in front of it, each a
+// process of its own (the history section).
 const childCommand = "__serve-bridge"
 
 // serveBridge runs in the child. It prints "READY <bridge-url> <etcd-url>"
 // on stdout once both serve (with -endpoints, etcd-url is the first of
-// them), and shuts down when stdin reaches EOF (the parent closed it or
-// died).
+// them; with -etcd-only, "READY <etcd-url> <etcd-url>"), and shuts down when
+// stdin reaches EOF (the parent closed it or died).
 func serveBridge(args []string) error {
 	fs := flag.NewFlagSet(childCommand, flag.ContinueOnError)
 	hbTimeout := fs.Duration("heartbeat-timeout", 0, "backend heartbeat deadline (0: the bridge's default)")
 	hbFailures := fs.Int("heartbeat-failures", 0, "missed heartbeats that declare the backend lost (0: default)")
 	endpoints := fs.String("endpoints", "", "comma-separated client URLs of an external etcd (empty: start an embedded member)")
+	etcdOnly := fs.Bool("etcd-only", false, "start the embedded member only, no bridge")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -49,6 +53,9 @@ func serveBridge(args []string) error {
 		if e = strings.TrimSpace(e); e != "" {
 			eps = append(eps, e)
 		}
+	}
+	if *etcdOnly && len(eps) > 0 {
+		return errors.New("-etcd-only starts an embedded member: it takes no -endpoints")
 	}
 	if len(eps) == 0 {
 		dir, err := os.MkdirTemp("", "v2bench-bridge-*")
@@ -70,6 +77,12 @@ func serveBridge(args []string) error {
 			}
 			_ = os.RemoveAll(dir + "/etcd")
 		}
+	}
+
+	if *etcdOnly {
+		fmt.Printf("READY %s %s\n", eps[0], eps[0])
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return nil
 	}
 
 	layout, err := translate.NewLayout("", "_v2bridge/")

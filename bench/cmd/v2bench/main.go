@@ -12,10 +12,12 @@
 // The bridge and its embedded etcd member run in a child process (this
 // binary re-executed), the etcd v2 and v2v3 servers in v2ref child
 // processes; v2bridge-ext is this binary re-executed with -endpoints, in
-// front of the etcd 3.5 of a v2ref child. The server RSS per watcher and
-// CPU per operation are read from /proc of those processes (summed over the
-// bridge child and its etcd for v2bridge-ext). The load generators run in
-// this process.
+// front of the etcd 3.5 of a v2ref child; the history section runs the
+// embedded member alone in a child (-etcd-only) and bridges in front of it
+// (-endpoints), so that a bridge can start afresh over a long history. The
+// server RSS per watcher and CPU per operation are read from /proc of those
+// processes (summed over the bridge child and its etcd for v2bridge-ext).
+// The load generators run in this process.
 package main
 
 import (
@@ -50,6 +52,7 @@ type config struct {
 	jsonlName  string
 	profile    string
 	profileDir string
+	hist       *histConfig // nil: no history section
 }
 
 func main() {
@@ -70,7 +73,7 @@ func main() {
 	fs.StringVar(&cfg.profileDir, "profile-dir", "bench/profiles", "where -profile writes")
 	dur := fs.Duration("dur", 0, "override the measured time of each key-value load")
 	fs.DurationVar(&bridgeHeartbeatTimeout, "bridge-heartbeat-timeout", 0, "run the bridge with this --heartbeat-timeout (0: its default)")
-	only := fs.String("only", "", "run only these sections: kv, idle, sustained (comma-separated)")
+	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history (comma-separated)")
 	_ = fs.Parse(os.Args[1:])
 
 	switch cfg.mode {
@@ -79,12 +82,17 @@ func main() {
 		cfg.kv, cfg.watch = true, true
 		cfg.idleN = []int{1000, 10000}
 		cfg.sustained, cfg.drain = 3*time.Second, 6*time.Second
+		cfg.hist = &histConfig{revisions: 200000, stale: 50, getClients: 8, baseline: time.Second,
+			minBurst: time.Second, settle: 10 * time.Second, walkEvents: 2000, walkFor: 10 * time.Second}
 		cfg.mdName, cfg.jsonlName = "RESULTS.md", "results.jsonl"
 	case "quick":
 		cfg.runs, cfg.warm, cfg.dur = 1, 200*time.Millisecond, 600*time.Millisecond
 		cfg.kv, cfg.watch = true, true
 		cfg.idleN = []int{1000}
 		cfg.sustained, cfg.drain = 3*time.Second, 3*time.Second
+		// Just past the replay's reach of 100,000 revisions.
+		cfg.hist = &histConfig{revisions: 120000, stale: 50, getClients: 8, baseline: time.Second,
+			minBurst: time.Second, settle: 10 * time.Second, walkEvents: 2000, walkFor: 10 * time.Second}
 		cfg.mdName, cfg.jsonlName = "RESULTS-quick.md", "results-quick.jsonl"
 	case "watch":
 		cfg.runs = 3
@@ -113,6 +121,10 @@ func main() {
 		if !sec["sustained"] {
 			cfg.sustainedN = -1
 		}
+		if !sec["history"] {
+			cfg.hist = nil
+		}
+		cfg.watch = cfg.watch && (sec["idle"] || sec["sustained"])
 	}
 	if cfg.sustainedN == 0 {
 		cfg.sustainedN = 1000
@@ -133,6 +145,9 @@ func main() {
 	}
 	if cfg.watch {
 		runWatch(cfg, res)
+	}
+	if cfg.hist != nil {
+		runHistory(cfg, res)
 	}
 	elapsed := time.Since(started)
 
@@ -401,6 +416,31 @@ func header(cfg *config, elapsed time.Duration) string {
 			"server processes (bridge + its etcd; for v2bridge-ext the bridge process plus the etcd process; etcd for "+
 			"the others) over the phase ÷ events delivered.\n\n",
 			keyWatches, keyWatches, cfg.idleSteady[1000], cfg.idleSteady[10000], max(cfg.sustainedN, 1000), cfg.window, cfg.stallAfter, cfg.sustained, cfg.drain)
+	}
+	if hc := cfg.hist; hc != nil {
+		fmt.Fprintf(&b, "History (%s, v2bridge only, one run): what stale waitIndexes cost a bridge just (re)started over a "+
+			"long v3 history, its ring of recent events still empty. An etcd member, a child process of its own, gets %s "+
+			"revisions under %s (clientv3 Puts straight to it, %d at a time: every other one to %s, the rest to "+
+			"%s/k<i mod 1000>); then a bridge starts in front of it (`--endpoints`, its own process, default "+
+			"`--watch-history-events` 1000 and `--watch-replay-max-revisions` 100,000). Baseline: plain GETs by %d "+
+			"clients for %v. Burst: %d one-shot watches on never-written keys, %d with waitIndexes spread over current−%s … "+
+			"current−%s (within the replay's reach) and %d with waitIndex %d (beyond it), opened all at once while the "+
+			"GET clients run on; they stay until the replays' revision count has not moved for 2 s (at least %v), then "+
+			"leave. RSS is the bridge process's VmRSS before, the highest during the burst (sampled every 20 ms) and %v "+
+			"after the watchers left; CPU is each process's utime+stime per second of wall time; replays, revisions and "+
+			"401s are the bridge's own counters. Then, on a bridge restarted again (the burst's replay filled the ring "+
+			"of the first), a client walks %s one-shot (waitIndex = modifiedIndex+1; a 401 ends the walk) from "+
+			"current−%s, then, once that walk's replay has finished, from current−%d (inside the 1000 events it keeps "+
+			"in the ring), each for at most %s events or %v. How it scales: a replay reads each revision between the "+
+			"oldest stale waitIndex and the ring once, whatever the number of watchers it serves, and never more than "+
+			"100,000 revisions; a waitIndex beyond that, or older than a full ring, is refused by O(1) checks before "+
+			"anything is read. So a burst's time and memory grow with the history read (here at most %s revisions), "+
+			"not with the number of stale watchers. Its pace is etcd's: etcd catches up a watch that starts in the past "+
+			"1,000 revisions per sync round, a round every 100 ms, each round reading the history from the watch's "+
+			"position to the current revision, so a replay of R revisions takes at least R/10,000 s.\n\n",
+			hc.workload(), commas(int64(hc.revisions)), histDir, histBuilders, histHot, histDir, hc.getClients, hc.baseline,
+			2*hc.stale, hc.stale, commas(histWithin), commas(histWithinNewest), hc.stale, histBeyond, hc.minBurst,
+			hc.settle, histHot, commas(histWithin), histRingWalk, commas(int64(hc.walkEvents)), hc.walkFor, commas(histWithin))
 	}
 	b.WriteString("↑ higher is better, ↓ lower is better; ratios are bridge ÷ other (bridge-ext ÷ other for the " +
 		"v2bridge-ext ratios, against the same etcd 3.5).\n")

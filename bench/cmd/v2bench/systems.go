@@ -161,18 +161,34 @@ var bridgeHeartbeatTimeout time.Duration
 // startBridgeChild re-executes this binary as the bridge under test: over
 // an embedded etcd member, or with endpoints in front of that etcd.
 func startBridgeChild(endpoints string) (*instance, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{childCommand}
+	var args []string
 	if bridgeHeartbeatTimeout > 0 {
 		args = append(args, "-heartbeat-timeout", bridgeHeartbeatTimeout.String())
 	}
 	if endpoints != "" {
 		args = append(args, "-endpoints", endpoints)
 	}
-	cmd := exec.Command(exe, args...)
+	return startChild(args...)
+}
+
+// startEtcdChild starts a child holding an embedded etcd member and no
+// bridge; its v2URL is empty.
+func startEtcdChild() (*instance, error) {
+	in, err := startChild("-etcd-only")
+	if err != nil {
+		return nil, err
+	}
+	in.kind, in.v2URL = "etcd", ""
+	return in, nil
+}
+
+// startChild re-executes this binary as a child with these flags.
+func startChild(flags ...string) (*instance, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, append([]string{childCommand}, flags...)...)
 	stderr := &tail{max: 8 << 10}
 	cmd.Stderr = stderr
 	stdin, err := cmd.StdinPipe()
@@ -220,15 +236,15 @@ func startBridgeChild(endpoints string) (*instance, error) {
 				return err
 			case <-time.After(20 * time.Second):
 				kill()
-				return errors.New("bridge child did not exit within 20s; killed")
+				return errors.New("child did not exit within 20s; killed")
 			}
 		}
 		return in, nil
 	case err := <-done:
-		return nil, fmt.Errorf("bridge child exited before READY: %v\n%s", err, stderr.String())
+		return nil, fmt.Errorf("child exited before READY: %v\n%s", err, stderr.String())
 	case <-time.After(90 * time.Second):
 		kill()
-		return nil, fmt.Errorf("bridge child not READY after 90s\n%s", stderr.String())
+		return nil, fmt.Errorf("child not READY after 90s\n%s", stderr.String())
 	}
 }
 
