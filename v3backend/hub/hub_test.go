@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -398,19 +399,18 @@ func TestWatchersArrivingDuringAReplayJoinItOrQueue(t *testing.T) {
 	if p := placeOf(h, join); p != placeReplay {
 		t.Fatalf("a watcher the replay has not passed is in place %d, want the replay", p)
 	}
-	for _, w := range []*Watcher{behind, queue} {
-		if p := placeOf(h, w); p != placeQueued {
-			t.Fatalf("a watcher the replay has passed is in place %d, want queued", p)
-		}
+	// Behind the replay but within what it read: answered at once from it.
+	if e := now(behind); e == nil || e.Index() != 6 {
+		t.Fatalf("watcher behind the replay got %v at once, want /k6 from what the replay read", e)
 	}
-	checkCount(t, h, reg, 4)
+	if p := placeOf(h, queue); p != placeQueued {
+		t.Fatalf("a watcher older than the replay's start is in place %d, want queued", p)
+	}
+	checkCount(t, h, reg, 3)
 	src.releaseHistory()
 
 	if e := recv(t, join); e.Index() != 7 {
 		t.Fatalf("joiner got %d, want 7", e.Index())
-	}
-	if e := recv(t, behind); e.Index() != 6 {
-		t.Fatalf("watcher queued behind the replay got %d, want 6 (from the ring it filled)", e.Index())
 	}
 	if e := recv(t, queue); e.Index() != 3 {
 		t.Fatalf("queued watcher got %d, want 3", e.Index())
@@ -991,5 +991,64 @@ func TestWatchRacingTheEndOfTheFeedIsNotRegistered(t *testing.T) {
 			}
 			checkCount(t, h, reg, 0)
 		})
+	}
+}
+
+// A client walking history one re-watch at a time (waitIndex =
+// modifiedIndex + 1) is answered from what the replay already read, without
+// a replay per step.
+func TestWalkThroughHistoryIsAnsweredFromTheReplay(t *testing.T) {
+	src := newFake()
+	history(src, 10) // /k2../k11
+	h, _ := newHub(t, src, Config{})
+	src.gateHistory()
+	w := watch(t, h, src, "/", true, false, 2)
+	for range 6 { // revisions 2..7 read
+		if !src.step(waitTimeout) {
+			t.Fatal("the replay did not read on")
+		}
+	}
+	next := recv(t, w).Index() + 1
+	for next < 7 {
+		w = watch(t, h, src, "/", true, false, next)
+		e := now(w)
+		if e == nil {
+			t.Fatalf("re-watch at %d not answered at once from what the replay read", next)
+		}
+		next = e.Index() + 1
+	}
+	src.releaseHistory()
+	if _, hist := src.counts(); hist != 1 {
+		t.Fatalf("%d history feeds for one walk, want 1", hist)
+	}
+}
+
+// A replay that serves nobody and cannot keep what it reads (the ring is
+// full) stops instead of reading on.
+func TestIdleReplayWithAFullRingStops(t *testing.T) {
+	src := newFake()
+	history(src, 10) // /k2../k11
+	h, _ := newHub(t, src, Config{RingSize: 2})
+	src.gateHistory()
+	w := watch(t, h, src, "/never", false, false, 2)
+	if !src.step(waitTimeout) {
+		t.Fatal("the replay did not start")
+	}
+	last := src.write(ev(translate.ActionSet, "/live")) // the ring fills
+	src.write(ev(translate.ActionSet, "/live"))
+	waitDispatched(t, h, last+1)
+	w.Cancel()
+	// Read on slowly: the replay stops once it has been idle for
+	// replayIdle, before it reaches the end of the history.
+	deadline := time.Now().Add(5 * replayIdle)
+	for src.step(waitTimeout) {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle replay kept reading")
+		}
+		time.Sleep(replayIdle / 4)
+	}
+	waitReplayIdle(t, h)
+	if got := testutil.ToFloat64(h.metrics.replayRevisions); got >= 10 {
+		t.Fatalf("the idle replay read %v revisions, want it to stop before the ring", got)
 	}
 }

@@ -1,6 +1,9 @@
 package hub
 
 import (
+	"errors"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -20,15 +23,34 @@ type replay struct {
 	// Guarded by Hub.mu.
 	pos     uint64 // every revision < pos has been offered to the members
 	members map[*Watcher]struct{}
+	kept    *keeper   // the newest events read, for the ring and for late joiners
+	idle    time.Time // since when it has served nobody (zero: it serves someone)
 }
+
+// replayIdle is how long a replay goes on reading with nobody to serve and
+// nothing it could keep: long enough for a client walking history to send
+// its next watch, which the replay then answers from what it read.
+const replayIdle = time.Second
 
 // addReplayLocked serves w, whose waitIndex is older than the ring, by a
 // replay: the running one if it can, or the next.
 func (h *Hub) addReplayLocked(w *Watcher) {
 	h.addedLocked(w)
-	if r := h.replay; r != nil && w.next >= r.pos {
+	if r := h.replay; r != nil && (w.next >= r.pos || r.kept.covers(w.next)) {
+		// Behind the replay but within what it has read (a client walking
+		// history re-watching at modifiedIndex + 1): answered from memory,
+		// then it follows the replay.
+		for _, ev := range r.kept.evs {
+			if w.wants(ev) && !h.deliverLocked(w, ev) {
+				w.where = placeReplay // counted; removeLocked takes it out
+				r.members[w] = struct{}{}
+				h.removeLocked(w)
+				return
+			}
+		}
 		r.members[w] = struct{}{}
 		w.where = placeReplay
+		r.idle = time.Time{}
 		return
 	}
 	h.queued[w] = struct{}{}
@@ -51,6 +73,7 @@ func (h *Hub) startReplayLocked() {
 		}
 	}
 	r.pos = r.from
+	r.kept = newKeeper(len(h.ring.buf), r.from)
 	for w := range h.queued {
 		delete(h.queued, w)
 		r.members[w] = struct{}{}
@@ -66,7 +89,7 @@ func (h *Hub) startReplayLocked() {
 // members over to the live path.
 func (h *Hub) runReplay(r *replay) {
 	defer h.wg.Done()
-	kept := newKeeper(len(h.ring.buf))
+	kept := r.kept
 	feed, err := h.src.History(h.ctx, int64(r.from))
 	if err == nil {
 		defer feed.Close()
@@ -104,6 +127,11 @@ func (h *Hub) runReplay(r *replay) {
 				h.mu.Unlock()
 				return
 			}
+			if h.uselessLocked(r) {
+				err = errReplayIdle
+				h.mu.Unlock()
+				break
+			}
 			h.mu.Unlock()
 		}
 	}
@@ -119,6 +147,25 @@ func (h *Hub) runReplay(r *replay) {
 	if h.live {
 		h.startReplayLocked()
 	}
+}
+
+// errReplayIdle: a replay stopped because it served nobody and the ring had
+// no room for what it read.
+var errReplayIdle = errors.New("nobody to serve and no room to keep what it reads")
+
+// uselessLocked reports whether r has served nobody for replayIdle and has
+// nothing to gain by reading on: no watcher waits for a replay and the ring
+// has no room for what it reads.
+func (h *Hub) uselessLocked(r *replay) bool {
+	if len(r.members) > 0 || len(h.queued) > 0 || h.ring.free() > 0 {
+		r.idle = time.Time{}
+		return false
+	}
+	if r.idle.IsZero() {
+		r.idle = time.Now()
+		return false
+	}
+	return time.Since(r.idle) > replayIdle
 }
 
 // finishReplayLocked keeps what r read in front of the ring, as far as
@@ -158,11 +205,12 @@ func (h *Hub) finishReplayLocked(r *replay, kept *keeper) {
 // keeper keeps the newest events a replay read, up to a limit.
 type keeper struct {
 	max     int
+	from    uint64 // the first revision the replay read
 	evs     []*translate.Event
 	dropped uint64 // index of the newest event dropped (0: none)
 }
 
-func newKeeper(max int) *keeper { return &keeper{max: max} }
+func newKeeper(max int, from uint64) *keeper { return &keeper{max: max, from: from} }
 
 func (k *keeper) add(evs []*translate.Event) {
 	k.evs = append(k.evs, evs...)
@@ -171,6 +219,10 @@ func (k *keeper) add(evs []*translate.Event) {
 		k.evs = append(k.evs[:0:0], k.evs[over:]...)
 	}
 }
+
+// covers reports whether every event read with an index of next or above
+// is still kept.
+func (k *keeper) covers(next uint64) bool { return next >= k.from && next > k.dropped }
 
 // newest returns the newest n kept events and the floor below them: every
 // event read with an index above it is among them (0 when none was left
