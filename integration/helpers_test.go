@@ -175,11 +175,18 @@ func (p *proc) healthy(url string, d time.Duration) error {
 			return fmt.Errorf("bridge exited: %v\n%s", err, p.logs)
 		default:
 		}
+		// Healthy (the backend answers) and ready (the shared watch is
+		// open: a watch or a metric right after start sees it).
 		if r, err := c.Get(url + "/health"); err == nil {
 			b, _ := io.ReadAll(r.Body)
 			r.Body.Close()
 			if r.StatusCode == 200 && strings.Contains(string(b), "true") {
-				return nil
+				if rr, err := c.Get(url + "/readyz"); err == nil {
+					rr.Body.Close()
+					if rr.StatusCode == 200 {
+						return nil
+					}
+				}
 			}
 		}
 		if time.Now().After(deadline) {

@@ -172,6 +172,9 @@ func TestMetrics(t *testing.T) {
 		}
 		return ""
 	}
+	// The shared watch opens once the key space is loaded, just after the
+	// bridge answers /health: /readyz says when.
+	waitFor(t, 10*time.Second, "the bridge to be ready", func() bool { return do(t, "GET", url, "/readyz", nil).status == 200 })
 	before := scrape()
 	for _, m := range []string{"v2bridge_backend_up 1", "v2bridge_v3_watches 1", "go_goroutines", "process_resident_memory_bytes",
 		"v2bridge_grpc_client_started_total"} {
