@@ -108,8 +108,8 @@ type Passthrough struct {
 	watches map[*watch]struct{}
 	closed  bool
 
-	stop     context.CancelFunc
-	monitor  sync.WaitGroup // the heartbeat goroutine
+	stop    context.CancelFunc
+	monitor sync.WaitGroup // the heartbeat goroutine
 }
 
 // watch is one forwarded watch, ended by the loss of its upstream.
