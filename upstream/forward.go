@@ -205,3 +205,6 @@ func (p *Passthrough) writeError(w http.ResponseWriter, err error) {
 	w.WriteHeader(ve.StatusCode())
 	_, _ = w.Write(ve.JSON())
 }
+
+// MetricsHandler serves only /metrics and the probes, for metrics listeners.
+func (p *Passthrough) MetricsHandler() http.Handler { return p.api.MetricsHandler() }
