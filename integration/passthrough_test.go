@@ -62,6 +62,8 @@ func TestPassthroughAnswersAsTheUpstream(t *testing.T) {
 		{"compare-and-swap succeeds", "PUT", "/v2/keys/pt/a", form("value", "3", "prevValue", "2"), true},
 		{"compare-and-swap fails with 101", "PUT", "/v2/keys/pt/a", form("value", "4", "prevValue", "nope"), false},
 		{"create fails on an existing key with 105", "PUT", "/v2/keys/pt/a", form("value", "x", "prevExist", "false"), false},
+		{"a key that needs escaping", "PUT", "/v2/keys/pt/sp%20ace%2Fslash%3F", form("value", "esc"), true},
+		{"get of a key that needs escaping", "GET", "/v2/keys/pt/sp%20ace%2Fslash%3F", nil, false},
 		{"in-order POST", "POST", "/v2/keys/pt/queue", form("value", "job1"), true},
 		{"a second in-order POST", "POST", "/v2/keys/pt/queue", form("value", "job2"), true},
 		{"get of a key", "GET", "/v2/keys/pt/a", nil, false},

@@ -113,3 +113,48 @@ func TestMembershipIsAnsweredLocally(t *testing.T) {
 		}
 	}
 }
+
+func TestAWatchEndedByALossEndsBetweenEvents(t *testing.T) {
+	healthy := atomic.Bool{}
+	healthy.Store(true)
+	parked := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			if !healthy.Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"action":"set","node":{"key":"/a","value":"1"}}`+"\n"+`{"action":"set","no`)
+		http.NewResponseController(w).Flush()
+		close(parked)
+		<-r.Context().Done() // half an event sent, the rest never comes
+	}))
+	t.Cleanup(up.Close)
+	p, err := New(Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond,
+		HeartbeatTimeout: 50 * time.Millisecond, HeartbeatFailures: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bridge := httptest.NewServer(p)
+	t.Cleanup(bridge.Close)
+	resp, err := http.Get(bridge.URL + "/v2/keys/a?wait=true&stream=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	<-parked
+	healthy.Store(false)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || string(body) != `{"action":"set","node":{"key":"/a","value":"1"}}`+"\n" {
+		t.Fatalf("body %q (%v), want the whole first event and nothing of the second", body, err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -112,7 +113,16 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 	if r.Body == nil || r.Body == http.NoBody {
 		out.Body = nil
 	}
+	start := time.Now()
 	resp, err := p.tr.RoundTrip(out)
+	if !watching {
+		defer func() { p.metrics.latency.WithLabelValues(methodLabel(r.Method)).Observe(time.Since(start).Seconds()) }()
+	}
+	code := 0
+	if err == nil {
+		code = resp.StatusCode
+	}
+	p.metrics.requests.WithLabelValues(methodLabel(r.Method), strconv.Itoa(code)).Inc()
 	if err != nil {
 		if watching && errors.Is(context.Cause(ctx), errLost) {
 			// Lost before the headers came: the watch ends the documented
@@ -208,3 +218,12 @@ func (p *Passthrough) writeError(w http.ResponseWriter, err error) {
 
 // MetricsHandler serves only /metrics and the probes, for metrics listeners.
 func (p *Passthrough) MetricsHandler() http.Handler { return p.api.MetricsHandler() }
+
+// methodLabel keeps the method label of the metrics to v2's methods.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPost, http.MethodDelete:
+		return m
+	}
+	return "other"
+}
