@@ -27,11 +27,12 @@ func (p *Passthrough) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // forwarded reports whether a path is the upstream's to answer: the keys and
-// their watches, the stats, /version and /health. /v2/members and
+// their watches, the stats, v2 auth, /version and /health. /v2/members and
 // /v2/machines advertise the bridge itself.
 func forwarded(path string) bool {
 	return path == "/v2/keys" || strings.HasPrefix(path, "/v2/keys/") ||
-		strings.HasPrefix(path, "/v2/stats/") || path == "/version" || path == "/health"
+		strings.HasPrefix(path, "/v2/stats/") || strings.HasPrefix(path, "/v2/auth/") ||
+		path == "/version" || path == "/health"
 }
 
 // isWatch reports whether r is a v2 watch (wait=true on the keys), which
