@@ -71,27 +71,22 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	watching := isWatch(r)
-	var (
-		ctx    context.Context
-		cancel context.CancelCauseFunc
-	)
-	if watching {
-		ctx, cancel = context.WithCancelCause(r.Context())
-		wt := &watch{cancel: cancel}
-		if !p.register(wt) {
-			cancel(nil)
-			p.writeError(w, errors.New("bridge shutting down"))
-			return
-		}
-		defer p.unregister(wt)
-	} else {
-		tctx, tcancel := context.WithTimeout(r.Context(), p.cfg.RequestTimeout)
+	parent := r.Context()
+	if !watching {
+		tctx, tcancel := context.WithTimeout(parent, p.cfg.RequestTimeout)
 		defer tcancel()
-		ctx, cancel = context.WithCancelCause(tctx)
+		parent = tctx
 	}
+	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
+	fr := &forwarding{cancel: cancel, watch: watching}
+	if !p.register(fr) {
+		p.writeError(w, errors.New("bridge shutting down"))
+		return
+	}
+	defer p.unregister(fr)
 	// A loss declared between the check above and the registration would
-	// leave this watch parked on a lost upstream.
+	// leave this request waiting on a lost upstream.
 	if !p.up.Load() {
 		p.writeError(w, fmt.Errorf("v2 upstream %s unavailable", p.Upstream()))
 		return
@@ -136,6 +131,9 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			return // the client went away
 		}
+		if cause := context.Cause(ctx); errors.Is(cause, errLost) {
+			err = cause
+		}
 		p.writeError(w, fmt.Errorf("forwarding %s %s to %s: %w", r.Method, r.URL.Path, target.Host, err))
 		return
 	}
@@ -150,6 +148,9 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 	// complete or a v2 error.
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errLost) {
+			err = cause
+		}
 		p.writeError(w, fmt.Errorf("reading the answer of %s to %s %s: %w", target.Host, r.Method, r.URL.Path, err))
 		return
 	}

@@ -79,13 +79,14 @@ func (p *Passthrough) probe(ctx context.Context, i int) error {
 }
 
 // lost declares upstream i lost: new requests are refused at once, every
-// watch in flight ends (its client re-issues it), and the heartbeat moves to
-// the next upstream of the list.
+// watch in flight ends (its client re-issues it), every other request in
+// flight gets error 300 without waiting out its deadline, and the heartbeat
+// moves to the next upstream of the list.
 func (p *Passthrough) lost(i int, cause error) {
 	p.up.Store(false)
 	p.metrics.up.Set(0)
 	p.metrics.losses.Inc()
-	ended := p.endWatches(fmt.Errorf("%w: %v", errLost, cause))
+	ended := p.end(fmt.Errorf("%w: %v", errLost, cause), true)
 	p.tr.CloseIdleConnections()
 	p.probeTr.CloseIdleConnections()
 	next := (i + 1) % len(p.targets)

@@ -79,7 +79,7 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// errLost is the cause with which a lost upstream ends the watches in flight.
+// errLost is the cause with which a lost upstream ends the requests in flight.
 var errLost = errors.New("upstream lost")
 
 // Passthrough forwards the v2 API to an upstream v2 server.
@@ -104,16 +104,20 @@ type Passthrough struct {
 	// beat is when the heartbeat loop last went round (for /livez).
 	beat atomic.Int64
 
-	mu      sync.Mutex // guards watches and closed
-	watches map[*watch]struct{}
-	closed  bool
+	mu       sync.Mutex // guards inflight and closed
+	inflight map[*forwarding]struct{}
+	closed   bool
 
 	stop    context.CancelFunc
 	monitor sync.WaitGroup // the heartbeat goroutine
 }
 
-// watch is one forwarded watch, ended by the loss of its upstream.
-type watch struct{ cancel context.CancelCauseFunc }
+// forwarding is one request in flight to the upstream, ended by its loss
+// (and, when it is a watch, by the bridge's shutdown).
+type forwarding struct {
+	cancel context.CancelCauseFunc
+	watch  bool
+}
 
 // New checks cfg and starts the heartbeat. The upstream counts as lost until
 // it answers once (Ready).
@@ -122,7 +126,7 @@ func New(cfg Config) (*Passthrough, error) {
 	if len(cfg.URLs) == 0 {
 		return nil, errors.New("upstream: no v2 upstream URL")
 	}
-	p := &Passthrough{cfg: cfg, lg: cfg.Logger, watches: map[*watch]struct{}{}}
+	p := &Passthrough{cfg: cfg, lg: cfg.Logger, inflight: map[*forwarding]struct{}{}}
 	for _, s := range cfg.URLs {
 		u, err := url.Parse(strings.TrimSuffix(s, "/"))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -180,45 +184,58 @@ func (p *Passthrough) Close() {
 	p.mu.Unlock()
 	p.stop()
 	p.monitor.Wait()
-	p.endWatches(errors.New("bridge shutting down"))
+	p.end(errors.New("bridge shutting down"), false)
 	p.tr.CloseIdleConnections()
 	p.probeTr.CloseIdleConnections()
 }
 
-// register adds a watch to be ended on loss; false when the bridge closed.
-func (p *Passthrough) register(w *watch) bool {
+// register adds a request to be ended on loss; false when the bridge closed.
+func (p *Passthrough) register(f *forwarding) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false
 	}
-	p.watches[w] = struct{}{}
+	p.inflight[f] = struct{}{}
 	return true
 }
 
-func (p *Passthrough) unregister(w *watch) {
+func (p *Passthrough) unregister(f *forwarding) {
 	p.mu.Lock()
-	delete(p.watches, w)
+	delete(p.inflight, f)
 	p.mu.Unlock()
 }
 
-// endWatches ends every forwarded watch in flight with cause.
-func (p *Passthrough) endWatches(cause error) int {
+// end ends the watches in flight with cause, and the other requests too when
+// all is set; it returns how many watches it ended.
+func (p *Passthrough) end(cause error, all bool) int {
 	p.mu.Lock()
-	ws := make([]*watch, 0, len(p.watches))
-	for w := range p.watches {
-		ws = append(ws, w)
+	var fs []*forwarding
+	watches := 0
+	for f := range p.inflight {
+		if f.watch || all {
+			fs = append(fs, f)
+		}
+		if f.watch {
+			watches++
+		}
 	}
 	p.mu.Unlock()
-	for _, w := range ws {
-		w.cancel(cause)
+	for _, f := range fs {
+		f.cancel(cause)
 	}
-	return len(ws)
+	return watches
 }
 
 // Watchers is the number of forwarded watches in flight.
 func (p *Passthrough) Watchers() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.watches)
+	n := 0
+	for f := range p.inflight {
+		if f.watch {
+			n++
+		}
+	}
+	return n
 }

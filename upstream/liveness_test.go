@@ -158,3 +158,56 @@ func TestAWatchEndedByALossEndsBetweenEvents(t *testing.T) {
 		t.Fatalf("body %q (%v), want the whole first event and nothing of the second", body, err)
 	}
 }
+
+func TestARequestInFlightWhenTheUpstreamIsLostGetsError300BeforeItsDeadline(t *testing.T) {
+	healthy := atomic.Bool{}
+	healthy.Store(true)
+	parked, release := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			if !healthy.Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+			return
+		}
+		_, _ = io.ReadAll(r.Body) // from then on a closed connection cancels r's context
+		close(parked)
+		select { // a write the upstream never answers
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() { close(release) }) // runs first
+	p, err := New(Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond,
+		HeartbeatTimeout: 50 * time.Millisecond, HeartbeatFailures: 2, RequestTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		code int
+		body string
+	}
+	got := make(chan answer, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest("PUT", "/v2/keys/a", strings.NewReader("value=1")))
+		got <- answer{rec.Code, rec.Body.String()}
+	}()
+	<-parked
+	healthy.Store(false)
+	select {
+	case a := <-got:
+		if a.code != 500 || !strings.Contains(a.body, `"errorCode":300`) || !strings.Contains(a.body, "upstream lost") {
+			t.Fatalf("%d %q, want error 300 naming the loss", a.code, a.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request waits on a lost upstream")
+	}
+}
