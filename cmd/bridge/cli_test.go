@@ -170,3 +170,37 @@ func TestAdvertiseDefaultNamesTheHostForAWildcardListener(t *testing.T) {
 		}
 	}
 }
+
+func TestV2UpstreamSelectsPassthroughWithoutAnEtcd(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		upstream string // the upstream list, or "error: ..."
+	}{
+		{"flag", []string{"--v2-upstream", "http://old-etcd:2379"}, nil, "http://old-etcd:2379"},
+		{"environment", nil, map[string]string{"V2BRIDGE_V2_UPSTREAM": "http://a:2379,http://b:2379"}, "http://a:2379,http://b:2379"},
+		{"in the image (V2BRIDGE_EMBEDDED=false)", []string{"--v2-upstream", "http://a:2379"},
+			map[string]string{"V2BRIDGE_EMBEDDED": "false"}, "http://a:2379"},
+		{"endpoints given too (kept unused)", []string{"--v2-upstream", "http://a:2379", "--endpoints", "http://m1:2379"}, nil, "http://a:2379"},
+		{"with --embedded", []string{"--v2-upstream", "http://a:2379", "--embedded"}, nil, "error: --embedded conflicts with --v2-upstream"},
+		{"not an http URL", []string{"--v2-upstream", "old-etcd:2379"}, nil, "error: bad --v2-upstream URL"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := parseConfig(c.args, func(k string) string { return c.env[k] }, io.Discard)
+			if want, ok := strings.CutPrefix(c.upstream, "error: "); ok {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %v, want %q", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !cfg.passthrough() || cfg.v2Upstream != c.upstream || cfg.embeddedMode != "" {
+				t.Fatalf("passthrough %v upstream %q embedded %q, want passthrough to %q without an embedded etcd",
+					cfg.passthrough(), cfg.v2Upstream, cfg.embeddedMode, c.upstream)
+			}
+		})
+	}
+}

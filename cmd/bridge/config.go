@@ -26,6 +26,7 @@ type config struct {
 	advertiseClientURLs string
 
 	endpoints             string
+	v2Upstream            string
 	dialTimeout           time.Duration
 	cacert, cert, key     string
 	insecureSkipTLSVerify bool
@@ -76,6 +77,9 @@ type config struct {
 	embeddedMode string
 }
 
+// passthrough reports whether the bridge forwards the v2 API to --v2-upstream.
+func (c *config) passthrough() bool { return c.v2Upstream != "" }
+
 // optionalBool is a boolean flag that remembers whether any source set it.
 type optionalBool struct{ value, set bool }
 
@@ -104,6 +108,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to serve the v2 API on (http://host:port)")
 	fs.StringVar(&c.advertiseClientURLs, "advertise-client-urls", "", "URLs reported by /v2/members and /v2/machines (default: the listen URLs)")
 	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd v3 endpoints (without them, and without any other backend setting, a private embedded etcd runs)")
+	fs.StringVar(&c.v2Upstream, "v2-upstream", "", "passthrough mode: comma-separated client URLs of an old etcd v2 server, which answers every v2 request (failover in list order; no etcd v3 is used)")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", d.DialTimeout, "timeout for connecting to an etcd v3 endpoint")
 	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify the etcd v3 endpoints")
 	fs.StringVar(&c.cert, "cert", "", "client certificate for the etcd v3 endpoints")
@@ -112,10 +117,10 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.user, "user", "", "etcd v3 user as name:password")
 	fs.DurationVar(&c.dialKeepAliveTime, "dial-keepalive-time", d.KeepAliveTime, "gRPC keepalive ping interval to the backend (grpc-go raises values below 10s)")
 	fs.DurationVar(&c.dialKeepAliveTimeout, "dial-keepalive-timeout", d.KeepAliveTimeout, "gRPC keepalive ping timeout")
-	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", d.HeartbeatInterval, "interval of the backend liveness heartbeat (gRPC health check)")
+	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", d.HeartbeatInterval, "interval of the backend liveness heartbeat (gRPC health check; GET /health of a --v2-upstream)")
 	fs.DurationVar(&c.heartbeatTimeout, "heartbeat-timeout", d.HeartbeatTimeout, "deadline of one heartbeat")
 	fs.IntVar(&c.heartbeatFailures, "heartbeat-failures", d.HeartbeatFailures, "missed heartbeats in a row that declare the backend lost")
-	fs.DurationVar(&c.requestTimeout, "request-timeout", d.RequestTimeout, "deadline of every backend call made for a v2 request")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", d.RequestTimeout, "deadline of every backend call made for a v2 request (of every request forwarded to a --v2-upstream but watches)")
 	fs.DurationVar(&c.autoSyncInterval, "endpoints-auto-sync-interval", 0, "refresh the backend endpoints from the cluster's member list at this interval (0: never)")
 	fs.StringVar(&c.discoverySRV, "discovery-srv", "", "domain whose DNS SRV records (_etcd-client-ssl._tcp, _etcd-client._tcp) list the backend endpoints")
 	fs.StringVar(&c.discoverySRVName, "discovery-srv-name", "", "suffix of the SRV service name, as etcd's --discovery-srv-name")
@@ -305,6 +310,9 @@ func (c *config) validate() error {
 // V2BRIDGE_EMBEDDED=false as the Docker image sets) must name its backend,
 // so a typo never turns into a bridge serving an empty private store.
 func (c *config) decideBackend() error {
+	if c.passthrough() {
+		return c.checkUpstream()
+	}
 	remote := c.endpoints != "" || c.discoverySRV != ""
 	switch {
 	case c.embedded.value && remote:
@@ -353,3 +361,22 @@ func splitList(s string) []string {
 }
 
 func getenv(k string) string { return os.Getenv(k) }
+
+// checkUpstream validates passthrough mode: --v2-upstream is a list of
+// http(s) URLs, and no embedded etcd goes with it.
+func (c *config) checkUpstream() error {
+	if c.embedded.value {
+		return errors.New("--embedded conflicts with --v2-upstream: passthrough mode serves the v2 upstream, not an etcd")
+	}
+	for _, u := range splitList(c.v2Upstream) {
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return fmt.Errorf("bad --v2-upstream URL %q: want http://host:port or https://host:port", u)
+		}
+	}
+	if len(splitList(c.v2Upstream)) == 0 {
+		return errors.New("--v2-upstream: no URL")
+	}
+	c.embeddedMode = ""
+	return nil
+}

@@ -18,6 +18,8 @@ var flagGroups = []flagGroup{
 	{"Serving the v2 API", []string{"listen-client-urls", "advertise-client-urls", "name",
 		"cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "client-crl-file", "tls-min-version",
 		"listen-metrics-urls", "enable-pprof", "http-idle-timeout", "http-body-read-timeout", "max-connections"}},
+	{"Passthrough to an old etcd v2 server (the migration's first step; heartbeat and request flags below apply)",
+		[]string{"v2-upstream"}},
 	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions"}},
 	{"The etcd v3 cluster", []string{"endpoints", "discovery-srv", "discovery-srv-name", "endpoints-auto-sync-interval",
 		"cacert", "cert", "key", "insecure-skip-tls-verify", "user",
@@ -48,7 +50,9 @@ YAML --config-file under the flag's name (lists allowed). Precedence, highest fi
   command line > environment > config file > default
 A V2BRIDGE_ variable that no flag reads is an error naming the closest real one.
 
-Backend rule: the bridge serves --endpoints (or --discovery-srv). A private embedded etcd runs
+Backend rule: with --v2-upstream the bridge forwards every v2 request to that old v2 server
+(passthrough mode; no etcd v3 is used, --endpoints is not needed). Otherwise it serves
+--endpoints (or --discovery-srv). A private embedded etcd runs
 only with --embedded, or when no backend setting is given at all (no --endpoints,
 --discovery-srv, --embedded or --config-file: what "make run" does); it says so at startup
 and in the v2bridge_embedded_store metric. Its data is in --data-dir and nothing else shares it.

@@ -25,3 +25,19 @@ func registerBridgeInfo(reg prometheus.Registerer, embedded bool) {
 	}
 	reg.MustRegister(info, store)
 }
+
+// registerMode adds v2bridge_mode: 1 for the mode the bridge serves in
+// ("passthrough" to a v2 upstream, or "v3"), 0 for the other.
+func registerMode(reg prometheus.Registerer, passthrough bool) {
+	mode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "v2bridge_mode",
+		Help: "1 for the mode the bridge serves in: passthrough (to an old v2 server) or v3.",
+	}, []string{"mode"})
+	on, off := "v3", "passthrough"
+	if passthrough {
+		on, off = off, on
+	}
+	mode.WithLabelValues(on).Set(1)
+	mode.WithLabelValues(off).Set(0)
+	reg.MustRegister(mode)
+}

@@ -30,6 +30,9 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		return err
 	}
 	defer lns.closeUnserved()
+	if c.passthrough() {
+		return servePassthrough(ctx, c, lg, lns)
+	}
 
 	endpoints := splitList(c.endpoints)
 	if c.discoverySRV != "" {
@@ -65,6 +68,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBridgeInfo(reg, c.embeddedMode != "")
+	registerMode(reg, false)
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
 	br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
 		EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true,

@@ -1,0 +1,231 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// ServeHTTP forwards the v2 API to the upstream and answers the bridge's own
+// membership and probes locally.
+func (p *Passthrough) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if forwarded(r.URL.Path) {
+		p.forward(w, r)
+		return
+	}
+	p.api.ServeHTTP(w, r)
+}
+
+// forwarded reports whether a path is the upstream's to answer: the keys and
+// their watches, the stats, v2 auth, /version and /health. /v2/members and
+// /v2/machines advertise the bridge itself.
+func forwarded(path string) bool {
+	return path == "/v2/keys" || strings.HasPrefix(path, "/v2/keys/") ||
+		strings.HasPrefix(path, "/v2/stats/") || strings.HasPrefix(path, "/v2/auth/") ||
+		path == "/version" || path == "/health"
+}
+
+// isWatch reports whether r is a v2 watch (wait=true on the keys), which
+// has no deadline of its own: the liveness of the upstream and the client
+// bound it.
+func isWatch(r *http.Request) bool {
+	if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/v2/keys") {
+		return false
+	}
+	wait, err := strconv.ParseBool(r.URL.Query().Get("wait"))
+	return err == nil && wait
+}
+
+// hopHeaders are connection-level headers, not forwarded either way.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func copyHeader(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = append([]string(nil), vs...)
+	}
+	for _, c := range src.Values("Connection") {
+		for _, k := range strings.Split(c, ",") {
+			dst.Del(strings.TrimSpace(k))
+		}
+	}
+	for _, k := range hopHeaders {
+		dst.Del(k)
+	}
+}
+
+// forward makes the one round trip of r to the upstream in use.
+func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
+	if !p.up.Load() {
+		p.writeError(w, fmt.Errorf("v2 upstream %s unavailable", p.Upstream()))
+		return
+	}
+	watching := isWatch(r)
+	parent := r.Context()
+	if !watching {
+		tctx, tcancel := context.WithTimeout(parent, p.cfg.RequestTimeout)
+		defer tcancel()
+		parent = tctx
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	fr := &forwarding{cancel: cancel, watch: watching}
+	if !p.register(fr) {
+		p.writeError(w, errors.New("bridge shutting down"))
+		return
+	}
+	defer p.unregister(fr)
+	// A loss declared between the check above and the registration would
+	// leave this request waiting on a lost upstream.
+	if !p.up.Load() {
+		p.writeError(w, fmt.Errorf("v2 upstream %s unavailable", p.Upstream()))
+		return
+	}
+
+	target := *p.targets[p.current.Load()]
+	target.Path += r.URL.Path
+	target.RawPath = ""
+	if r.URL.RawPath != "" {
+		target.RawPath = p.targets[p.current.Load()].EscapedPath() + r.URL.RawPath
+	}
+	target.RawQuery = r.URL.RawQuery
+	out, err := http.NewRequestWithContext(ctx, r.Method, target.String(), r.Body)
+	if err != nil {
+		p.writeError(w, fmt.Errorf("forwarding %s %s: %w", r.Method, r.URL.Path, err))
+		return
+	}
+	copyHeader(out.Header, r.Header)
+	out.ContentLength = r.ContentLength
+	if r.Body == nil || r.Body == http.NoBody {
+		out.Body = nil
+	}
+	start := time.Now()
+	resp, err := p.tr.RoundTrip(out)
+	if !watching {
+		defer func() { p.metrics.latency.WithLabelValues(methodLabel(r.Method)).Observe(time.Since(start).Seconds()) }()
+	}
+	code := 0
+	if err == nil {
+		code = resp.StatusCode
+	}
+	p.metrics.requests.WithLabelValues(methodLabel(r.Method), strconv.Itoa(code)).Inc()
+	if err != nil {
+		if watching && errors.Is(context.Cause(ctx), errLost) {
+			// Lost before the headers came: the watch ends the documented
+			// way, an empty 200, and the client re-issues it.
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Etcd-Index", strconv.FormatUint(p.lastIndex.Load(), 10))
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		if cause := context.Cause(ctx); errors.Is(cause, errLost) {
+			err = cause
+		}
+		p.writeError(w, fmt.Errorf("forwarding %s %s to %s: %w", r.Method, r.URL.Path, target.Host, err))
+		return
+	}
+	defer resp.Body.Close()
+	p.note(resp.Header)
+	if watching && resp.StatusCode == http.StatusOK {
+		p.relayWatch(ctx, w, resp)
+		return
+	}
+	// Not a watch (or a watch refused with an error): read the whole answer
+	// within the deadline before sending anything, so the client gets it
+	// complete or a v2 error.
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errLost) {
+			err = cause
+		}
+		p.writeError(w, fmt.Errorf("reading the answer of %s to %s %s: %w", target.Host, r.Method, r.URL.Path, err))
+		return
+	}
+	copyHeader(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(body)
+}
+
+// relayWatch relays a watch's headers at once, then its events as they come.
+// Only whole lines (one JSON event each) are passed on, so a watch ended by
+// a loss of the upstream ends its body between events, never inside one.
+func (p *Passthrough) relayWatch(ctx context.Context, w http.ResponseWriter, resp *http.Response) {
+	copyHeader(w.Header(), resp.Header)
+	w.Header().Del("Content-Length")
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	var pending []byte
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		pending = append(pending, buf[:n]...)
+		if i := bytes.LastIndexByte(pending, '\n'); i >= 0 {
+			if _, werr := w.Write(pending[:i+1]); werr != nil {
+				return // the client went away
+			}
+			_ = rc.Flush()
+			pending = append(pending[:0], pending[i+1:]...)
+		}
+		if err == nil {
+			continue
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			// The upstream ended the answer: the rest is its last event.
+			_, _ = w.Write(pending)
+		case errors.Is(context.Cause(ctx), errLost):
+			p.lg.Debug("watch ended: upstream lost", zap.Error(context.Cause(ctx)))
+		default:
+			// Cut by the upstream, or the client went away: end the body
+			// between events; the client re-issues the watch.
+			p.lg.Debug("watch ended", zap.Error(err))
+		}
+		return
+	}
+}
+
+// note remembers the index and cluster id an upstream answer carries.
+func (p *Passthrough) note(h http.Header) {
+	if v, err := strconv.ParseUint(h.Get("X-Etcd-Index"), 10, 64); err == nil && v > 0 {
+		p.lastIndex.Store(v)
+	}
+	if v, err := strconv.ParseUint(h.Get("X-Etcd-Cluster-Id"), 16, 64); err == nil && v > 0 {
+		p.clusterID.Store(v)
+	}
+}
+
+// writeError answers v2's error 300 (HTTP 500), which v2 clients retry on
+// their next endpoint.
+func (p *Passthrough) writeError(w http.ResponseWriter, err error) {
+	ve := translate.NewError(translate.EcodeRaftInternal, err.Error(), p.lastIndex.Load())
+	w.Header().Set("X-Etcd-Index", strconv.FormatUint(ve.Index, 10))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ve.StatusCode())
+	_, _ = w.Write(ve.JSON())
+}
+
+// MetricsHandler serves only /metrics and the probes, for metrics listeners.
+func (p *Passthrough) MetricsHandler() http.Handler { return p.api.MetricsHandler() }
+
+// methodLabel keeps the method label of the metrics to v2's methods.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPost, http.MethodDelete:
+		return m
+	}
+	return "other"
+}
