@@ -81,25 +81,7 @@ func servePassthrough(ctx context.Context, c *config, lg *zap.Logger, lns *liste
 		wg.Wait()
 		return errors.Join(errs...)
 	}
-	nctx, ncancel := context.WithCancel(ctx)
-	notified := make(chan struct{})
-	go func() {
-		defer close(notified)
-		notifyReady(nctx, p.Ready, lg)
-	}()
-	defer func() {
-		ncancel()
-		<-notified
-	}()
-	select {
-	case <-ctx.Done():
-		lg.Info("shutting down")
-		notifyStopping(lg)
-	case err := <-errc:
-		_ = shutdown()
-		return err
-	}
-	return shutdown()
+	return runUntilDone(ctx, lg, p.Ready, errc, shutdown)
 }
 
 // limitListener caps the connections served at once on l, as the v3 mode's

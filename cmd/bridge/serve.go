@@ -96,11 +96,29 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		lg.Info("serving metrics", zap.String("url", l.url))
 		br.Serve(l.ln, br.API.MetricsHandler(), errc)
 	}
+	return runUntilDone(ctx, lg, br.Backend.Ready, errc, shutdown)
+}
+
+// warnEmbedded says loudly that the bridge serves a store of its own, which
+// no other bridge or v3 client shares unless pointed at its client URL.
+func warnEmbedded(lg *zap.Logger, c *config) {
+	why := "--embedded was given"
+	if c.embeddedMode == "implicit" {
+		why = "no --endpoints, --discovery-srv, --embedded or --config-file was given"
+	}
+	lg.Warn("serving a PRIVATE EMBEDDED etcd, not a cluster: its data lives only in --data-dir; "+
+		"give --endpoints to serve a real etcd v3 cluster",
+		zap.String("reason", why), zap.String("data-dir", c.dataDir), zap.String("client-url", c.embeddedClientURLs))
+}
+
+// runUntilDone tells systemd when the bridge is ready, then waits for the
+// end (a signal: ctx, or a listener failing: errc) and shuts down.
+func runUntilDone(ctx context.Context, lg *zap.Logger, ready func() bool, errc <-chan error, shutdown func() error) error {
 	nctx, ncancel := context.WithCancel(ctx)
 	notified := make(chan struct{})
 	go func() {
 		defer close(notified)
-		notifyReady(nctx, br.Backend.Ready, lg)
+		notifyReady(nctx, ready, lg)
 	}()
 	defer func() {
 		ncancel()
@@ -115,16 +133,4 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		return err
 	}
 	return shutdown()
-}
-
-// warnEmbedded says loudly that the bridge serves a store of its own, which
-// no other bridge or v3 client shares unless pointed at its client URL.
-func warnEmbedded(lg *zap.Logger, c *config) {
-	why := "--embedded was given"
-	if c.embeddedMode == "implicit" {
-		why = "no --endpoints, --discovery-srv, --embedded or --config-file was given"
-	}
-	lg.Warn("serving a PRIVATE EMBEDDED etcd, not a cluster: its data lives only in --data-dir; "+
-		"give --endpoints to serve a real etcd v3 cluster",
-		zap.String("reason", why), zap.String("data-dir", c.dataDir), zap.String("client-url", c.embeddedClientURLs))
 }
