@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package conformance
 
 // watchCases covers v2-api.md §1.8 (and the watch sides of §1.4 and §1.6).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v3backend fulfils v2 requests with etcd v3: it owns the clientv3
 // connection, its liveness, the watch hub and the leases behind v2 TTLs.
 package v3backend
