@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package conformance runs the same etcd v2 HTTP requests against a real
 // etcd v2 server (etcd 3.5 with the v2 store, see internal/v2ref) and against
 // v2bridge, and compares the answers after normalising what legitimately

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package conformance
 
 // watchCases covers v2 watches (and the watch sides of deletes, TTLs and hidden keys).

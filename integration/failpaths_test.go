@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package integration
 
 // Failure paths: what the bridge does when a reader, etcd or the bridge's

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package integration
 
 // Liveness (docs/design.md §6): a bridge whose etcd member is lost — powered

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package migrate copies a running etcd v2 server's key tree into the
 // bridge's etcd v3 layout, keeps it in step with a v2 watch, and compares the
 // two.

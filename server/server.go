@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package server assembles a bridge from its parts: the etcd v3 backend (with
 // its liveness monitor and watch hub), the v2 HTTP surface over it, and the
 // metrics registry they share. The command, the migration tool, the test

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v2api is the etcd v2 HTTP surface of the bridge: it parses v2
 // requests, hands them to a Store, and writes v2's JSON, headers and errors.
 package v2api

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v2bridgetest starts a v2bridge over an in-process etcd on loopback
 // for tests: real servers, real sockets, free ports asked of the OS.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v3backend fulfils v2 requests with etcd v3. Its parts, each the
 // owner of what it names:
 //

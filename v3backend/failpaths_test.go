@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package v3backend
 
 // Failure paths of the request path that the integration tests cannot time:

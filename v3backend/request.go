@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package v3backend
 
 // The request path: v2 reads, writes and watch registrations, each bound to

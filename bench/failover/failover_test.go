@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package failover measures how fast a lost etcd backend is noticed by v2
 // watchers, side by side: the bridge with its defaults against the setup it
 // replaces, a v2 watch through a plain TCP forwarder (Go's default TCP

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command v2bridge (built from cmd/bridge) serves the etcd v2 keys and watch
 // API from etcd v3.
 package main

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v2ref builds and runs the etcd v2 reference server (the v2ref
 // binary of the separate Go module in reference/) for tests of the main
 // module.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package hub serves every v2 watch of a bridge from one shared feed of
 // decoded v2 events. It owns the ring of recent events and every watcher —
 // those served live from the shared feed and those catching up through a

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package hub
 
 import "github.com/v2bridge/v2bridge/translate"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command v2bench measures v2bridge side by side with direct clientv3 on the
 // same etcd member, a real etcd v2 server and etcd's own v2v3 emulation, and
 // the bridge as deployed (its own process in front of an external etcd,
