@@ -402,12 +402,20 @@ func (s *Session) normCause(side Side, code int, cause string) string {
 		})
 	}
 	if code == 401 {
-		// "[oldest kept index/waitIndex]".
+		// "[oldest kept index/waitIndex]". Which event is the oldest a
+		// server still keeps depends on every client's writes and on how
+		// they interleaved, which differs between two servers fed by
+		// concurrent sequences: compared is that it is newer than the
+		// waitIndex (the history really was cleared), not which it is.
 		return clearedIndexes.ReplaceAllStringFunc(cause, func(m string) string {
 			p := clearedIndexes.FindStringSubmatch(m)
 			a, _ := strconv.ParseUint(p[1], 10, 64)
 			b, _ := strconv.ParseUint(p[2], 10, 64)
-			return "[" + s.Idx[side].Name(a) + "/" + s.Idx[side].Name(b) + "]"
+			oldest := "newer than " + s.Idx[side].Name(b)
+			if a <= b {
+				oldest = s.Idx[side].Name(a) // not cleared: shown as is, so it differs
+			}
+			return "[" + oldest + "/" + s.Idx[side].Name(b) + "]"
 		})
 	}
 	return s.normKey(side, cause)
