@@ -18,9 +18,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/netutil"
 
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/upstream"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
 
@@ -37,7 +39,8 @@ const childCommand = "__serve-bridge"
 
 // serveBridge runs in the child. It prints "READY <bridge-url> <etcd-url>"
 // on stdout once both serve (with -endpoints, etcd-url is the first of
-// them; with -etcd-only, "READY <etcd-url> <etcd-url>"), and shuts down when
+// them; with -etcd-only, "READY <etcd-url> <etcd-url>"; with -v2-upstream,
+// "READY <bridge-url> <upstream-url>"), and shuts down when
 // stdin reaches EOF (the parent closed it or died).
 func serveBridge(args []string) error {
 	fs := flag.NewFlagSet(childCommand, flag.ContinueOnError)
@@ -45,10 +48,17 @@ func serveBridge(args []string) error {
 	hbFailures := fs.Int("heartbeat-failures", 0, "missed heartbeats that declare the backend lost (0: default)")
 	endpoints := fs.String("endpoints", "", "comma-separated client URLs of an external etcd (empty: start an embedded member)")
 	etcdOnly := fs.Bool("etcd-only", false, "start the embedded member only, no bridge")
+	v2Upstream := fs.String("v2-upstream", "", "run the bridge in passthrough mode in front of this v2 server")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	raiseNofile()
+	if *v2Upstream != "" {
+		if *etcdOnly || *endpoints != "" {
+			return errors.New("-v2-upstream runs passthrough mode: it takes no -endpoints nor -etcd-only")
+		}
+		return servePassthrough(*v2Upstream)
+	}
 
 	var eps []string
 	for _, e := range strings.Split(*endpoints, ",") {
@@ -121,6 +131,59 @@ func serveBridge(args []string) error {
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	return br.Close(sctx)
+}
+
+// servePassthrough runs the bridge in passthrough mode in front of the v2
+// server at up, assembled as the binary's passthrough mode does (the
+// upstream package's Passthrough as the handler, the bridge's HTTP server
+// limits), with its defaults for the heartbeat and the request timeout and
+// no request log.
+func servePassthrough(up string) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	u := "http://" + ln.Addr().String()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	p, err := upstream.New(upstream.Config{URLs: []string{up}, Name: "bench", AdvertiseURLs: []string{u},
+		Registry: reg, Gatherer: reg})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err = p.WaitReady(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", p)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.Handle("/debug/vars", expvar.Handler())
+	limits := server.DefaultHTTPLimits
+	srv := server.NewHTTPServer(mux, limits, nil)
+	var l net.Listener = ln
+	if limits.MaxConnections > 0 {
+		l = netutil.LimitListener(ln, limits.MaxConnections)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+
+	fmt.Printf("READY %s %s\n", u, up)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+
+	p.Close()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
 }
 
 // freeURL is http://127.0.0.1:<a port the OS just handed out>.

@@ -71,6 +71,7 @@ type v2Resp struct {
 
 type v2kv struct {
 	base string
+	root string // prefixed to every key path ("" or a directory such as /passthrough)
 	hc   *http.Client
 }
 
@@ -99,7 +100,7 @@ func closeIdle(k kv) {
 // do runs one v2 request; decode, if set, receives the body of a 2xx
 // answer (else the body is discarded).
 func (c *v2kv) do(ctx context.Context, method, path, query string, form url.Values, decode func([]byte) error) error {
-	u := c.base + "/v2/keys" + path
+	u := c.base + "/v2/keys" + c.root + path
 	if query != "" {
 		u += "?" + query
 	}

@@ -221,6 +221,13 @@ func runKV(cfg *config, res *results) {
 				n++
 			}
 			in = proc("ext-bridge", func() (*instance, error) { return startExtBridge(etcd) })
+		case sysPassthrough:
+			etcd := proc("etcd35", etcd35)
+			if len(procs) > n {
+				order = append(order, etcd)
+				n++
+			}
+			in = proc("passthrough", func() (*instance, error) { return startPassthroughBridge(etcd) })
 		case sysV2V3:
 			in = proc("v2v3", func() (*instance, error) { return startV2Ref(true) })
 		default:
@@ -233,7 +240,11 @@ func runKV(cfg *config, res *results) {
 		if isV3(sys) {
 			b.k = v3kv{in.V3()}
 		} else {
-			b.k = newV2KV(in.v2URL)
+			k := newV2KV(in.v2URL)
+			if sys == sysPassthrough {
+				k.root = passthroughRoot
+			}
+			b.k = k
 		}
 		if err := b.prepare(); err != nil {
 			fatalf("preparing %s: %v", sys, err)
@@ -267,6 +278,17 @@ func runKV(cfg *config, res *results) {
 // system's leftovers from one workload must not weigh on the next).
 func runWatch(cfg *config, res *results) {
 	logf("watch workloads")
+	var systems []string
+	for _, sys := range cfg.systems {
+		if kvOnly(sys) {
+			logf("  %s: key-value section only, skipped here", sys)
+			continue
+		}
+		systems = append(systems, sys)
+	}
+	if len(systems) == 0 {
+		return
+	}
 	// A finished server stops while the next one boots; measuring starts
 	// only once the old one is gone.
 	var stopping sync.WaitGroup
@@ -289,8 +311,8 @@ func runWatch(cfg *config, res *results) {
 	defer stopping.Wait()
 	for _, n := range cfg.idleN {
 		for run := 1; run <= cfg.runs; run++ {
-			for i := range cfg.systems {
-				sys := cfg.systems[(i+run-1)%len(cfg.systems)]
+			for i := range systems {
+				sys := systems[(i+run-1)%len(systems)]
 				t := start(sys, fmt.Sprintf("watch-idle-%d", n))
 				if t == nil {
 					continue
@@ -302,8 +324,8 @@ func runWatch(cfg *config, res *results) {
 	}
 	if cfg.sustainedN > 0 {
 		for run := 1; run <= cfg.runs; run++ {
-			for i := range cfg.systems {
-				sys := cfg.systems[(i+run-1)%len(cfg.systems)]
+			for i := range systems {
+				sys := systems[(i+run-1)%len(systems)]
 				t := start(sys, fmt.Sprintf("watch-sustained-%d", cfg.sustainedN))
 				if t == nil {
 					continue

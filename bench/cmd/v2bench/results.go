@@ -117,13 +117,15 @@ func commas(n int64) string { return migrate.Count(int(n)) }
 
 // ratioCols are the ratio columns, numerator ÷ denominator: the bridge over
 // its embedded member against the others, then the bridge in its own
-// process against the same external etcd's v3 and v2 APIs.
+// process against the same external etcd's v3 and v2 APIs, then the bridge
+// in passthrough mode against that etcd's v2 API it forwards to.
 var ratioCols = []struct{ title, num, den string }{
 	{"bridge/direct-v3", sysBridge, sysV3},
 	{"bridge/etcd-v2", sysBridge, sysV2},
 	{"bridge/v2v3", sysBridge, sysV2V3},
 	{"bridge-ext/direct-v3-ext", sysBridgeExt, sysV3Ext},
 	{"bridge-ext/etcd-v2", sysBridgeExt, sysV2},
+	{"passthrough/etcd-v2", sysPassthrough, sysV2},
 }
 
 // markdown renders the table: each cell the median of its runs, then the
@@ -133,7 +135,7 @@ func (r *results) markdown(header string) string {
 	defer r.mu.Unlock()
 	var b strings.Builder
 	b.WriteString(header)
-	b.WriteString("\n| workload | metric | unit | v2bridge | direct clientv3 | etcd v2 | etcd v2v3 | v2bridge-ext | direct-v3-ext |")
+	b.WriteString("\n| workload | metric | unit | v2bridge | direct clientv3 | etcd v2 | etcd v2v3 | v2bridge-ext | direct-v3-ext | v2bridge-passthrough |")
 	for _, rc := range ratioCols {
 		b.WriteString(" " + rc.title + " |")
 	}

@@ -35,9 +35,20 @@ const (
 	sysBridgeExt = "v2bridge-ext"
 	// clientv3 straight to that etcd 3.5 server.
 	sysV3Ext = "direct-v3-ext"
+	// The bridge in passthrough mode (--v2-upstream), its own process, in
+	// front of the v2 API of the etcd 3.5 server that serves etcd-v2.
+	sysPassthrough = "v2bridge-passthrough"
 )
 
-var allSystems = []string{sysBridge, sysV3, sysV2, sysV2V3, sysBridgeExt, sysV3Ext}
+var allSystems = []string{sysBridge, sysV3, sysV2, sysV2V3, sysBridgeExt, sysV3Ext, sysPassthrough}
+
+// kvOnly reports whether sys runs only in the key-value section.
+func kvOnly(sys string) bool { return sys == sysPassthrough }
+
+// passthroughRoot is the directory under which v2bridge-passthrough keeps
+// its keys in the key-value section: its upstream is the very v2 store
+// etcd-v2 is measured on, so its keys must not meet etcd-v2's.
+const passthroughRoot = "/passthrough"
 
 // isV3 reports whether sys is driven through clientv3 rather than v2 HTTP.
 func isV3(sys string) bool { return sys == sysV3 || sys == sysV3Ext }
@@ -49,9 +60,10 @@ type instance struct {
 	kind    string // sysBridge for any bridge child, else sysV2 or sysV2V3 (a v2ref child)
 	v2URL   string // v2 HTTP API
 	etcdURL string // v3 gRPC (and etcd's /metrics)
-	pid     int    // the process serving v2URL (the bridge child for v2bridge-ext)
+	pid     int    // the process serving v2URL (the bridge child for v2bridge-ext and v2bridge-passthrough)
 	// pids are every server process the system's CPU and RSS count: for
-	// v2bridge-ext the bridge child and the etcd behind it.
+	// v2bridge-ext and v2bridge-passthrough the bridge child and the etcd
+	// behind it.
 	pids []int
 	stop func() error
 
@@ -143,6 +155,18 @@ func startV2Ref(v2v3 bool) (*instance, error) {
 		kind = sysV2V3
 	}
 	return &instance{kind: kind, v2URL: s.URL, etcdURL: s.URL, pid: s.Pid(), pids: []int{s.Pid()}, stop: s.Stop}, nil
+}
+
+// startPassthroughBridge starts a bridge child in passthrough mode in front
+// of etcd's v2 API. The returned instance's stop stops the bridge only; its
+// CPU and RSS count both processes.
+func startPassthroughBridge(etcd *instance) (*instance, error) {
+	in, err := startChild("-v2-upstream", etcd.v2URL)
+	if err != nil {
+		return nil, err
+	}
+	in.pids = append(in.pids, etcd.pid)
+	return in, nil
 }
 
 // startExtBridge starts a bridge child in front of etcd's v3 API. The
