@@ -14,12 +14,15 @@
 // The bridge and its embedded etcd member run in a child process (this
 // binary re-executed), the etcd v2 and v2v3 servers in v2ref child
 // processes; v2bridge-ext is this binary re-executed with -endpoints, in
-// front of the etcd 3.5 of a v2ref child; the history section runs the
-// embedded member alone in a child (-etcd-only) and bridges in front of it
-// (-endpoints), so that a bridge can start afresh over a long history. The
-// server RSS per watcher and CPU per operation are read from /proc of those
-// processes (summed over the bridge child and its etcd for v2bridge-ext).
-// The load generators run in this process.
+// front of the etcd 3.5 of a v2ref child; v2bridge-passthrough is this
+// binary re-executed with -v2-upstream, the bridge in passthrough mode in
+// front of that etcd's v2 API (key-value section only); the history
+// section runs the embedded member alone in a child (-etcd-only) and
+// bridges in front of it (-endpoints), so that a bridge can start afresh
+// over a long history. The server RSS per watcher and CPU per operation are
+// read from /proc of those processes (summed over the bridge child and its
+// etcd for v2bridge-ext and v2bridge-passthrough). The load generators run
+// in this process.
 package main
 
 import (
@@ -185,10 +188,12 @@ func has(list []string, s string) bool {
 // comparisons allow, all running for the whole section: one bridge child
 // over its embedded member (v2bridge and direct-v3), one etcd 3.5 (etcd-v2
 // on its v2 store; direct-v3-ext on its v3 API; v2bridge-ext, a bridge child
-// of its own, in front of that v3 API), one v2v3. Systems sharing a process
-// use disjoint key spaces (the v2 store is apart from v3; direct clientv3
-// keys sit under v3bench/, outside the bridge's range), and each run uses
-// fresh keys.
+// of its own, in front of that v3 API; v2bridge-passthrough, a passthrough
+// child of its own, in front of its v2 API), one v2v3. Systems sharing a
+// process use disjoint key spaces (the v2 store is apart from v3; direct
+// clientv3 keys sit under v3bench/, outside the bridge's range;
+// v2bridge-passthrough's v2 keys sit under /passthrough, apart from
+// etcd-v2's), and each run uses fresh keys.
 func runKV(cfg *config, res *results) {
 	logf("key-value workloads")
 	benches := map[string]*kvBench{}
@@ -409,6 +414,10 @@ func header(cfg *config, elapsed time.Duration) string {
 		"**v2bridge-ext** = the bridge as deployed, in a child process of its own (`--endpoints`), in front of the " +
 		"v3 API of an external etcd 3.5 (v2ref, v2 store enabled too); **direct-v3-ext** = clientv3 straight to that " +
 		"same etcd 3.5. The -ext columns compare the bridge with the v3 and the v2 API of one and the same etcd. " +
+		"**v2bridge-passthrough** = the bridge in passthrough mode (`--v2-upstream`), in a child process of its own, " +
+		"forwarding every v2 request (one HTTP round trip each) to the v2 API of the etcd 3.5 that serves etcd v2; " +
+		"its passthrough/etcd-v2 column is what the extra hop costs against talking to that v2 server directly. " +
+		"It runs in the key-value section only (the watch sections skip it). " +
 		"v2 traffic is raw HTTP/1.1 with keep-alive; v3 traffic is clientv3. Clients run in the benchmark process, " +
 		"on the same 2 cores.\n\n")
 	if cfg.kv {
@@ -418,12 +427,14 @@ func header(cfg *config, elapsed time.Duration) string {
 			"ttl-cycle: each client creates a key with prevExist=false&ttl=60, renews it 4 times with "+
 			"prevIndex&ttl=60, then moves on to a new key. One process per server for the whole section, shared where the "+
 			"comparison needs it: v2bridge and direct-v3 use the one bridge child's embedded member; etcd v2, "+
-			"direct-v3-ext and v2bridge-ext use one etcd 3.5 process (its v2 store, its v3 API directly, its v3 API "+
-			"through the bridge child), in disjoint key spaces (v2 store apart from v3; direct clientv3 keys under "+
-			"v3bench/, outside the bridge's range); the loads run one at a time, systems taking turns. "+
+			"direct-v3-ext, v2bridge-ext and v2bridge-passthrough use one etcd 3.5 process (its v2 store, its v3 API "+
+			"directly, its v3 API through the bridge child, its v2 store through the passthrough child), in disjoint "+
+			"key spaces (v2 store apart from v3; direct clientv3 keys under v3bench/, outside the bridge's range; "+
+			"v2bridge-passthrough's v2 keys under /passthrough/, apart from etcd v2's); the loads run one at a time, "+
+			"systems taking turns. "+
 			"Server CPU per op = CPU time of the server processes over the whole load ÷ operations: bridge + its "+
-			"embedded etcd (one process) for v2bridge; for v2bridge-ext the bridge process **plus** the etcd 3.5 "+
-			"process behind it; that etcd alone for etcd v2, direct-v3-ext and the others. Throughputs depend on the "+
+			"embedded etcd (one process) for v2bridge; for v2bridge-ext and v2bridge-passthrough the bridge process "+
+			"**plus** the etcd 3.5 process behind it; that etcd alone for etcd v2, direct-v3-ext and the others. Throughputs depend on the "+
 			"machine's other load; the CPU-per-op rows much less.\n\n", cfg.dur, cfg.warm)
 	}
 	if cfg.watch {
@@ -467,6 +478,6 @@ func header(cfg *config, elapsed time.Duration) string {
 			hc.settle, histHot, commas(histWithin), histRingWalk, commas(int64(hc.walkEvents)), hc.walkFor, commas(histWithin))
 	}
 	b.WriteString("↑ higher is better, ↓ lower is better; ratios are bridge ÷ other (bridge-ext ÷ other for the " +
-		"v2bridge-ext ratios, against the same etcd 3.5).\n")
+		"v2bridge-ext ratios, passthrough ÷ etcd-v2 for v2bridge-passthrough, against the same etcd 3.5).\n")
 	return b.String()
 }
