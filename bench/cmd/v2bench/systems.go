@@ -110,20 +110,25 @@ func (in *instance) V3() *clientv3.Client {
 }
 
 // startInstance starts the server processes that serve system sys, fresh
-// and its own: v2bridge-ext gets an etcd 3.5 of its own here (runKV shares
-// one between etcd-v2, direct-v3-ext and v2bridge-ext instead).
+// and its own: v2bridge-ext and v2bridge-passthrough get an etcd 3.5 of
+// their own here (runKV shares one between etcd-v2, direct-v3-ext,
+// v2bridge-ext and v2bridge-passthrough instead).
 func startInstance(sys string) (*instance, error) {
 	switch sys {
 	case sysBridge, sysV3:
 		return startBridgeChild("")
 	case sysV2, sysV2V3, sysV3Ext:
 		return startV2Ref(sys == sysV2V3)
-	case sysBridgeExt:
+	case sysBridgeExt, sysPassthrough:
 		etcd, err := startV2Ref(false)
 		if err != nil {
 			return nil, err
 		}
-		in, err := startExtBridge(etcd)
+		start := startExtBridge
+		if sys == sysPassthrough {
+			start = startPassthroughBridge
+		}
+		in, err := start(etcd)
 		if err != nil {
 			etcd.Stop()
 			return nil, err
