@@ -101,13 +101,10 @@ func serveBridge(args []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, u, reg, err := childListener()
 	if err != nil {
 		return err
 	}
-	u := "http://" + ln.Addr().String()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	br, err := server.New(ctx, server.Config{Registry: reg, AdvertiseURLs: []string{u},
 		Backend: v3backend.Config{Endpoints: eps, Layout: layout,
@@ -139,13 +136,10 @@ func serveBridge(args []string) error {
 // limits), with its defaults for the heartbeat and the request timeout and
 // no request log.
 func servePassthrough(up string) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, u, reg, err := childListener()
 	if err != nil {
 		return err
 	}
-	u := "http://" + ln.Addr().String()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector())
 	p, err := upstream.New(upstream.Config{URLs: []string{up}, Name: "bench", AdvertiseURLs: []string{u},
 		Registry: reg, Gatherer: reg})
 	if err != nil {
@@ -194,4 +188,16 @@ func freeURL() string {
 	}
 	defer ln.Close()
 	return "http://" + ln.Addr().String()
+}
+
+// childListener is a loopback listener on a port the OS picks, its URL, and
+// a registry for the child's metrics.
+func childListener() (net.Listener, string, *prometheus.Registry, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	return ln, "http://" + ln.Addr().String(), reg, nil
 }
