@@ -305,6 +305,13 @@ func TestLeaseRevokesDroppedWhenTheQueueIsFull(t *testing.T) {
 	if len(leases.Leases) <= held {
 		t.Errorf("%d leases alive for %d keys: no revoke was dropped", len(leases.Leases), held)
 	}
+	// The metric counts the drops (most of the leases alive beyond the
+	// keys' own; the rest were granted for writes that did not commit).
+	if dropped := metricValue(t, e.bridge.Registry, "v2bridge_lease_revokes_dropped_total"); dropped == 0 ||
+		dropped > float64(len(leases.Leases)-held) {
+		t.Errorf("v2bridge_lease_revokes_dropped_total = %v, want more than 0 and at most the %d leases alive beyond the keys'",
+			dropped, len(leases.Leases)-held)
+	}
 }
 
 // v2writeResp PUTs value at p with a TTL and returns the status.

@@ -18,6 +18,7 @@ type metrics struct {
 	mirrorReads     prometheus.Counter
 	leaseGrants     prometheus.Counter
 	leaseRenewals   prometheus.Counter
+	revokesDropped  prometheus.Counter
 	forgedJournals  prometheus.Counter
 	backendReads    prometheus.Counter
 }
@@ -44,6 +45,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Leases granted for v2 TTL writes."}),
 		leaseRenewals: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_lease_renewals_total",
 			Help: "v2 TTL writes that renewed the node's own lease instead of granting one."}),
+		revokesDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_lease_revokes_dropped_total",
+			Help: "Leases freed by a write but not revoked because the revoke queue was full (they lapse at their TTL)."}),
 		mirrorReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_mirror_reads_total",
 			Help: "v2 reads answered from the bridge's copy of its key space."}),
 		backendReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_reads_total",
@@ -53,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.recoverSeconds, m.detectSeconds,
-			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals, m.leaseGrants, m.leaseRenewals)
+			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals, m.leaseGrants, m.leaseRenewals, m.revokesDropped)
 	}
 	return m
 }

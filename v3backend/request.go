@@ -351,6 +351,7 @@ func (b *Backend) revokeLater(s *session, id clientv3.LeaseID) {
 	select {
 	case b.revokes <- revokeReq{s, id}:
 	default:
+		b.metrics.revokesDropped.Inc()
 		b.leases.drop(int64(id))
 	}
 }
