@@ -248,9 +248,6 @@ func (f *feed) decode(g []*clientv3.Event) hub.Batch {
 			translate.SetRemoved(evs, d, f.b.sweep(f.s, d, rev))
 		}
 	}
-	for _, ev := range evs {
-		ev.Encode()
-	}
 	return hub.Batch{Rev: rev, Events: evs}
 }
 
@@ -275,16 +272,24 @@ func (b *Backend) sweepOrphans(s *session) {
 		if lists, _, ok := b.mirror.read([]translate.Read{{Key: l.MarkerKey(dir)}}, false); !ok || len(lists[0]) > 0 {
 			continue // alive (or the copy cannot say)
 		}
-		cmps, ops := l.SweepTxn(dir)
-		if _, err := s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit(); err != nil {
-			b.lg.Warn("sweeping an expired TTL directory failed", zap.String("dir", dir), zap.Error(err))
-			continue
+		if b.commitSweep(ctx, s, dir) {
+			swept++
 		}
-		swept++
 	}
 	if swept > 0 {
 		b.lg.Info("swept TTL directories that expired while no bridge ran", zap.Int("directories", swept))
 	}
+}
+
+// commitSweep sends the sweep transaction of the expired directory dir; it
+// reports whether the transaction went through (a failure is logged).
+func (b *Backend) commitSweep(ctx context.Context, s *session, dir string) bool {
+	cmps, ops := b.layout.SweepTxn(dir)
+	if _, err := s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit(); err != nil {
+		b.lg.Warn("sweeping an expired directory failed", zap.String("dir", dir), zap.Error(err))
+		return false
+	}
+	return true
 }
 
 // sweep removes what is left below a directory whose TTL ran out and reports
@@ -294,10 +299,7 @@ func (b *Backend) sweep(s *session, dir string, rev int64) map[string]bool {
 	l := b.layout
 	ctx, cancel := b.reqCtx(context.Background(), s)
 	defer cancel()
-	cmps, ops := l.SweepTxn(dir)
-	if _, err := s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit(); err != nil {
-		b.lg.Warn("sweeping an expired directory failed", zap.String("dir", dir), zap.Error(err))
-	}
+	b.commitSweep(ctx, s, dir)
 	var deleted []string
 	for _, pfx := range []string{l.DataChildPrefix(dir), l.MarkerChildPrefix(dir)} {
 		resp, err := s.cli.Get(ctx, pfx, clientv3.WithRange(translate.PrefixEnd(pfx)), clientv3.WithRev(rev),

@@ -71,7 +71,8 @@ type Hub struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // run, and the replay goroutine
 
-	// mu guards everything below and every Watcher's next and where. It is
+	// mu guards everything below, every Watcher's next and where, and the
+	// encoding of the events it delivers (Event.Encoded). It is
 	// the only lock of the package; no other lock is taken while it is held.
 	mu      sync.Mutex
 	ring    ring
@@ -323,6 +324,12 @@ func (h *Hub) removeLocked(w *Watcher) {
 
 // deliverLocked offers ev to w and reports whether w wants more.
 func (h *Hub) deliverLocked(w *Watcher, ev *translate.Event) bool {
+	if ev.Encoded == nil {
+		// Encoded once, on its first delivery, for every watcher it reaches;
+		// an event nobody watches is never encoded. Readers see the bytes
+		// through the channel send below.
+		ev.Encode()
+	}
 	select {
 	case w.ch <- ev:
 		h.metrics.delivered.Inc()
