@@ -123,13 +123,8 @@ func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*t
 	if err != nil {
 		return nil, err
 	}
-	first := func(l []*translate.KV) *translate.KV {
-		if len(l) == 0 {
-			return nil
-		}
-		return l[0]
-	}
-	file, marker := first(lists[0]), first(lists[1])
+	point := firsts(lists[:2])
+	file, marker := point[0], point[1]
 	ls := b.resolveLeases(ctx, s, translate.LeasesOf(lists...))
 	node := l.BuildGet(p, file, marker, lists[2], lists[3], r.Recursive, ls, time.Now())
 	if node == nil {

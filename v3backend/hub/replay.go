@@ -37,24 +37,22 @@ const replayIdle = time.Second
 // addReplayLocked serves w, whose waitIndex is older than the ring, by a
 // replay: the running one if it can, or the next.
 func (h *Hub) addReplayLocked(w *Watcher) {
-	h.addedLocked(w)
 	if r := h.replay; r != nil && (w.next >= r.pos || r.kept.covers(w.next)) {
 		// Behind the replay but within what it has read (a client walking
 		// history re-watching at modifiedIndex + 1): answered from memory,
-		// then it follows the replay.
+		// never registered; otherwise it follows the replay.
 		for _, ev := range r.kept.evs {
 			if w.wants(ev) && !h.deliverLocked(w, ev) {
-				w.where = placeReplay // counted; removeLocked takes it out
-				r.members[w] = struct{}{}
-				h.removeLocked(w)
 				return
 			}
 		}
+		h.addedLocked(w)
 		r.members[w] = struct{}{}
 		w.where = placeReplay
 		r.idle = time.Time{}
 		return
 	}
+	h.addedLocked(w)
 	h.queued[w] = struct{}{}
 	w.where = placeQueued
 	if h.replay == nil {
