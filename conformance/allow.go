@@ -50,12 +50,12 @@ const (
 var Divergences = []Divergence{
 	{
 		ID:    "index-numbering",
-		Title: "Index numbers are v3 revisions",
+		Title: "Index numbers are v3 revisions × 1,000,000, numbering the events within a revision",
 		// Normalised: indexes are compared through IndexMap.
 	},
 	{
 		ID:    "raft-index",
-		Title: "X-Raft-Index is the revision and X-Raft-Term is the backend's term",
+		Title: "X-Raft-Index is X-Etcd-Index and X-Raft-Term is the backend's term",
 		// Normalised: only the presence of X-Raft-* is compared.
 	},
 	{

@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/v2bridge/v2bridge/internal/v2ref"
+	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
@@ -255,6 +256,9 @@ func (v vars) save(name string, x *Exchange, watchResp [2]*Response) {
 var tmplRe = regexp.MustCompile(`\{([a-zA-Z0-9_]+\.[a-z]+)([+-]\d+)?\}`)
 
 // expand replaces {name.field} and {name.field+N} with side's saved values.
+// +N is N indexes later on the reference, and on the bridge the index the
+// same N one-event writes later would start at (each bridge write is a
+// revision of its own: translate.IndexesPerRevision indexes).
 func (v vars) expand(t *testing.T, side Side, s string) string {
 	return tmplRe.ReplaceAllStringFunc(s, func(m string) string {
 		p := tmplRe.FindStringSubmatch(m)
@@ -270,8 +274,23 @@ func (v vars) expand(t *testing.T, side Side, s string) string {
 		if err != nil {
 			t.Fatalf("template %s: %q is not a number", m, val)
 		}
+		if side == Bridge {
+			d = bridgeIndexOffset(d)
+		}
 		return strconv.FormatInt(n+d, 10)
 	})
+}
+
+// bridgeIndexOffset is the bridge's counterpart of a reference index offset
+// d from a write's index: +1 is the first index of the next revision, +d
+// the first index of the d-th revision after, -d the index of the d-th
+// revision before.
+func bridgeIndexOffset(d int64) int64 {
+	const per = translate.IndexesPerRevision
+	if d > 0 {
+		return (d-1)*per + 1
+	}
+	return d * per
 }
 
 func pairs(kv []string) url.Values {

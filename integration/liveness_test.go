@@ -30,6 +30,7 @@ import (
 	"go.etcd.io/etcd/client/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
@@ -313,7 +314,7 @@ func (r *liveRig) finish() {
 	}
 	var want []ev
 	for _, kv := range resp.Kvs {
-		want = append(want, ev{string(kv.Key), uint64(kv.CreateRevision)})
+		want = append(want, ev{string(kv.Key), translate.Index(kv.CreateRevision)})
 	}
 	sort.Slice(want, func(i, j int) bool { return want[i].index < want[j].index })
 	last := want[len(want)-1].index
@@ -756,7 +757,7 @@ func TestLivenessFalsePositiveDefrag(t *testing.T) {
 				mu.Unlock()
 				return
 			}
-			revs = append(revs, uint64(r.Header.Revision))
+			revs = append(revs, translate.Index(r.Header.Revision))
 			stall = max(stall, time.Since(start))
 			mu.Unlock()
 		}

@@ -54,6 +54,7 @@ func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Tim
 		return []*Event{l.fromJournal(rev, &j, evs)}, nil, false
 	}
 	out, sweeps = l.decodeByRule(rev, evs, ls, now)
+	NumberEvents(rev, out)
 	return out, sweeps, forged
 }
 
@@ -125,7 +126,7 @@ func (l Layout) decodeByRule(rev int64, evs []V3Event, ls Leases, now time.Time)
 			prev := DirNode(p, e.Prev, ls, now)
 			prev.TTL = 0 // taken at the moment of expiry, as v2 did
 			out = append(out, &Event{Action: ActionExpire, PrevNode: prev,
-				Node: &Node{Key: p, Dir: true, ModifiedIndex: uint64(rev), CreatedIndex: prev.CreatedIndex}})
+				Node: &Node{Key: p, Dir: true, ModifiedIndex: Index(rev), CreatedIndex: prev.CreatedIndex}})
 		}
 	}
 	for _, e := range evs {
@@ -146,9 +147,9 @@ func (l Layout) decodeByRule(rev int64, evs []V3Event, ls Leases, now time.Time)
 				// it from now).
 				ev.PrevNode.TTL = 0
 			}
-			ev.Node = &Node{Key: p, ModifiedIndex: uint64(rev)}
+			ev.Node = &Node{Key: p, ModifiedIndex: Index(rev)}
 			if e.Prev != nil {
-				ev.Node.CreatedIndex = uint64(e.Prev.CreateRevision)
+				ev.Node.CreatedIndex = Index(e.Prev.CreateRevision)
 			}
 		} else {
 			ev.Action = ActionSet
@@ -173,9 +174,9 @@ func underAny(p string, dirs []string) bool {
 
 func (l Layout) fromJournal(rev int64, j *Journal, evs []V3Event) *Event {
 	node := *j.Node
-	node.ModifiedIndex = uint64(rev)
+	node.ModifiedIndex = Index(rev)
 	if node.CreatedIndex == 0 {
-		node.CreatedIndex = uint64(rev)
+		node.CreatedIndex = Index(rev)
 	}
 	ev := &Event{Action: j.Action, Node: &node}
 	if j.PrevNode != nil {

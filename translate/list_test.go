@@ -36,28 +36,28 @@ func TestBuildGet(t *testing.T) {
 			name:  "a file",
 			p:     "/f",
 			state: []*KV{file("/f", "v", 3, 0)},
-			want:  `{"key":"/f","value":"v","modifiedIndex":4,"createdIndex":3}`,
+			want:  `{"key":"/f","value":"v","modifiedIndex":4000000,"createdIndex":3000000}`,
 		},
 		{
 			name:  "a file with an empty value shows the value",
 			p:     "/f",
 			state: []*KV{file("/f", "", 3, 0)},
-			want:  `{"key":"/f","value":"","modifiedIndex":4,"createdIndex":3}`,
+			want:  `{"key":"/f","value":"","modifiedIndex":4000000,"createdIndex":3000000}`,
 		},
 		{
 			name:  "an empty directory is its marker",
 			p:     "/d",
 			state: []*KV{dir("/d", 3, 0, "")},
-			want:  `{"key":"/d","dir":true,"modifiedIndex":3,"createdIndex":3}`,
+			want:  `{"key":"/d","dir":true,"modifiedIndex":3000000,"createdIndex":3000000}`,
 		},
 		{
 			name:  "a directory lists one level, its directories without their nodes",
 			p:     "/a",
 			state: tree,
 			want: `{"key":"/a","dir":true,"nodes":[` +
-				`{"key":"/a/b","value":"1","modifiedIndex":4,"createdIndex":3},` +
-				`{"key":"/a/c","dir":true,"modifiedIndex":4,"createdIndex":4}` +
-				`],"modifiedIndex":2,"createdIndex":2}`,
+				`{"key":"/a/b","value":"1","modifiedIndex":4000000,"createdIndex":3000000},` +
+				`{"key":"/a/c","dir":true,"modifiedIndex":4000000,"createdIndex":4000000}` +
+				`],"modifiedIndex":2000000,"createdIndex":2000000}`,
 		},
 		{
 			name:      "a recursive get renders every level",
@@ -65,100 +65,100 @@ func TestBuildGet(t *testing.T) {
 			recursive: true,
 			state:     tree,
 			want: `{"key":"/a","dir":true,"nodes":[` +
-				`{"key":"/a/b","value":"1","modifiedIndex":4,"createdIndex":3},` +
+				`{"key":"/a/b","value":"1","modifiedIndex":4000000,"createdIndex":3000000},` +
 				`{"key":"/a/c","dir":true,"nodes":[` +
-				`{"key":"/a/c/d","value":"2","modifiedIndex":6,"createdIndex":5},` +
+				`{"key":"/a/c/d","value":"2","modifiedIndex":6000000,"createdIndex":5000000},` +
 				`{"key":"/a/c/e","dir":true,"nodes":[` +
-				`{"key":"/a/c/e/f","value":"3","modifiedIndex":7,"createdIndex":6}]}` +
-				`],"modifiedIndex":4,"createdIndex":4}` +
-				`],"modifiedIndex":2,"createdIndex":2}`,
+				`{"key":"/a/c/e/f","value":"3","modifiedIndex":7000000,"createdIndex":6000000}]}` +
+				`],"modifiedIndex":4000000,"createdIndex":4000000}` +
+				`],"modifiedIndex":2000000,"createdIndex":2000000}`,
 		},
 		{
 			// Only v3 clients can make such a directory: it has no marker.
 			name:  "a directory without a marker has no indexes",
 			p:     "/v3",
 			state: []*KV{file("/v3/k", "v", 3, 0)},
-			want:  `{"key":"/v3","dir":true,"nodes":[{"key":"/v3/k","value":"v","modifiedIndex":4,"createdIndex":3}]}`,
+			want:  `{"key":"/v3","dir":true,"nodes":[{"key":"/v3/k","value":"v","modifiedIndex":4000000,"createdIndex":3000000}]}`,
 		},
 		{
 			name:      "a file shadows the keys below it",
 			p:         "/f",
 			recursive: true,
 			state:     []*KV{file("/f", "v", 3, 0), file("/f/g", "w", 5, 0), dir("/f/h", 6, 0, "")},
-			want:      `{"key":"/f","value":"v","modifiedIndex":4,"createdIndex":3}`,
+			want:      `{"key":"/f","value":"v","modifiedIndex":4000000,"createdIndex":3000000}`,
 		},
 		{
 			name:      "a file shadows the keys below it in a listing",
 			p:         "/d",
 			recursive: true,
 			state:     []*KV{dir("/d", 2, 0, ""), file("/d/f", "v", 3, 0), file("/d/f/g", "w", 5, 0)},
-			want:      `{"key":"/d","dir":true,"nodes":[{"key":"/d/f","value":"v","modifiedIndex":4,"createdIndex":3}],"modifiedIndex":2,"createdIndex":2}`,
+			want:      `{"key":"/d","dir":true,"nodes":[{"key":"/d/f","value":"v","modifiedIndex":4000000,"createdIndex":3000000}],"modifiedIndex":2000000,"createdIndex":2000000}`,
 		},
 		{
 			name:  "a file shadows a marker at its own path",
 			p:     "/f",
 			state: []*KV{file("/f", "v", 3, 0), dir("/f", 5, 0, "")},
-			want:  `{"key":"/f","value":"v","modifiedIndex":4,"createdIndex":3}`,
+			want:  `{"key":"/f","value":"v","modifiedIndex":4000000,"createdIndex":3000000}`,
 		},
 		{
 			name:  "a hidden file is readable directly",
 			p:     "/a/_h",
 			state: tree,
-			want:  `{"key":"/a/_h","value":"4","modifiedIndex":8,"createdIndex":7}`,
+			want:  `{"key":"/a/_h","value":"4","modifiedIndex":8000000,"createdIndex":7000000}`,
 		},
 		{
 			name:      "a hidden directory is left out of a recursive listing at every level",
 			p:         "/",
 			recursive: true,
 			state:     []*KV{dir("/_h", 2, 0, ""), file("/_h/f", "v", 3, 0), dir("/d", 4, 0, ""), dir("/d/_g", 5, 0, "")},
-			want:      `{"dir":true,"nodes":[{"key":"/d","dir":true,"modifiedIndex":4,"createdIndex":4}]}`,
+			want:      `{"dir":true,"nodes":[{"key":"/d","dir":true,"modifiedIndex":4000000,"createdIndex":4000000}]}`,
 		},
 		{
 			name:  "a hidden directory lists what is in it",
 			p:     "/_h",
 			state: []*KV{dir("/_h", 2, 0, ""), file("/_h/f", "v", 3, 0)},
-			want:  `{"key":"/_h","dir":true,"nodes":[{"key":"/_h/f","value":"v","modifiedIndex":4,"createdIndex":3}],"modifiedIndex":2,"createdIndex":2}`,
+			want:  `{"key":"/_h","dir":true,"nodes":[{"key":"/_h/f","value":"v","modifiedIndex":4000000,"createdIndex":3000000}],"modifiedIndex":2000000,"createdIndex":2000000}`,
 		},
 		{
 			name:  "a listing is sorted by name",
 			p:     "/s",
 			state: []*KV{file("/s/b", "", 5, 0), file("/s/a-b", "", 4, 0), file("/s/a", "", 6, 0), file("/s/B", "", 3, 0)},
 			want: `{"key":"/s","dir":true,"nodes":[` +
-				`{"key":"/s/B","value":"","modifiedIndex":4,"createdIndex":3},` +
-				`{"key":"/s/a","value":"","modifiedIndex":7,"createdIndex":6},` +
-				`{"key":"/s/a-b","value":"","modifiedIndex":5,"createdIndex":4},` +
-				`{"key":"/s/b","value":"","modifiedIndex":6,"createdIndex":5}]}`,
+				`{"key":"/s/B","value":"","modifiedIndex":4000000,"createdIndex":3000000},` +
+				`{"key":"/s/a","value":"","modifiedIndex":7000000,"createdIndex":6000000},` +
+				`{"key":"/s/a-b","value":"","modifiedIndex":5000000,"createdIndex":4000000},` +
+				`{"key":"/s/b","value":"","modifiedIndex":6000000,"createdIndex":5000000}]}`,
 		},
 		{
 			name:  "a file with a ttl shows its lease's expiration, ttl rounded up",
 			p:     "/t",
 			state: []*KV{file("/t", "v", 3, 7)},
-			want:  `{"key":"/t","value":"v","expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":4,"createdIndex":3}`,
+			want:  `{"key":"/t","value":"v","expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":4000000,"createdIndex":3000000}`,
 		},
 		{
 			name:  "a file whose lease is unknown is shown as permanent",
 			p:     "/t",
 			state: []*KV{file("/t", "v", 3, 8)},
-			want:  `{"key":"/t","value":"v","modifiedIndex":4,"createdIndex":3}`,
+			want:  `{"key":"/t","value":"v","modifiedIndex":4000000,"createdIndex":3000000}`,
 		},
 		{
 			name:  "a directory with a ttl shows its lease's expiration",
 			p:     "/td",
 			state: []*KV{dir("/td", 3, 7, "0")},
-			want:  `{"key":"/td","dir":true,"expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":3,"createdIndex":3}`,
+			want:  `{"key":"/td","dir":true,"expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":3000000,"createdIndex":3000000}`,
 		},
 		{
 			// The marker records the expiration it was granted with.
 			name:  "a directory whose lease is unknown shows the expiration its marker records",
 			p:     "/td",
 			state: []*KV{dir("/td", 3, 8, "1767323065000000000")}, // now + 20 s
-			want:  `{"key":"/td","dir":true,"expiration":"2026-01-02T03:04:25Z","ttl":20,"modifiedIndex":3,"createdIndex":3}`,
+			want:  `{"key":"/td","dir":true,"expiration":"2026-01-02T03:04:25Z","ttl":20,"modifiedIndex":3000000,"createdIndex":3000000}`,
 		},
 		{
 			name:  "a directory with a ttl in a listing shows it",
 			p:     "/",
 			state: []*KV{dir("/td", 3, 7, "0")},
-			want:  `{"dir":true,"nodes":[{"key":"/td","dir":true,"expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":3,"createdIndex":3}]}`,
+			want:  `{"dir":true,"nodes":[{"key":"/td","dir":true,"expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":3000000,"createdIndex":3000000}]}`,
 		},
 		{
 			name: "the empty root is a directory with no key",
@@ -169,7 +169,7 @@ func TestBuildGet(t *testing.T) {
 			name:  "the root lists the top level",
 			p:     "/",
 			state: tree,
-			want:  `{"dir":true,"nodes":[{"key":"/a","dir":true,"modifiedIndex":2,"createdIndex":2}]}`,
+			want:  `{"dir":true,"nodes":[{"key":"/a","dir":true,"modifiedIndex":2000000,"createdIndex":2000000}]}`,
 		},
 		{
 			name:  "nothing at the path is no node",

@@ -112,7 +112,7 @@ func (ls Leases) apply(n *Node, lease int64, now time.Time) {
 // FileNode is the v2 node of a file stored at kv.
 func FileNode(p string, kv *KV, ls Leases, now time.Time) *Node {
 	n := &Node{Key: p, Value: strPtr(string(kv.Value)),
-		ModifiedIndex: uint64(kv.ModRevision), CreatedIndex: uint64(kv.CreateRevision)}
+		ModifiedIndex: Index(kv.ModRevision), CreatedIndex: Index(kv.CreateRevision)}
 	ls.apply(n, kv.Lease, now)
 	return n
 }
@@ -126,7 +126,7 @@ func DirNode(p string, marker *KV, ls Leases, now time.Time) *Node {
 		return n
 	}
 	if marker != nil {
-		n.ModifiedIndex, n.CreatedIndex = uint64(marker.ModRevision), uint64(marker.CreateRevision)
+		n.ModifiedIndex, n.CreatedIndex = Index(marker.ModRevision), Index(marker.CreateRevision)
 		ls.apply(n, marker.Lease, now)
 		if n.Expiration == nil && marker.Lease != 0 {
 			if ns, err := strconv.ParseInt(string(marker.Value), 10, 64); err == nil {

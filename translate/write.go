@@ -78,7 +78,7 @@ func (s *Snapshot) hasChildren() bool { return s.DataChild != nil || s.MarkerChi
 func (s *Snapshot) ancestorFile() *Error {
 	for _, a := range s.Ancestors {
 		if a.File != nil {
-			return NewError(EcodeNotDir, a.Path, uint64(s.Rev))
+			return NewError(EcodeNotDir, a.Path, Index(s.Rev))
 		}
 	}
 	return nil
@@ -99,10 +99,10 @@ func (s *Snapshot) MissError() *Error {
 	}
 	for i, a := range s.Ancestors {
 		if !exists[i] {
-			return NewError(EcodeKeyNotFound, a.Path, uint64(s.Rev))
+			return NewError(EcodeKeyNotFound, a.Path, Index(s.Rev))
 		}
 	}
-	return NewError(EcodeKeyNotFound, s.Path, uint64(s.Rev))
+	return NewError(EcodeKeyNotFound, s.Path, Index(s.Rev))
 }
 
 func (s *Snapshot) node(ls Leases, now time.Time) *Node {
@@ -221,7 +221,7 @@ func (l Layout) Guards(s *Snapshot) []Cmp {
 // PlanWrite decides a v2 write (PUT, POST or DELETE) against a snapshot the
 // way v2's store does, returning the v2 error or the v3 transaction.
 func (l Layout) PlanWrite(r *Request, s *Snapshot, ls Leases, now time.Time) (*Plan, *Error) {
-	idx := uint64(s.Rev)
+	idx := Index(s.Rev)
 	ttl := r.TTL
 	if r.Method == "DELETE" {
 		ttl = nil // v2 parses a DELETE's ttl but has no use for it
@@ -285,7 +285,7 @@ func (l Layout) putNode(p *Plan, path string, dir bool, value string) *Node {
 }
 
 func (l Layout) planSet(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
-	idx := uint64(s.Rev)
+	idx := Index(s.Rev)
 	if err := s.ancestorFile(); err != nil {
 		return err
 	}
@@ -318,7 +318,7 @@ func (l Layout) planSet(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Ti
 }
 
 func (l Layout) planCreate(p *Plan, r *Request, s *Snapshot, now time.Time, unique bool) *Error {
-	idx := uint64(s.Rev)
+	idx := Index(s.Rev)
 	target := s.Path
 	if unique {
 		// In-order names follow the revision the write will most likely get,
@@ -330,7 +330,9 @@ func (l Layout) planCreate(p *Plan, r *Request, s *Snapshot, now time.Time, uniq
 				n = last + 1
 			}
 		}
-		target = childPath(s.Path) + fmt.Sprintf("%020d", n)
+		// Named, as v2 names them, by the createdIndex they will most
+		// likely get.
+		target = childPath(s.Path) + fmt.Sprintf("%020d", Index(n))
 		var seqRev int64
 		if s.Seq != nil {
 			seqRev = s.Seq.ModRevision
@@ -363,7 +365,7 @@ func (l Layout) planCreate(p *Plan, r *Request, s *Snapshot, now time.Time, uniq
 }
 
 func (l Layout) planUpdate(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
-	idx := uint64(s.Rev)
+	idx := Index(s.Rev)
 	if s.isRoot() {
 		return NewError(EcodeRootROnly, "/", idx)
 	}
@@ -397,7 +399,10 @@ func causePath(p string) string {
 
 // compareFailCause is v2's getCompareFailCause.
 func compareFailCause(kv *KV, prevValue string, prevIndex uint64) (string, bool) {
-	indexOK := prevIndex == 0 || uint64(kv.ModRevision) == prevIndex
+	// Any index of the node's revision matches: a read reports the
+	// revision's last index, a watch event of a revision with several
+	// events one of the others.
+	indexOK := prevIndex == 0 || Revision(prevIndex) == kv.ModRevision
 	valueOK := prevValue == "" || string(kv.Value) == prevValue
 	switch {
 	case indexOK && valueOK:
@@ -405,14 +410,14 @@ func compareFailCause(kv *KV, prevValue string, prevIndex uint64) (string, bool)
 	case indexOK:
 		return fmt.Sprintf("[%v != %v]", prevValue, string(kv.Value)), false
 	case valueOK:
-		return fmt.Sprintf("[%v != %v]", prevIndex, kv.ModRevision), false
+		return fmt.Sprintf("[%v != %v]", prevIndex, Index(kv.ModRevision)), false
 	default:
-		return fmt.Sprintf("[%v != %v] [%v != %v]", prevValue, string(kv.Value), prevIndex, kv.ModRevision), false
+		return fmt.Sprintf("[%v != %v] [%v != %v]", prevValue, string(kv.Value), prevIndex, Index(kv.ModRevision)), false
 	}
 }
 
 func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
-	idx := uint64(s.Rev)
+	idx := Index(s.Rev)
 	if s.isRoot() {
 		return NewError(EcodeRootROnly, "/", idx)
 	}
@@ -432,7 +437,7 @@ func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, 
 	p.release(s.File)
 	p.event = Event{Action: ActionCompareAndSwap, PrevNode: s.node(ls, now)}
 	p.event.Node = l.putNode(p, s.Path, false, value)
-	p.event.Node.CreatedIndex = uint64(s.File.CreateRevision)
+	p.event.Node.CreatedIndex = Index(s.File.CreateRevision)
 	return nil
 }
 
@@ -459,7 +464,7 @@ func (l Layout) deleteNode(p *Plan, s *Snapshot, action string, ls Leases, now t
 }
 
 func (l Layout) planDelete(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
-	idx := uint64(s.Rev)
+	idx := Index(s.Rev)
 	if s.isRoot() {
 		return NewError(EcodeRootROnly, "/", idx)
 	}
@@ -480,7 +485,7 @@ func (l Layout) planDelete(p *Plan, r *Request, s *Snapshot, ls Leases, now time
 }
 
 func (l Layout) planCompareAndDelete(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
-	idx := uint64(s.Rev)
+	idx := Index(s.Rev)
 	if !s.exists() {
 		return s.MissError()
 	}
@@ -553,12 +558,12 @@ func (p *Plan) Action() string { return p.event.Action }
 func (p *Plan) Result(rev int64) *Event {
 	ev := p.event
 	n := *ev.Node
-	n.ModifiedIndex = uint64(rev)
+	n.ModifiedIndex = Index(rev)
 	if n.CreatedIndex == 0 {
-		n.CreatedIndex = uint64(rev)
+		n.CreatedIndex = Index(rev)
 	}
 	ev.Node = &n
-	ev.EtcdIndex = uint64(rev)
+	ev.EtcdIndex = Index(rev)
 	return &ev
 }
 

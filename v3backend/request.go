@@ -24,7 +24,7 @@ import (
 )
 
 // Watch registers a v2 watch with the hub. Its start (the response's
-// X-Etcd-Index) is the revision of the mirror once it has every write this
+// X-Etcd-Index) is the index of the mirror's revision once it has every write this
 // bridge acknowledged — the store as the hub is about to see it, with no
 // round trip; when the mirror cannot say, the current revision is read, by
 // a read shared with the watch requests that arrive meanwhile.
@@ -47,7 +47,7 @@ func (b *Backend) Watch(ctx context.Context, r *translate.Request) (*hub.Watcher
 		}
 		meta, cur = b.noteHeader(resp.Header), resp.Header.Revision
 	}
-	w, err := b.hub.Watch(rctx, r.Path, r.Recursive, r.Stream, r.WaitIndex, uint64(cur))
+	w, err := b.hub.Watch(rctx, r.Path, r.Recursive, r.Stream, r.WaitIndex, translate.Index(cur))
 	if errors.Is(err, hub.ErrNotLive) {
 		err = ErrUnavailable
 	}
@@ -137,7 +137,7 @@ func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*t
 		}
 		return nil, snap.MissError()
 	}
-	return &translate.Event{Action: translate.ActionGet, Node: node, EtcdIndex: uint64(rev)}, nil
+	return &translate.Event{Action: translate.ActionGet, Node: node, EtcdIndex: translate.Index(rev)}, nil
 }
 
 // mirrorWait is how long a read waits for the mirror to catch up (with the

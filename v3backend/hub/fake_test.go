@@ -25,6 +25,10 @@ type fakeSource struct {
 	hist      map[*fakeFeed]struct{}
 	keptErr   error
 	onKept    func() // called (without mu) on every Kept
+	// numbered: events take translate's indexes (several per revision);
+	// otherwise a revision's events all take the revision as their index,
+	// as under oneIndexPerRevision.
+	numbered bool
 
 	// histGate, when set, holds every history batch until a token is
 	// received from it: the test steps a replay batch by batch.
@@ -46,6 +50,14 @@ type fakeFeed struct {
 	err    error
 	closed bool
 }
+
+// oneIndexPerRevision numbers v2 events by their revision alone, so the
+// tests can name indexes by revisions.
+type oneIndexPerRevision struct{}
+
+func (oneIndexPerRevision) Index(rev int64) uint64      { return uint64(max(rev, 0)) }
+func (oneIndexPerRevision) FirstIndex(rev int64) uint64 { return uint64(max(rev, 0)) }
+func (oneIndexPerRevision) Revision(index uint64) int64 { return int64(index) }
 
 func newFake() *fakeSource {
 	return &fakeSource{revs: map[int64][]*translate.Event{1: nil}, cur: 1, upCh: make(chan struct{}),
@@ -71,8 +83,12 @@ func (s *fakeSource) write(evs ...*translate.Event) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cur++
-	for _, e := range evs {
-		e.Node.ModifiedIndex = uint64(s.cur)
+	if s.numbered {
+		translate.NumberEvents(s.cur, evs)
+	} else {
+		for _, e := range evs {
+			e.Node.ModifiedIndex = uint64(s.cur)
+		}
 	}
 	s.revs[s.cur] = evs
 	for f := range s.shared {

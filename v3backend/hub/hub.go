@@ -47,8 +47,19 @@ type Config struct {
 	// LiveWait is how long a watch request waits for a shared feed that is
 	// being (re)established, as right after a failover.
 	LiveWait time.Duration
-	Logger   *zap.Logger
-	Registry prometheus.Registerer
+	// Numbering relates v2 indexes to v3 revisions (translate.Numbering
+	// when nil).
+	Numbering Numbering
+	Logger    *zap.Logger
+	Registry  prometheus.Registerer
+}
+
+// Numbering is how v2 indexes relate to the v3 revisions the Source speaks
+// in: a revision owns a block of indexes, its events the last ones.
+type Numbering interface {
+	Index(rev int64) uint64      // a revision's last index (0 for revision 0)
+	FirstIndex(rev int64) uint64 // a revision's first index
+	Revision(index uint64) int64 // the revision an index belongs to
 }
 
 // Defaults of Config's zero values.
@@ -64,6 +75,7 @@ const (
 type Hub struct {
 	cfg     Config
 	src     Source
+	num     Numbering
 	lg      *zap.Logger
 	metrics *metrics
 
@@ -101,11 +113,14 @@ func New(cfg Config) *Hub {
 	if cfg.LiveWait <= 0 {
 		cfg.LiveWait = DefaultLiveWait
 	}
+	if cfg.Numbering == nil {
+		cfg.Numbering = translate.Numbering{}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Hub{cfg: cfg, src: cfg.Source, lg: cfg.Logger, metrics: newMetrics(cfg.Registry), ctx: ctx, cancel: cancel,
+	h := &Hub{cfg: cfg, src: cfg.Source, num: cfg.Numbering, lg: cfg.Logger, metrics: newMetrics(cfg.Registry), ctx: ctx, cancel: cancel,
 		ring: newRing(cfg.RingSize), byKey: map[string]map[*Watcher]struct{}{}, queued: map[*Watcher]struct{}{}}
 	h.wg.Add(1)
 	go h.run()
@@ -151,8 +166,9 @@ func (h *Hub) TryProbe() bool {
 	return false
 }
 
-// Watch registers a v2 watch on key. current is the store's revision now
-// (the response's X-Etcd-Index); waitIndex 0 means "after current". A
+// Watch registers a v2 watch on key. current is the store's index now
+// (the response's X-Etcd-Index: the index of the current revision);
+// waitIndex 0 means "after current". A
 // waitIndex the hub cannot serve gets v2's 401 here, before the caller
 // writes any header; ErrNotLive while the shared feed is down.
 func (h *Hub) Watch(ctx context.Context, key string, recursive, stream bool, waitIndex, current uint64) (*Watcher, error) {
@@ -188,11 +204,12 @@ func (h *Hub) Watch(ctx context.Context, key string, recursive, stream bool, wai
 		return nil, err
 	}
 	// Older than the ring: history, unless v3 compacted it.
-	if ok, err := h.src.Kept(ctx, int64(w.next)); err != nil {
+	if ok, err := h.src.Kept(ctx, h.num.Revision(w.next)); err != nil {
 		return nil, err
 	} else if !ok {
 		h.metrics.refused.WithLabelValues("compacted").Inc()
-		return nil, cleared(h.oldestKept(ctx, int64(w.next), int64(current)), w.next, current)
+		oldest := h.oldestKept(ctx, h.num.Revision(w.next), h.num.Revision(current))
+		return nil, cleared(h.num.FirstIndex(oldest), w.next, current)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -213,16 +230,17 @@ func (h *Hub) checkHorizonLocked(next, current uint64) error {
 	if h.ring.full() {
 		// The ring holds the last RingSize events: next is older than that.
 		h.metrics.refused.WithLabelValues("events").Inc()
-		return cleared(int64(h.ring.at(0).Index()), next, current)
+		return cleared(h.ring.at(0).Index(), next, current)
 	}
-	if max := uint64(h.cfg.MaxReplayRevisions); current > max && next < current-max {
+	max, cur := h.cfg.MaxReplayRevisions, h.num.Revision(current)
+	if cur > max && h.num.Revision(next) < cur-max {
 		h.metrics.refused.WithLabelValues("revisions").Inc()
-		return cleared(int64(current-max), next, current)
+		return cleared(h.num.FirstIndex(cur-max), next, current)
 	}
 	return nil
 }
 
-func cleared(oldest int64, waitIndex, current uint64) error {
+func cleared(oldest, waitIndex, current uint64) error {
 	return translate.NewError(translate.EcodeEventIndexCleared,
 		fmt.Sprintf("the requested history has been cleared [%d/%d]", oldest, waitIndex), current)
 }
@@ -422,7 +440,7 @@ func (h *Hub) consume(feed Feed) error {
 		case b.Created:
 			h.live = true
 			if h.lastRev == 0 {
-				h.lastRev, h.floor = b.Rev, uint64(b.Rev)
+				h.lastRev, h.floor = b.Rev, h.num.Index(b.Rev)
 			}
 		default:
 			// A Created batch's revision is the present, not what was

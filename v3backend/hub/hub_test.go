@@ -26,6 +26,9 @@ func newHub(t *testing.T, src *fakeSource, cfg Config) (*Hub, *prometheus.Regist
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Source, cfg.Registry = src, reg
+	if cfg.Numbering == nil && !src.numbered {
+		cfg.Numbering = oneIndexPerRevision{}
+	}
 	h := New(cfg)
 	t.Cleanup(h.Close)
 	waitFor(t, "the shared feed", h.Live)
@@ -148,7 +151,7 @@ func checkCount(t *testing.T, h *Hub, reg *prometheus.Registry, n int) {
 // has it.
 func watch(t *testing.T, h *Hub, src *fakeSource, key string, recursive, stream bool, waitIndex uint64) *Watcher {
 	t.Helper()
-	w, err := h.Watch(context.Background(), key, recursive, stream, waitIndex, uint64(src.current()))
+	w, err := h.Watch(context.Background(), key, recursive, stream, waitIndex, h.num.Index(src.current()))
 	if err != nil {
 		t.Fatalf("Watch(%s, waitIndex %d): %v", key, waitIndex, err)
 	}
@@ -769,7 +772,7 @@ func TestNotLiveWithinLiveWait(t *testing.T) {
 	src := newFake()
 	src.hold() // no session: Feed waits
 	reg := prometheus.NewRegistry()
-	h := New(Config{Source: src, Registry: reg, LiveWait: 20 * time.Millisecond})
+	h := New(Config{Source: src, Registry: reg, LiveWait: 20 * time.Millisecond, Numbering: oneIndexPerRevision{}})
 	defer h.Close()
 	if _, err := h.Watch(context.Background(), "/a", false, false, 0, 1); !errors.Is(err, ErrNotLive) {
 		t.Fatalf("Watch with no feed: %v, want ErrNotLive", err)
@@ -790,7 +793,7 @@ func TestNotLiveWithinLiveWait(t *testing.T) {
 func TestWatchWaitsForAFeedBeingEstablished(t *testing.T) {
 	src := newFake()
 	src.hold()
-	h := New(Config{Source: src, LiveWait: waitTimeout})
+	h := New(Config{Source: src, LiveWait: waitTimeout, Numbering: oneIndexPerRevision{}})
 	defer h.Close()
 	go src.up() // while Watch waits, most likely
 	w, err := h.Watch(context.Background(), "/a", false, false, 0, 1)
@@ -909,7 +912,7 @@ func TestTryProbe(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	h := New(Config{Source: newFake()})
+	h := New(Config{Source: newFake(), Numbering: oneIndexPerRevision{}})
 	defer h.Close()
 	c := h.cfg
 	if c.RingSize != DefaultRingSize || c.WatcherBuffer != DefaultWatcherBuffer ||
@@ -1053,4 +1056,55 @@ func TestIdleReplayWithAFullRingStops(t *testing.T) {
 	if got := testutil.ToFloat64(h.metrics.replayRevisions); got >= 10 {
 		t.Fatalf("the idle replay read %v revisions, want it to stop before the ring", got)
 	}
+}
+
+// A v3 transaction that changes several keys is one revision but several v2
+// events, each with an index of its own: a client that resumes at
+// modifiedIndex + 1 gets every one of them, whether the watch was waiting
+// (live), arrives after them (ring) or arrives at a hub started after them
+// (replay).
+func TestEveryEventOfAMultiKeyRevisionReachesAClientResumingAtModifiedIndexPlusOne(t *testing.T) {
+	txn := func(src *fakeSource) int64 {
+		return src.write(ev(translate.ActionSet, "/d/a"), ev(translate.ActionCreate, "/d/b"), ev(translate.ActionDelete, "/d/c"))
+	}
+	walk := func(t *testing.T, h *Hub, src *fakeSource, first *Watcher) {
+		t.Helper()
+		var got []string
+		e := recv(t, first)
+		for {
+			got = append(got, e.Node.Key)
+			if len(got) == 3 {
+				break
+			}
+			e = recv(t, watch(t, h, src, "/d", true, false, e.Index()+1))
+		}
+		if strings.Join(got, " ") != "/d/a /d/b /d/c" {
+			t.Fatalf("events %v, want /d/a /d/b /d/c", got)
+		}
+	}
+	t.Run("live", func(t *testing.T) {
+		src := newFake()
+		src.numbered = true
+		h, _ := newHub(t, src, Config{})
+		w := watch(t, h, src, "/d", true, false, 0)
+		txn(src)
+		walk(t, h, src, w)
+	})
+	t.Run("ring", func(t *testing.T) {
+		src := newFake()
+		src.numbered = true
+		h, _ := newHub(t, src, Config{})
+		start := translate.Index(src.current()) + 1
+		waitDispatched(t, h, txn(src))
+		walk(t, h, src, watch(t, h, src, "/d", true, false, start))
+	})
+	t.Run("replay", func(t *testing.T) {
+		src := newFake()
+		src.numbered = true
+		start := translate.Index(src.current()) + 1
+		txn(src)
+		src.write(ev(translate.ActionSet, "/other"))
+		h, _ := newHub(t, src, Config{})
+		walk(t, h, src, watch(t, h, src, "/d", true, false, start))
+	})
 }

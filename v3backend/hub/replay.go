@@ -21,9 +21,9 @@ import (
 // the ring as far as the ring has room, so the re-watches that follow are
 // answered from memory.
 type replay struct {
-	from uint64 // the first revision read
+	from uint64 // the lowest index wanted: history is read from its revision
 	// Guarded by Hub.mu.
-	pos     uint64 // every revision < pos has been offered to the members
+	pos     uint64 // every event with an index < pos has been offered to the members
 	members map[*Watcher]struct{}
 	kept    *keeper   // the newest events read, for the ring and for late joiners
 	idle    time.Time // since when it has served nobody (zero: it serves someone)
@@ -90,7 +90,7 @@ func (h *Hub) startReplayLocked() {
 func (h *Hub) runReplay(r *replay) {
 	defer h.wg.Done()
 	kept := r.kept
-	feed, err := h.src.History(h.ctx, int64(r.from))
+	feed, err := h.src.History(h.ctx, h.num.Revision(r.from))
 	if err == nil {
 		defer feed.Close()
 		for {
@@ -104,7 +104,7 @@ func (h *Hub) runReplay(r *replay) {
 			}
 			h.metrics.replayRevisions.Inc()
 			h.mu.Lock()
-			if !b.Progress && uint64(b.Rev) > h.floor {
+			if !b.Progress && h.num.FirstIndex(b.Rev) > h.floor {
 				// The ring has everything from here on, or the shared feed
 				// is still to bring it.
 				h.finishReplayLocked(r, kept)
@@ -118,11 +118,11 @@ func (h *Hub) runReplay(r *replay) {
 					}
 				}
 			}
-			if next := uint64(b.Rev) + 1; next > r.pos {
+			if next := h.num.Index(b.Rev) + 1; next > r.pos {
 				r.pos = next
 			}
 			kept.add(b.Events)
-			if uint64(b.Rev) >= h.floor { // every revision up to the ring has been read
+			if h.num.Index(b.Rev) >= h.floor { // every revision up to the ring has been read
 				h.finishReplayLocked(r, kept)
 				h.mu.Unlock()
 				return
@@ -205,7 +205,7 @@ func (h *Hub) finishReplayLocked(r *replay, kept *keeper) {
 // keeper keeps the newest events a replay read, up to a limit.
 type keeper struct {
 	max     int
-	from    uint64 // the first revision the replay read
+	from    uint64 // the lowest index the replay was started for
 	evs     []*translate.Event
 	dropped uint64 // index of the newest event dropped (0: none)
 }
