@@ -18,6 +18,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/v2bridge/v2bridge/translate"
 )
 
 // The history section: what stale waitIndexes cost a bridge that has just
@@ -165,7 +167,7 @@ func runHistory(cfg *config, res *results) {
 		from := cur - walk.back
 		logf("  %s: %s one-shot from waitIndex %d (current %d)", walk.name, histHot, from, cur)
 		m0, _ := scrapeSums(br.v2URL, histMetricNames...)
-		w := walkHistory(br.v2URL, histHot, from, hotLast, hc.walkEvents, hc.walkFor)
+		w := walkHistory(br.v2URL, histHot, translate.FirstIndex(int64(from)), translate.Index(int64(hotLast)), hc.walkEvents, hc.walkFor)
 		m1, _ := scrapeSums(br.v2URL, histMetricNames...)
 		logf("    %d events in %v (first after %v); stopped: %s; replays +%.0f, revisions replayed +%.0f",
 			w.events, w.elapsed.Round(time.Millisecond), w.first.Round(time.Millisecond), w.stopped,
@@ -534,7 +536,7 @@ func staleBurst(hc *histConfig, res *results, br, etcd *instance, k *v2kv, base 
 		if hc.stale > 1 {
 			back += uint64(j) * (histWithin - histWithinNewest) / uint64(hc.stale-1)
 		}
-		ws = append(ws, &staleWatch{key: fmt.Sprintf("%s/never/a%03d", histDir, j), waitIndex: cur - back})
+		ws = append(ws, &staleWatch{key: fmt.Sprintf("%s/never/a%03d", histDir, j), waitIndex: translate.FirstIndex(int64(cur - back))})
 	}
 	for j := 0; j < hc.stale; j++ {
 		ws = append(ws, &staleWatch{beyond: true, key: fmt.Sprintf("%s/never/b%03d", histDir, j), waitIndex: histBeyond})
@@ -754,7 +756,7 @@ type walkResult struct {
 
 // walkHistory walks key's history like a v2 client: a one-shot watch from
 // waitIndex from, re-issued with waitIndex = modifiedIndex+1 after each
-// event, until maxEvents, the key's last revision (last), a 401 or limit.
+// event, until maxEvents, the key's last index (last), a 401 or limit.
 func walkHistory(base, key string, from, last uint64, maxEvents int, limit time.Duration) walkResult {
 	c := newHTTPClient(1)
 	defer c.CloseIdleConnections()
