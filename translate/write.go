@@ -156,36 +156,6 @@ type Plan struct {
 	event   Event
 	layout  Layout
 	lease   int64
-	// released holds the leases of the nodes the plan replaces or deletes:
-	// once it commits they hold nothing the bridge still shows.
-	released map[int64]bool
-}
-
-// Releases reports whether the plan replaces or deletes the node that
-// carried lease id (a POST, for one, leaves its directory's lease alone).
-func (p *Plan) Releases(id int64) bool { return id != 0 && p.released[id] }
-
-// ReplacedLease is the lease of the one node the plan replaces, when there
-// is exactly one: a write that puts a TTL on the same path may keep that
-// lease (renewed) instead of attaching a new one.
-func (p *Plan) ReplacedLease() (int64, bool) {
-	if len(p.released) != 1 {
-		return 0, false
-	}
-	for id := range p.released {
-		return id, true
-	}
-	return 0, false
-}
-
-func (p *Plan) release(kv *KV) {
-	if kv == nil || kv.Lease == 0 {
-		return
-	}
-	if p.released == nil {
-		p.released = map[int64]bool{}
-	}
-	p.released[kv.Lease] = true
 }
 
 // Guards are the compares that hold while nothing read by s has changed.
@@ -307,7 +277,6 @@ func (l Layout) planSet(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Ti
 	l.markAncestors(p, s)
 	p.event = Event{Action: ActionSet}
 	if s.fileExists() {
-		p.release(s.File)
 		p.event.PrevNode = s.node(ls, now)
 		if r.Dir {
 			p.Ops = append(p.Ops, Op{Type: OpDelete, Key: l.DataKey(s.Path)})
@@ -379,8 +348,6 @@ func (l Layout) planUpdate(p *Plan, r *Request, s *Snapshot, ls Leases, now time
 	if r.Refresh && s.fileExists() {
 		value = string(s.File.Value)
 	}
-	p.release(s.File)
-	p.release(s.Marker)
 	p.event = Event{Action: ActionUpdate, PrevNode: s.node(ls, now)}
 	l.markAncestors(p, s)
 	p.event.Node = l.putNode(p, s.Path, s.dirExists(), value)
@@ -434,7 +401,6 @@ func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, 
 	if r.Refresh {
 		value = string(s.File.Value)
 	}
-	p.release(s.File)
 	p.event = Event{Action: ActionCompareAndSwap, PrevNode: s.node(ls, now)}
 	p.event.Node = l.putNode(p, s.Path, false, value)
 	p.event.Node.CreatedIndex = Index(s.File.CreateRevision)
@@ -443,8 +409,6 @@ func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, 
 
 // deleteNode removes the node at s.Path and, for a directory, its subtree.
 func (l Layout) deleteNode(p *Plan, s *Snapshot, action string, ls Leases, now time.Time) {
-	p.release(s.File)
-	p.release(s.Marker)
 	prev := s.node(ls, now)
 	p.event = Event{Action: action, PrevNode: prev,
 		Node: &Node{Key: s.Path, Dir: prev.Dir, CreatedIndex: prev.CreatedIndex}}

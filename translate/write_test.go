@@ -95,50 +95,6 @@ func TestCompareAndDeleteErrors(t *testing.T) {
 	})
 }
 
-// TestWriteReleasesOnlyTheLeaseOfWhatItReplaces: a write revokes the TTL
-// lease of the node it replaces or deletes, never the lease of a directory
-// it writes into.
-func TestWriteReleasesOnlyTheLeaseOfWhatItReplaces(t *testing.T) {
-	releases := func(lease int64, want bool) func(t *testing.T, p *Plan) {
-		return func(t *testing.T, p *Plan) {
-			if p.Releases(lease) != want {
-				t.Errorf("Releases(%d) = %v, want %v", lease, !want, want)
-			}
-			if p.Releases(0) {
-				t.Error("Releases(0): no lease is not a lease")
-			}
-		}
-	}
-	runPlanCases(t, []planCase{
-		{
-			// Revoking the directory's lease would delete its marker: the
-			// directory would lose its TTL or vanish.
-			name:  "post into a directory with a ttl keeps its lease",
-			req:   Request{Method: "POST", Path: "/d", Value: "x"},
-			state: []*KV{markerKV("/d", 5, 77)},
-			check: releases(77, false),
-		},
-		{
-			name:  "set over a file with a ttl releases its lease",
-			req:   Request{Method: "PUT", Path: "/f", Value: "x"},
-			state: []*KV{fileKV("/f", "v", 5, 77)},
-			check: releases(77, true),
-		},
-		{
-			name:  "set below a directory with a ttl keeps its lease",
-			req:   Request{Method: "PUT", Path: "/d/f", Value: "x"},
-			state: []*KV{markerKV("/d", 5, 77)},
-			check: releases(77, false),
-		},
-		{
-			name:  "delete of a directory with a ttl releases its lease",
-			req:   Request{Method: "DELETE", Path: "/d", Recursive: true},
-			state: []*KV{markerKV("/d", 5, 77)},
-			check: releases(77, true),
-		},
-	})
-}
-
 // TestDeleteIgnoresTTL: v2 accepts and ignores a ttl on a delete, even one
 // no lease could carry.
 func TestDeleteIgnoresTTL(t *testing.T) {

@@ -148,6 +148,7 @@ type Backend struct {
 	lg      *zap.Logger
 	metrics *metrics
 	leases  *leaseCache
+	pool    *leasePool // the leases TTL writes share
 	hub     *hub.Hub
 	cur     curRev // shares the current-revision reads of watch requests
 	mirror  *mirror
@@ -179,8 +180,7 @@ type Backend struct {
 	sessCh  chan struct{} // closed (and replaced) at every session change
 	meta    Meta          // identity of the member that answered last
 	closed  bool
-	closeCh <-chan struct{} // ctx.Done(): the monitor, revoker and auto-sync stop
-	revokes chan revokeReq
+	closeCh <-chan struct{} // ctx.Done(): the monitor and auto-sync stop
 	// lastAnswer is when the backend last answered any request (unix ns):
 	// a heartbeat that times out while other requests are answered is a
 	// busy member, not a dead one.
@@ -188,7 +188,7 @@ type Backend struct {
 	// ctx ends at Close; stop ends it.
 	ctx  context.Context
 	stop context.CancelFunc
-	// wg waits for the monitor, the revoker, auto-sync and the goroutines
+	// wg waits for the monitor, auto-sync and the goroutines
 	// they start (endpoint dials, client closes).
 	wg sync.WaitGroup
 }
@@ -201,11 +201,12 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, errors.New("v3backend: no endpoints")
 	}
 	b := &Backend{cfg: cfg, layout: cfg.Layout, lg: cfg.Logger, sessCh: make(chan struct{}),
-		revokes: make(chan revokeReq, 256), eps: append([]string(nil), cfg.Endpoints...)}
+		eps: append([]string(nil), cfg.Endpoints...)}
 	b.ctx, b.stop = context.WithCancel(context.Background())
 	b.closeCh = b.ctx.Done()
 	b.metrics = newMetrics(cfg.Registry)
 	b.leases = newLeaseCache()
+	b.pool = newLeasePool()
 	b.mirror = newMirror(cfg.Layout)
 	for i := range b.writeSlots {
 		b.writeSlots[i] = make(chan struct{}, 1)
@@ -219,9 +220,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.setSession(s, "")
 	b.hub = hub.New(hub.Config{Source: hubSource{b}, RingSize: cfg.RingSize, WatcherBuffer: cfg.WatcherBuffer,
 		MaxReplayRevisions: cfg.MaxReplayRevisions, Logger: cfg.Logger.Named("hub"), Registry: cfg.Registry})
-	b.wg.Add(2)
+	b.wg.Add(1)
 	go b.monitor()
-	go b.revoker()
 	if cfg.AutoSyncInterval > 0 {
 		b.wg.Add(1)
 		go b.autoSync()

@@ -15,8 +15,8 @@ import (
 
 // leaseCache remembers lease expirations so TTL keys can be shown without a
 // round trip per key. A bridge-granted lease never changes its expiration (a
-// refresh grants a new lease); a v3 client's lease may be kept alive, so its
-// entry is trusted only briefly.
+// refresh moves the key to another lease); a v3 client's lease may be kept
+// alive, so its entry is trusted only briefly.
 type leaseCache struct {
 	mu sync.Mutex // guards m
 	m  map[int64]leaseEntry
@@ -24,13 +24,8 @@ type leaseCache struct {
 
 type leaseEntry struct {
 	exp     time.Time
-	fixed   bool      // bridge-granted: expiration known (changed only by this process's renewals)
-	owned   bool      // granted by this process
+	fixed   bool      // bridge-granted: expiration known (never kept alive)
 	fetched time.Time // for v3 clients' leases
-	// For leases this process granted: the TTL the v2 write asked for and
-	// the one etcd granted (at least its minimum), so a later write asking
-	// for the same TTL can renew the lease instead of granting another.
-	asked, granted int64
 }
 
 const (
@@ -40,7 +35,7 @@ const (
 
 func newLeaseCache() *leaseCache { return &leaseCache{m: map[int64]leaseEntry{}} }
 
-func (c *leaseCache) put(id int64, exp time.Time, owned bool) {
+func (c *leaseCache) put(id int64, exp time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= leaseCacheMax {
@@ -51,37 +46,8 @@ func (c *leaseCache) put(id int64, exp time.Time, owned bool) {
 			}
 		}
 	}
-	c.m[id] = leaseEntry{exp: exp, fixed: true, owned: owned}
+	c.m[id] = leaseEntry{exp: exp, fixed: true}
 }
-
-// putGranted records a lease this process granted (or renewed) for a v2
-// TTL of asked seconds.
-func (c *leaseCache) putGranted(id int64, exp time.Time, asked, granted int64) {
-	c.put(id, exp, true)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.m[id]
-	e.asked, e.granted = asked, granted
-	c.m[id] = e
-}
-
-// renewable reports whether lease id, granted by this process for a TTL of
-// asked seconds, can be renewed for a write asking for that TTL again: a
-// keep-alive resets it to the TTL it was granted with, which is what the
-// write asks for. One that is about to run out is not renewed (the keys on
-// it may be gone before the keep-alive lands). It returns the granted TTL.
-func (c *leaseCache) renewable(id, asked int64, now time.Time) (int64, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[id]
-	if !ok || !e.owned || e.asked != asked || e.exp.Sub(now) < renewMargin {
-		return 0, false
-	}
-	return e.granted, true
-}
-
-// renewMargin: a lease with less time left than this is replaced, not renewed.
-const renewMargin = time.Second
 
 func (c *leaseCache) putNative(id int64, exp time.Time) {
 	c.mu.Lock()
@@ -99,18 +65,6 @@ func (c *leaseCache) get(id int64) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return e.exp, true
-}
-
-func (c *leaseCache) owned(id int64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[id].owned
-}
-
-func (c *leaseCache) drop(id int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, id)
 }
 
 // resolveLeases finds the expiration of each lease: from the cache, then from
@@ -140,7 +94,7 @@ func (b *Backend) resolveLeases(ctx context.Context, s *session, ids []int64) tr
 			if len(kvs) == 1 {
 				if ns, err := strconv.ParseInt(string(kvs[0].Value), 10, 64); err == nil {
 					exp := time.Unix(0, ns)
-					b.leases.put(miss[i], exp, false)
+					b.leases.put(miss[i], exp)
 					out[miss[i]] = exp
 					continue
 				}

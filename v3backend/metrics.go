@@ -17,8 +17,6 @@ type metrics struct {
 	v3Watches       prometheus.Gauge
 	mirrorReads     prometheus.Counter
 	leaseGrants     prometheus.Counter
-	leaseRenewals   prometheus.Counter
-	revokesDropped  prometheus.Counter
 	forgedJournals  prometheus.Counter
 	backendReads    prometheus.Counter
 }
@@ -42,11 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		forgedJournals: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_journal_records_ignored_total",
 			Help: "Journal records ignored because they do not match the changes of their revision (forged or corrupt)."}),
 		leaseGrants: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_lease_grants_total",
-			Help: "Leases granted for v2 TTL writes."}),
-		leaseRenewals: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_lease_renewals_total",
-			Help: "v2 TTL writes that renewed the node's own lease instead of granting one."}),
-		revokesDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_lease_revokes_dropped_total",
-			Help: "Leases freed by a write but not revoked because the revoke queue was full (they lapse at their TTL)."}),
+			Help: "Leases granted for v2 TTL writes (shared by the writes asking the same TTL within a second)."}),
 		mirrorReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_mirror_reads_total",
 			Help: "v2 reads answered from the bridge's copy of its key space."}),
 		backendReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_reads_total",
@@ -56,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.recoverSeconds, m.detectSeconds,
-			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals, m.leaseGrants, m.leaseRenewals, m.revokesDropped)
+			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals, m.leaseGrants)
 	}
 	return m
 }

@@ -9,7 +9,6 @@ package v3backend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v3backend/hub"
@@ -271,36 +269,23 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 		}
 		var lease clientv3.LeaseID
 		var exp time.Time
-		var granted int64
-		renew := false
 		if plan.TTL > 0 {
-			// The same TTL on the same node again (a flannel-style lease
-			// renewal): keep the node's lease and renew it after the write,
-			// which costs etcd no raft proposal, instead of granting one.
-			if id, ok := plan.ReplacedLease(); ok {
-				if granted, renew = b.leases.renewable(id, plan.TTL, now); renew {
-					lease = clientv3.LeaseID(id)
-				}
-			}
-			if !renew {
-				g, err := s.cli.Grant(ctx, plan.TTL)
-				if err != nil {
-					return nil, fmt.Errorf("grant lease: %w", err)
-				}
-				lease, granted = g.ID, g.TTL
-				b.metrics.leaseGrants.Inc()
-			}
-			exp = now.Add(time.Duration(granted) * time.Second)
-		}
-		plan.Bind(int64(lease), exp, now)
-		resp, err := s.cli.Txn(ctx).If(toCmps(plan.Cmps)...).Then(toOps(plan.Ops, lease)...).Commit()
-		if err != nil || !resp.Succeeded {
-			if lease != 0 && !renew {
-				b.revokeLater(s, lease)
-			}
+			pl, err := b.pool.acquire(ctx, s.cli, plan.TTL, now)
 			if err != nil {
 				return nil, err
 			}
+			if pl.fresh {
+				b.metrics.leaseGrants.Inc()
+			}
+			lease, exp = pl.id, pl.shown
+			b.leases.put(int64(lease), exp)
+		}
+		plan.Bind(int64(lease), exp, now)
+		resp, err := s.cli.Txn(ctx).If(toCmps(plan.Cmps)...).Then(toOps(plan.Ops, lease)...).Commit()
+		if err != nil {
+			return nil, err
+		}
+		if !resp.Succeeded {
 			b.metrics.writeRetries.Inc()
 			// Back off a little so contending bridges do not lock-step.
 			time.Sleep(time.Duration(rand.IntN(1+attempt)) * time.Millisecond)
@@ -308,64 +293,9 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 		}
 		b.noteHeader(resp.Header)
 		b.noteAcked(plan.Ops, resp.Header.Revision)
-		if renew {
-			// The write is committed with the lease's old deadline; the
-			// keep-alive moves it to what the write asked for.
-			if _, err := s.cli.KeepAliveOnce(ctx, lease); err != nil {
-				b.lg.Warn("renewing a lease after a TTL write failed: the key keeps its previous expiration",
-					zap.String("key", r.Path), zap.Error(err))
-			} else {
-				b.metrics.leaseRenewals.Inc()
-			}
-		}
-		if lease != 0 {
-			b.leases.putGranted(int64(lease), exp, plan.TTL, granted)
-		}
-		// A replaced node's lease, if this bridge granted it, holds nothing now.
-		for _, kv := range kvs {
-			if kv.Lease != int64(lease) && b.leases.owned(kv.Lease) && plan.Releases(kv.Lease) {
-				b.revokeLater(s, clientv3.LeaseID(kv.Lease))
-			}
-		}
 		return plan.Result(resp.Header.Revision), nil
 	}
 	return nil, errors.New("v2bridge: write gave up after too many conflicting concurrent writes")
-}
-
-type revokeReq struct {
-	s  *session
-	id clientv3.LeaseID
-}
-
-// revokeLater queues the revocation of a lease that holds nothing any more.
-// A revoke is a raft proposal that costs etcd more than the write that freed
-// the lease, so one worker does them one at a time and, when it falls
-// behind, the rest are dropped: such a lease holds no key and simply lapses
-// at its TTL.
-func (b *Backend) revokeLater(s *session, id clientv3.LeaseID) {
-	select {
-	case b.revokes <- revokeReq{s, id}:
-	default:
-		b.metrics.revokesDropped.Inc()
-		b.leases.drop(int64(id))
-	}
-}
-
-func (b *Backend) revoker() {
-	defer b.wg.Done()
-	for {
-		select {
-		case <-b.closeCh:
-			return
-		case r := <-b.revokes:
-			if r.s.ctx.Err() == nil {
-				ctx, cancel := b.reqCtx(context.Background(), r.s)
-				_, _ = r.s.cli.Revoke(ctx, r.id)
-				cancel()
-			}
-			b.leases.drop(int64(r.id))
-		}
-	}
 }
 
 func toCmps(cs []translate.Cmp) []clientv3.Cmp {

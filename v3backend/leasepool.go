@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package v3backend
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// leasePool shares leases between the TTL writes of this process that ask
+// for the same TTL within a second of each other. A lease is granted for the
+// asked TTL plus poolSlack, so a write made up to poolSlack after the grant
+// still gets at least its TTL: its key goes at most poolSlack after the time
+// the write asked for, never before. A grant is a raft proposal, so sharing
+// turns one per TTL write into about one per second per TTL in use.
+//
+// A shared lease is never kept alive (that would keep every key on it) nor
+// revoked (other keys may be on it): a key that is written again moves to
+// the pool's current lease, and the old one lapses with whatever is still
+// on it.
+type leasePool struct {
+	mu    sync.Mutex // guards slots
+	slots map[int64]*poolSlot
+}
+
+// poolSlot is the current lease for one asked TTL.
+type poolSlot struct {
+	id       clientv3.LeaseID
+	granted  int64         // TTL etcd granted (asked + slack, or its minimum)
+	exp      time.Time     // the lease's expiration, estimated no later than etcd's
+	slack    time.Duration // granted beyond the asked TTL
+	granting chan struct{} // non-nil while a grant is in flight; closed when it ends
+}
+
+// poolSlack is how long after its grant a shared lease takes new keys.
+const poolSlack = time.Second
+
+// poolMaxSlots bounds the TTLs remembered; beyond it the slots of TTLs
+// whose lease can take no more keys are forgotten.
+const poolMaxSlots = 1024
+
+func newLeasePool() *leasePool { return &leasePool{slots: map[int64]*poolSlot{}} }
+
+// pooledLease is the lease a TTL write attaches its key to.
+type pooledLease struct {
+	id      clientv3.LeaseID
+	granted int64
+	// shown is the expiration the write reports and records: the lease's
+	// less the slack, so a write right after the grant shows the TTL it
+	// asked for.
+	shown time.Time
+	fresh bool // this call granted it
+}
+
+// acquire returns the shared lease for a write asking for ttl seconds at
+// now, granting a new one when the current one is too old to take the key
+// (concurrent callers wait for one grant rather than each making one).
+func (p *leasePool) acquire(ctx context.Context, cli *clientv3.Client, ttl int64, now time.Time) (pooledLease, error) {
+	for {
+		p.mu.Lock()
+		s := p.slots[ttl]
+		if s == nil {
+			p.pruneLocked(now)
+			s = &poolSlot{}
+			p.slots[ttl] = s
+		}
+		if s.granting == nil && s.id != 0 && !s.exp.Before(now.Add(time.Duration(ttl)*time.Second)) {
+			l := pooledLease{id: s.id, granted: s.granted, shown: s.exp.Add(-s.slack)}
+			p.mu.Unlock()
+			return l, nil
+		}
+		if wait := s.granting; wait != nil {
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return pooledLease{}, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		s.granting = done
+		p.mu.Unlock()
+
+		// etcd's longest lease leaves no room for slack: such a lease
+		// takes the keys of the writes that find it just granted only.
+		slack := poolSlack
+		if ttl > translate.MaxLeaseTTL-int64(slack/time.Second) {
+			slack = 0
+		}
+		g, err := cli.Grant(ctx, ttl+int64(slack/time.Second))
+		var exp time.Time
+		p.mu.Lock()
+		s.granting = nil
+		if err == nil {
+			// From now, before the grant was sent: no later than the
+			// expiration etcd counts from when it applies the grant.
+			exp = now.Add(time.Duration(g.TTL) * time.Second)
+			s.id, s.granted, s.exp, s.slack = g.ID, g.TTL, exp, slack
+		}
+		close(done)
+		p.mu.Unlock()
+		if err != nil {
+			return pooledLease{}, fmt.Errorf("grant lease: %w", err)
+		}
+		return pooledLease{id: g.ID, granted: g.TTL, shown: exp.Add(-slack), fresh: true}, nil
+	}
+}
+
+// pruneLocked forgets the slots whose lease can take no new key, once
+// there are many.
+func (p *leasePool) pruneLocked(now time.Time) {
+	if len(p.slots) < poolMaxSlots {
+		return
+	}
+	for ttl, s := range p.slots {
+		if s.granting == nil && s.exp.Before(now.Add(time.Duration(ttl)*time.Second)) {
+			delete(p.slots, ttl)
+		}
+	}
+}
