@@ -41,7 +41,7 @@ func NewSource(urls []string, tlsc *tls.Config, user string, timeout time.Durati
 		timeout = 5 * time.Second
 	}
 	s := &Source{hc: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsc, Proxy: nil,
-		ResponseHeaderTimeout: timeout}}, timeout: timeout, Quiet: 2 * time.Second}
+		ResponseHeaderTimeout: timeout}}, timeout: timeout, Quiet: time.Second}
 	for _, raw := range urls {
 		u, err := url.Parse(strings.TrimSuffix(raw, "/"))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
