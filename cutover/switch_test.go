@@ -179,7 +179,9 @@ func TestSwitchFencesOnlyAfterTheWritesInFlight(t *testing.T) {
 	go serve(s, "PUT", "/v2/keys/a")
 	waitUntil(t, func() bool { return pass.writes.Load() == 1 })
 	applied := make(chan error, 1)
-	go func() { applied <- s.Apply(context.Background(), StateOf(&Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1})) }()
+	go func() {
+		applied <- s.Apply(context.Background(), StateOf(&Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}))
+	}()
 	select {
 	case <-applied:
 		t.Fatal("the fence was applied while a write to the old server was in flight")
