@@ -25,7 +25,7 @@ run: build
 # liveness tests time their bounds).
 UNIT_PKGS := ./translate/... ./v2api/... ./v3backend/... ./upstream/... ./cutover/... ./cmd/... ./server/...
 RACE_PKGS := $(UNIT_PKGS) ./v2bridgetest/...
-RACE_INTEGRATION := ^(TestWatch.*|TestPassthrough.*|TestConcurrentInOrderAcrossBridges|TestMixedFlannelLeases|TestEndpointsAutoSync)$$
+RACE_INTEGRATION := ^(TestWatch.*|TestPassthrough.*|TestCutover.*|TestConcurrentInOrderAcrossBridges|TestMixedFlannelLeases|TestEndpointsAutoSync)$$
 
 ## test: vet, the race detector on the unit tests and the concurrent paths, then every test (unit, integration against real etcd, conformance against a real v2 server)
 test: vet

@@ -176,7 +176,12 @@ func TestSwitchFencesOnlyAfterTheWritesInFlight(t *testing.T) {
 	s, pass, _ := newTestSwitch(t)
 	pass.release = make(chan struct{})
 	apply(t, s, nil)
-	go serve(s, "PUT", "/v2/keys/a")
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		serve(s, "PUT", "/v2/keys/a")
+	}()
+	defer func() { <-wrote }()
 	waitUntil(t, func() bool { return pass.writes.Load() == 1 })
 	applied := make(chan error, 1)
 	go func() {
