@@ -117,7 +117,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to serve the v2 API on (http://host:port)")
 	fs.StringVar(&c.advertiseClientURLs, "advertise-client-urls", "", "URLs reported by /v2/members and /v2/machines (default: the listen URLs)")
 	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd v3 endpoints (without them, and without any other backend setting, a private embedded etcd runs)")
-	fs.StringVar(&c.v2Upstream, "v2-upstream", "", "passthrough mode: comma-separated client URLs of an old etcd v2 server, which answers every v2 request (failover in list order); with --endpoints or --discovery-srv too, dual mode: the mode record in etcd v3 says which side serves, and `migrate cutover` switches every bridge at once")
+	fs.StringVar(&c.v2Upstream, "v2-upstream", "", "passthrough mode: comma-separated client URLs of an old etcd v2 server, which answers every v2 request (failover in list order); with --endpoints or --discovery-srv too, dual mode: the mode record in etcd v3 says which side serves, and 'migrate cutover' switches every bridge at once")
 	fs.DurationVar(&c.modeLeaseTTL, "mode-lease-ttl", 10*time.Second, "dual mode: TTL of the lease on the bridge's registration in etcd v3; a bridge that cannot renew it that long refuses writes, since a cutover may have fenced without it")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", d.DialTimeout, "timeout for connecting to an etcd v3 endpoint")
 	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify the etcd v3 endpoints")

@@ -49,7 +49,7 @@ func newCutoverFlagSet(cmd string, c *config, cf *cutoverFlags, out io.Writer) *
 	fs.DurationVar(&cf.ackTimeout, "ack-timeout", 30*time.Second, "how long to wait for every live bridge to acknowledge the fence (then the fence is lifted)")
 	fs.Uint64Var(&cf.indexMargin, "index-margin", 1000, "how far the index of the side taking over must be ahead of the other side's (raised by writing a pad key when it is not)")
 	if cmd == "cutover" {
-		fs.DurationVar(&cf.followTimeout, "follow-timeout", time.Minute, "how long to wait for `migrate --follow` to apply the old server's last changes (then the fence is lifted)")
+		fs.DurationVar(&cf.followTimeout, "follow-timeout", time.Minute, "how long to wait for 'migrate --follow' to apply the old server's last changes (then the fence is lifted)")
 	} else {
 		fs.BoolVar(&cf.force, "force", false, "roll back even though writes were made through etcd v3 since the cutover (they are lost: nothing copies them back)")
 	}
