@@ -270,19 +270,24 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 		o.logf("step 1/3: fencing: mode record generation %d written; bridges refuse writes", rec.Generation)
 	}
 	res.Changed = true
-	n, err := o.waitAcks(ctx, rec.Generation, o.AckTimeout, true)
-	if err != nil {
+	abort := func(cause error) (*Result, error) {
 		back := Next(rec, ModeV3, "", o.By, o.Now())
 		back.V3Revision = 0
-		if _, cerr := o.cas(ctx, modRev, &back); cerr != nil {
-			return nil, fmt.Errorf("%w; and putting the record back to v3 failed too: %v", err, cerr)
+		if _, err := o.cas(ctx, modRev, &back); err != nil {
+			return nil, fmt.Errorf("%w; and putting the record back to v3 failed too: %v "+
+				"(writes stay fenced: run `migrate rollback` or `migrate cutover` again)", cause, err)
 		}
-		return nil, fmt.Errorf("rollback aborted, etcd v3 stays the authority: %w", err)
+		o.logf("rollback aborted: mode record generation %d says v3 again; writes go to etcd v3", back.Generation)
+		return nil, fmt.Errorf("rollback aborted, etcd v3 stays the authority: %w", cause)
+	}
+	n, err := o.waitAcks(ctx, rec.Generation, o.AckTimeout, true)
+	if err != nil {
+		return abort(err)
 	}
 	o.logf("step 1/3: fenced: %d bridge(s) acknowledged generation %d, no write reaches etcd v3", n, rec.Generation)
 	s2, padded, err := o.raiseSource(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("rollback stopped with writes fenced (run it again): %w", err)
+		return abort(err)
 	}
 	res.Padded = padded
 	next := Next(rec, ModePassthrough, "", o.By, o.Now())
@@ -488,7 +493,9 @@ func (o *Options) raiseV3(ctx context.Context, rec *Record, caught uint64) (c3, 
 		}
 		o.logf("  raising the v3 index from %d past %d (the old server's index %d + margin %d): writing %s",
 			c3, target, s2, o.IndexMargin, o.Keys.Pad)
-		n, err := o.pad(ctx, int(target-c3+1), func(ctx context.Context, i int) error {
+		// In batches, reading the index between them: how far one write
+		// moves it is the v3 side's numbering's business.
+		n, err := o.pad(ctx, int(min(target-c3+1, padBatch)), func(ctx context.Context, i int) error {
 			cctx, cancel := o.call(ctx)
 			defer cancel()
 			_, err := o.Client.Put(cctx, o.Keys.Pad, strconv.Itoa(i))
@@ -525,9 +532,14 @@ func (o *Options) raiseSource(ctx context.Context) (uint64, int, error) {
 			o.logf("step 2/3: the old server's index %d is past etcd v3's %d + margin %d", s, v, o.IndexMargin)
 			return s, padded, nil
 		}
+		if need := target - s + 2; need > maxSourcePad && padded == 0 {
+			return 0, padded, fmt.Errorf("the old server's index %d is %d below etcd v3's %d + margin %d: raising it "+
+				"would take %d writes to the old server (more than %d), so the two index spaces cannot be told apart "+
+				"after a rollback", s, target-s, v, o.IndexMargin, need, maxSourcePad)
+		}
 		o.logf("  raising the old server's index from %d past %d (etcd v3's index %d + margin %d): writing %s there",
 			s, target, v, o.IndexMargin, o.SourcePadKey)
-		n, err := o.pad(ctx, int(target-s+2), func(ctx context.Context, i int) error {
+		n, err := o.pad(ctx, int(min(target-s+2, padBatch)), func(ctx context.Context, i int) error {
 			_, err := o.Source.Put(ctx, o.SourcePadKey, strconv.Itoa(i))
 			return err
 		})
@@ -537,6 +549,13 @@ func (o *Options) raiseSource(ctx context.Context) (uint64, int, error) {
 		}
 	}
 }
+
+// padBatch is how many pad writes go between two reads of the index.
+const padBatch = 4096
+
+// maxSourcePad bounds the writes a rollback makes to the old server to
+// raise its index; beyond it the rollback stops.
+const maxSourcePad = 1_000_000
 
 // pad runs write n times, eight at a time, and returns how many succeeded.
 func (o *Options) pad(ctx context.Context, n int, write func(context.Context, int) error) (int, error) {
