@@ -199,7 +199,7 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Padded = padded
 	next := Next(rec, ModeV3, "", o.By, o.Now())
-	next.SourceIndex, next.CutoverIndex, next.WatchFloor, next.V3Writes = s2, c3, c3, 0
+	next.SourceIndex, next.CutoverIndex, next.WatchFloor, next.WatchCeiling, next.V3Writes = s2, c3, c3, 0, 0
 	if _, err := o.cas(ctx, modRev, &next); err != nil {
 		return nil, err
 	}
@@ -285,13 +285,13 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 		return abort(err)
 	}
 	o.logf("step 1/3: fenced: %d bridge(s) acknowledged generation %d, no write reaches etcd v3", n, rec.Generation)
-	s2, padded, err := o.raiseSource(ctx)
+	s2, ceiling, padded, err := o.raiseSource(ctx, rec)
 	if err != nil {
 		return abort(err)
 	}
 	res.Padded = padded
 	next := Next(rec, ModePassthrough, "", o.By, o.Now())
-	next.RollbackIndex, next.WatchFloor, next.V3Revision = s2, s2, 0
+	next.RollbackIndex, next.WatchFloor, next.WatchCeiling, next.V3Revision = s2, s2, ceiling, 0
 	if _, err := o.cas(ctx, modRev, &next); err != nil {
 		return nil, err
 	}
@@ -508,10 +508,28 @@ func (o *Options) raiseV3(ctx context.Context, rec *Record, caught uint64) (c3, 
 	}
 }
 
-// raiseSource makes the old server's index larger than the v3 side's plus
-// the margin (the mirror of raiseV3, for a rollback), then deletes the pad
-// key; it returns the old server's index after that.
-func (o *Options) raiseSource(ctx context.Context) (uint64, int, error) {
+// raiseSource keeps the two index spaces apart for a rollback. When the
+// old server's index plus the margin is below the cutover's index, every
+// index etcd v3 gave clients since the cutover is above both, and the
+// cutover's index becomes a ceiling (returned) above which a waitIndex gets
+// 401 on the old server. Otherwise it makes the old server's index larger
+// than the v3 side's plus the margin (the mirror of raiseV3), then deletes
+// the pad key. It returns the old server's index after that.
+func (o *Options) raiseSource(ctx context.Context, rec *Record) (uint64, uint64, int, error) {
+	if s, _, err := o.Source.Index(ctx); err != nil {
+		return 0, 0, 0, err
+	} else if c := rec.CutoverIndex; c > 0 && s+o.IndexMargin < c {
+		o.logf("step 2/3: the old server's index %d + margin %d is below the cutover's index %d: "+
+			"a waitIndex above %d (issued by etcd v3) will get 401 from the old server's side", s, o.IndexMargin, c, c)
+		return s, c, 0, nil
+	}
+	s, padded, err := o.padSource(ctx)
+	return s, 0, padded, err
+}
+
+// padSource raises the old server's index past the v3 side's plus the
+// margin by rewriting a hidden pad key, then deletes it.
+func (o *Options) padSource(ctx context.Context) (uint64, int, error) {
 	padded := 0
 	for {
 		v, err := o.V3Index(ctx)

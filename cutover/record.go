@@ -84,6 +84,12 @@ type Record struct {
 	// It is CutoverIndex while v3 serves and RollbackIndex while the old
 	// server serves after a rollback.
 	WatchFloor uint64 `json:"watchFloor,omitempty"`
+	// WatchCeiling: a waitIndex above it was issued by etcd v3 and gets
+	// error 401 on the old server. A rollback sets it (to CutoverIndex)
+	// instead of raising the old server's index, when every index etcd v3
+	// gave clients since the cutover is above it and the old server's is
+	// well below it.
+	WatchCeiling uint64 `json:"watchCeiling,omitempty"`
 	// V3Writes, on a rollback's fencing record, counts the writes found in
 	// etcd v3 since the cutover (a rollback with --force carries on).
 	V3Writes int `json:"v3Writes,omitempty"`
@@ -123,8 +129,9 @@ type State struct {
 	Mode       string
 	Side       Side
 	Writes     bool   // writes are served (not fenced)
-	WatchFloor uint64 // a waitIndex at or below it gets 401
-	Generation uint64
+	WatchFloor   uint64 // a waitIndex at or below it gets 401
+	WatchCeiling uint64 // a waitIndex above it gets 401 (0: none)
+	Generation   uint64
 }
 
 // Unknown is the state of a bridge that has not read the record: it serves
@@ -136,7 +143,7 @@ func StateOf(r *Record) State {
 	if r == nil {
 		return State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true}
 	}
-	st := State{Mode: r.Mode, Generation: r.Generation, WatchFloor: r.WatchFloor}
+	st := State{Mode: r.Mode, Generation: r.Generation, WatchFloor: r.WatchFloor, WatchCeiling: r.WatchCeiling}
 	switch r.Mode {
 	case ModePassthrough:
 		st.Side, st.Writes = SidePassthrough, true

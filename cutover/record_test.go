@@ -16,6 +16,8 @@ func TestStateOfEachRecord(t *testing.T) {
 		{"no record is passthrough with writes", nil, State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true}},
 		{"passthrough after a rollback keeps its floor", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 221},
 			State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true, Generation: 4, WatchFloor: 221}},
+		{"passthrough after a rollback under a ceiling", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6, WatchCeiling: 12000000},
+			State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true, Generation: 4, WatchFloor: 6, WatchCeiling: 12000000}},
 		{"fencing a cutover serves reads from the old server", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1},
 			State{Mode: ModeFencing, Side: SidePassthrough, Generation: 1}},
 		{"fencing a rollback serves reads from v3 above the cutover floor", &Record{Mode: ModeFencing, From: ModeV3, Generation: 3, WatchFloor: 107},

@@ -291,7 +291,8 @@ func (s *Switch) doneWrite() {
 // serveWatch refuses a waitIndex from the other side's index space and
 // tracks the watch so a change of side ends it.
 func (s *Switch) serveWatch(w http.ResponseWriter, r *http.Request, st State, b *Backend) {
-	if wi, err := strconv.ParseUint(r.URL.Query().Get("waitIndex"), 10, 64); err == nil && wi > 0 && wi <= st.WatchFloor {
+	if wi, err := strconv.ParseUint(r.URL.Query().Get("waitIndex"), 10, 64); err == nil && wi > 0 &&
+		(wi <= st.WatchFloor || st.WatchCeiling > 0 && wi > st.WatchCeiling) {
 		writeV2Error(w, translate.NewError(translate.EcodeEventIndexCleared,
 			fmt.Sprintf("the requested history has been cleared [%d/%d]", st.WatchFloor+1, wi), st.WatchFloor))
 		return

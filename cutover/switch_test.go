@@ -151,6 +151,30 @@ func TestSwitchAnswersAnIndexOfTheOtherSideWith401(t *testing.T) {
 	}
 }
 
+func TestSwitchAnswersAnIndexAboveTheCeilingWith401(t *testing.T) {
+	s, _, _ := newTestSwitch(t)
+	apply(t, s, &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6, WatchCeiling: 12000000})
+	for _, c := range []struct {
+		name, query string
+		refused     bool
+	}{
+		{"an index of etcd v3's", "wait=true&waitIndex=12000001", true},
+		{"the old server's next index", "wait=true&waitIndex=7", false},
+		{"at the ceiling", "wait=true&waitIndex=12000000", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, httptest.NewRequest("GET", "/v2/keys/a?"+c.query, nil).WithContext(ctx))
+			refused := rec.Code == 400 && strings.Contains(rec.Body.String(), `"errorCode":401`)
+			if refused != c.refused {
+				t.Errorf("%d %s; want refused=%v", rec.Code, rec.Body, c.refused)
+			}
+		})
+	}
+}
+
 func TestSwitchEndsWatchesWhenTheSideChanges(t *testing.T) {
 	s, _, _ := newTestSwitch(t)
 	apply(t, s, nil)
