@@ -126,9 +126,9 @@ func (r *Record) Encode() []byte {
 type State struct {
 	// Mode is the record's mode (passthrough for an absent record); empty
 	// while the record is not known.
-	Mode       string
-	Side       Side
-	Writes     bool   // writes are served (not fenced)
+	Mode         string
+	Side         Side
+	Writes       bool   // writes are served (not fenced)
 	WatchFloor   uint64 // a waitIndex at or below it gets 401
 	WatchCeiling uint64 // a waitIndex above it gets 401 (0: none)
 	Generation   uint64
