@@ -23,9 +23,9 @@ run: build
 # the concurrent paths (the watch hub, writes through two bridges, leases,
 # failover), not on the whole suite (too slow on small machines, and the
 # liveness tests time their bounds).
-UNIT_PKGS := ./translate/... ./v2api/... ./v3backend/... ./upstream/... ./cmd/... ./server/...
+UNIT_PKGS := ./translate/... ./v2api/... ./v3backend/... ./upstream/... ./cutover/... ./cmd/... ./server/...
 RACE_PKGS := $(UNIT_PKGS) ./v2bridgetest/...
-RACE_INTEGRATION := ^(TestWatch.*|TestPassthrough.*|TestConcurrentInOrderAcrossBridges|TestMixedFlannelLeases|TestEndpointsAutoSync)$$
+RACE_INTEGRATION := ^(TestWatch.*|TestPassthrough.*|TestCutover.*|TestConcurrentInOrderAcrossBridges|TestMixedFlannelLeases|TestEndpointsAutoSync)$$
 
 ## test: vet, the race detector on the unit tests and the concurrent paths, then every test (unit, integration against real etcd, conformance against a real v2 server)
 test: vet

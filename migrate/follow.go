@@ -98,6 +98,9 @@ func (m *migrator) follow(ctx context.Context, snap *Summary) (*FollowStats, err
 		if s2.Index > fs.Index {
 			fs.Index = s2.Index
 		}
+		if m.o.Applied != nil {
+			m.o.Applied(fs.Index)
+		}
 	}
 }
 
@@ -136,6 +139,9 @@ func (m *migrator) followOnce(ctx context.Context, roots []root, fs *FollowStats
 			return err
 		case ev := <-evc:
 			m.applyEvent(ctx, ev, fs)
+			if m.o.Applied != nil && ctx.Err() == nil {
+				m.o.Applied(fs.Index)
+			}
 			report(false)
 		case <-ttlTick:
 			m.resyncTTLs(ctx, roots, fs)

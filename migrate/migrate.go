@@ -93,6 +93,10 @@ type Options struct {
 	// Log, if set, receives one line per notable event: hidden nodes found,
 	// conflicts while following, re-syncs, retries.
 	Log func(string)
+	// Applied, if set, is called by Follow with the source index up to
+	// which every event it received has been handled (applied, found
+	// already there, or reported), after each event and each re-sync.
+	Applied func(index uint64)
 }
 
 func (o *Options) setDefaults() error {

@@ -29,6 +29,7 @@ type config struct {
 
 	endpoints             string
 	v2Upstream            string
+	modeLeaseTTL          time.Duration
 	dialTimeout           time.Duration
 	cacert, cert, key     string
 	insecureSkipTLSVerify bool
@@ -82,6 +83,12 @@ type config struct {
 // passthrough reports whether the bridge forwards the v2 API to --v2-upstream.
 func (c *config) passthrough() bool { return c.v2Upstream != "" }
 
+// dual reports whether the bridge has both sides: a --v2-upstream and an
+// etcd v3 cluster, of which the mode record in etcd v3 names the one served.
+func (c *config) dual() bool {
+	return c.passthrough() && (c.endpoints != "" || c.discoverySRV != "")
+}
+
 // optionalBool is a boolean flag that remembers whether any source set it.
 type optionalBool struct{ value, set bool }
 
@@ -110,7 +117,8 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to serve the v2 API on (http://host:port)")
 	fs.StringVar(&c.advertiseClientURLs, "advertise-client-urls", "", "URLs reported by /v2/members and /v2/machines (default: the listen URLs)")
 	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd v3 endpoints (without them, and without any other backend setting, a private embedded etcd runs)")
-	fs.StringVar(&c.v2Upstream, "v2-upstream", "", "passthrough mode: comma-separated client URLs of an old etcd v2 server, which answers every v2 request (failover in list order; no etcd v3 is used)")
+	fs.StringVar(&c.v2Upstream, "v2-upstream", "", "passthrough mode: comma-separated client URLs of an old etcd v2 server, which answers every v2 request (failover in list order); with --endpoints or --discovery-srv too, dual mode: the mode record in etcd v3 says which side serves, and 'migrate cutover' switches every bridge at once")
+	fs.DurationVar(&c.modeLeaseTTL, "mode-lease-ttl", 10*time.Second, "dual mode: TTL of the lease on the bridge's registration in etcd v3; a bridge that cannot renew it that long refuses writes, since a cutover may have fenced without it")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", d.DialTimeout, "timeout for connecting to an etcd v3 endpoint")
 	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify the etcd v3 endpoints")
 	fs.StringVar(&c.cert, "cert", "", "client certificate for the etcd v3 endpoints")
@@ -369,6 +377,12 @@ func getenv(k string) string { return os.Getenv(k) }
 func (c *config) checkUpstream() error {
 	if c.embedded.value {
 		return errors.New("--embedded conflicts with --v2-upstream: passthrough mode serves the v2 upstream, not an etcd")
+	}
+	if c.discoverySRV != "" && c.endpoints != "" {
+		return errors.New("--discovery-srv and --endpoints conflict: give one")
+	}
+	if c.modeLeaseTTL < 2*time.Second {
+		return fmt.Errorf("--mode-lease-ttl %v: at least 2s (etcd's shortest lease)", c.modeLeaseTTL)
 	}
 	for _, u := range splitList(c.v2Upstream) {
 		pu, err := url.Parse(u)

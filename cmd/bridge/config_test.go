@@ -88,3 +88,37 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigDecidesDualMode(t *testing.T) {
+	none := func(string) string { return "" }
+	for _, c := range []struct {
+		name              string
+		args              []string
+		dual, passthrough bool
+		err               string
+	}{
+		{"upstream alone is passthrough", []string{"--v2-upstream", "http://old:2379"}, false, true, ""},
+		{"upstream and endpoints is dual", []string{"--v2-upstream", "http://old:2379", "--endpoints", "http://m1:2379"}, true, true, ""},
+		{"upstream and SRV discovery is dual", []string{"--v2-upstream", "http://old:2379", "--discovery-srv", "example.com"}, true, true, ""},
+		{"a lease shorter than etcd's shortest is refused", []string{"--v2-upstream", "http://old:2379", "--endpoints", "http://m1:2379",
+			"--mode-lease-ttl", "1s"}, false, false, "--mode-lease-ttl"},
+		{"endpoints and SRV discovery conflict in dual mode too", []string{"--v2-upstream", "http://old:2379", "--endpoints", "http://m1:2379",
+			"--discovery-srv", "example.com"}, false, false, "conflict"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := parseConfig(c.args, none, io.Discard)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err %v, want one naming %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.dual() != c.dual || cfg.passthrough() != c.passthrough {
+				t.Errorf("dual %v passthrough %v", cfg.dual(), cfg.passthrough())
+			}
+		})
+	}
+}

@@ -20,8 +20,9 @@ var flagGroups = []flagGroup{
 	{"Serving the v2 API", []string{"listen-client-urls", "advertise-client-urls", "name",
 		"cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "client-crl-file", "tls-min-version",
 		"listen-metrics-urls", "enable-pprof", "http-idle-timeout", "http-body-read-timeout", "max-connections"}},
-	{"Passthrough to an old etcd v2 server (the migration's first step; heartbeat and request flags below apply)",
-		[]string{"v2-upstream"}},
+	{"Passthrough to an old etcd v2 server (the migration's first step; heartbeat and request flags below apply);\n" +
+		"with an etcd v3 cluster too, dual mode (the mode record in etcd v3 says which side serves)",
+		[]string{"v2-upstream", "mode-lease-ttl"}},
 	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions"}},
 	{"The etcd v3 cluster", []string{"endpoints", "discovery-srv", "discovery-srv-name", "endpoints-auto-sync-interval",
 		"cacert", "cert", "key", "insecure-skip-tls-verify", "user",
@@ -38,9 +39,11 @@ const usageHead = `%[1]s serves the etcd v2 keys and watch API from an etcd v3 c
 Usage:
   %[1]s [flags]                      serve (the default)
   %[1]s [flags] migrate [flags]      copy an etcd v2 server's tree into the v3 cluster
+  %[1]s [flags] migrate cutover [flags]   switch every dual-mode bridge to etcd v3 at once
+  %[1]s [flags] migrate rollback [flags]  switch them back to the old v2 server
   %[1]s [flags] verify [flags]       compare an etcd v2 server's tree with the bridge's view
   %[1]s version                      print the version
-  %[1]s help [migrate|verify]        this text, or a command's
+  %[1]s help [migrate|verify|cutover|rollback]  this text, or a command's
 
 Flags given before a command apply to it, so "%[1]s --log-level debug migrate ..." works.
 Flags take one or two dashes; each is followed by the environment variable that sets it.
@@ -53,7 +56,9 @@ YAML --config-file under the flag's name (lists allowed). Precedence, highest fi
 A V2BRIDGE_ variable that no flag reads is an error naming the closest real one.
 
 Backend rule: with --v2-upstream the bridge forwards every v2 request to that old v2 server
-(passthrough mode; no etcd v3 is used, --endpoints is not needed). Otherwise it serves
+(passthrough mode; no etcd v3 is used). With --v2-upstream and --endpoints (or --discovery-srv)
+it runs in dual mode: it serves from the side the mode record in etcd v3 names (the old server
+until "migrate cutover", etcd v3 after it; the record beats the flags). Otherwise it serves
 --endpoints (or --discovery-srv). A private embedded etcd runs
 only with --embedded, or when no backend setting is given at all (no --endpoints,
 --discovery-srv, --embedded or --config-file: what "make run" does); it says so at startup
@@ -106,7 +111,14 @@ func helpFor(w io.Writer, args []string) error {
 	}
 	switch args[0] {
 	case "migrate", "verify":
+		if args[0] == "migrate" && len(args) > 1 && (args[1] == "cutover" || args[1] == "rollback") {
+			return helpFor(w, args[1:])
+		}
 		fs := newMigrateFlagSet(args[0], &config{}, &migrateFlags{}, w)
+		fs.Usage()
+		return nil
+	case "cutover", "rollback":
+		fs := newCutoverFlagSet(args[0], &config{}, &cutoverFlags{}, w)
 		fs.Usage()
 		return nil
 	case "version", "help":

@@ -63,6 +63,9 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 		}
 		switch rest[0] {
 		case "migrate", "verify":
+			if rest[0] == "migrate" && len(rest) > 1 && (rest[1] == "cutover" || rest[1] == "rollback") {
+				return runCutoverCommand(rest[1], append(append([]string{}, global...), rest[2:]...), stdout, stderr)
+			}
 			return runMigrateCommand(rest[0], append(append([]string{}, global...), rest[1:]...), stdout, stderr)
 		case "version":
 			printVersion(stdout)

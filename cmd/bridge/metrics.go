@@ -4,8 +4,11 @@ package main
 
 import (
 	"runtime"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/v2bridge/v2bridge/cutover"
 )
 
 // registerBridgeInfo adds the process's constant facts: which build runs, and
@@ -42,4 +45,61 @@ func registerMode(reg prometheus.Registerer, passthrough bool) {
 	mode.WithLabelValues(on).Set(1)
 	mode.WithLabelValues(off).Set(0)
 	reg.MustRegister(mode)
+}
+
+// dualModeMetrics say which mode a dual-mode bridge serves in and since
+// when; they follow every change of the mode record.
+type dualModeMetrics struct {
+	mode       *prometheus.GaugeVec
+	since      prometheus.Gauge
+	generation prometheus.Gauge
+	// fenced reads the switch's count of refused writes.
+	fenced func() int64
+}
+
+// registerDualMode adds v2bridge_mode (with a "fencing" value besides
+// "passthrough" and "v3"; all 0 until the record is read),
+// v2bridge_mode_since_seconds, v2bridge_mode_generation and
+// v2bridge_writes_fenced_total.
+func registerDualMode(reg prometheus.Registerer) *dualModeMetrics {
+	m := &dualModeMetrics{
+		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "v2bridge_mode",
+			Help: "1 for the mode the bridge serves in: passthrough (to an old v2 server), fencing (a cutover or rollback is switching: writes refused) or v3.",
+		}, []string{"mode"}),
+		since: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "v2bridge_mode_since_seconds",
+			Help: "Unix time at which the bridge began serving from its current side (the old v2 server or etcd v3).",
+		}),
+		generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "v2bridge_mode_generation",
+			Help: "Generation of the mode record the bridge applied (0: no record, or not read yet).",
+		}),
+	}
+	for _, l := range []string{"passthrough", "fencing", "v3"} {
+		m.mode.WithLabelValues(l).Set(0)
+	}
+	fenced := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "v2bridge_writes_fenced_total",
+		Help: "v2 writes refused while a cutover or rollback fenced them, or while the bridge could not renew its registration in etcd v3.",
+	}, func() float64 {
+		if m.fenced == nil {
+			return 0
+		}
+		return float64(m.fenced())
+	})
+	reg.MustRegister(m.mode, m.since, m.generation, fenced)
+	return m
+}
+
+func (m *dualModeMetrics) set(st cutover.State, since time.Time) {
+	for _, l := range []string{"passthrough", "fencing", "v3"} {
+		v := 0.0
+		if l == st.Mode {
+			v = 1
+		}
+		m.mode.WithLabelValues(l).Set(v)
+	}
+	m.since.Set(float64(since.UnixNano()) / 1e9)
+	m.generation.Set(float64(st.Generation))
 }

@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v3backend"
@@ -160,6 +161,9 @@ type migrateRun struct {
 	// summary is the JSON summary (--output json) once there is one: it
 	// is written however the command ends.
 	summary interface{ setResult(error) }
+	// reporter records the follower's progress in etcd v3 for `migrate
+	// cutover` (with --follow; nil otherwise).
+	reporter *cutover.FollowReporter
 }
 
 func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) (err error) {
@@ -202,6 +206,14 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	defer be.Close()
 	r.o.Target = be
+	if cmd == "migrate" && !r.mf.dryRun {
+		if err := r.watchMode(ctx, &c, endpoints, layout, lg); err != nil {
+			return err
+		}
+		if r.reporter != nil {
+			defer r.reporter.Client.Close()
+		}
+	}
 	r.jt = newJSONTarget(endpoints, layout)
 	r.target = fmt.Sprintf("etcd v3 %s (data prefix %q, meta prefix %q)", strings.Join(endpoints, ","), layout.DataPrefix, layout.MetaPrefix)
 	if cmd == "verify" {
@@ -360,11 +372,63 @@ func (r *migrateRun) migrate(ctx context.Context) error {
 	return r.follow(ctx, sum, js, cerr)
 }
 
-// follow applies the source's changes after the copy sum until interrupted;
-// cerr is the copy's own error, reported once following ends.
+// watchMode refuses to write once the mode record says etcd v3 is the
+// authority, and with --follow prepares the progress record the cutover
+// waits on.
+func (r *migrateRun) watchMode(ctx context.Context, c *config, endpoints []string, layout translate.Layout, lg *zap.Logger) error {
+	bcfg, err := backendConfig(c, endpoints, layout)
+	if err != nil {
+		return err
+	}
+	cli, err := newControlClient(c, bcfg, lg)
+	if err != nil {
+		return err
+	}
+	src, err := cutover.NewSource([]string{r.o.From}, r.o.SourceTLS, r.o.SourceUser, r.mf.fromTimeout)
+	if err != nil {
+		cli.Close()
+		return err
+	}
+	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Source: src,
+		Prefix: r.o.FromPrefix, RequestTimeout: c.requestTimeout, Log: r.o.Log}
+	if err := rep.Check(ctx); err != nil {
+		cli.Close()
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if !r.mf.follow {
+		cli.Close()
+		return nil
+	}
+	r.reporter = rep
+	r.o.Applied = rep.Applied
+	return nil
+}
+
+// follow applies the source's changes after the copy sum until interrupted
+// or until the cutover to etcd v3 is done; cerr is the copy's own error,
+// reported once following ends.
 func (r *migrateRun) follow(ctx context.Context, sum *migrate.Summary, js *jsonMigrate, cerr error) error {
-	fmt.Fprintf(r.stderr, "following %s from index %d; interrupt (Ctrl-C) to stop\n", sum.Source, sum.Index+1)
-	fst, ferr := migrate.Follow(ctx, r.o, sum)
+	fmt.Fprintf(r.stderr, "following %s from index %d; interrupt (Ctrl-C) to stop; `migrate cutover` stops it too\n", sum.Source, sum.Index+1)
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	repDone := make(chan error, 1)
+	if r.reporter != nil {
+		r.reporter.Applied(sum.Index)
+		go func() {
+			err := r.reporter.Run(fctx)
+			if errors.Is(err, cutover.ErrSwitched) {
+				fcancel()
+			}
+			repDone <- err
+		}()
+	} else {
+		repDone <- nil
+	}
+	fst, ferr := migrate.Follow(fctx, r.o, sum)
+	fcancel()
+	if errors.Is(<-repDone, cutover.ErrSwitched) {
+		fmt.Fprintln(r.stderr, "the cutover to etcd v3 is done: the old server is no longer followed")
+	}
 	r.finishProgress()
 	if fst != nil && r.jsonOut() {
 		js.Follow = migrateJSON(sum, r.jt, fst).Follow

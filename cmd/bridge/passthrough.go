@@ -22,13 +22,10 @@ import (
 
 // servePassthrough runs the bridge in passthrough mode until ctx ends: every
 // v2 request is forwarded to the --v2-upstream v2 server; no etcd v3 (nor an
-// embedded one) is used.
+// embedded one) is used. With an etcd v3 cluster as well, serveDual runs
+// instead.
 func servePassthrough(ctx context.Context, c *config, lg *zap.Logger, lns *listeners) error {
 	urls := splitList(c.v2Upstream)
-	if c.endpoints != "" || c.discoverySRV != "" {
-		lg.Warn("passthrough mode: --endpoints/--discovery-srv are not used yet " +
-			"(the shadow comparison against etcd v3 is not implemented)")
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBridgeInfo(reg, false)

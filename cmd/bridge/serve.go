@@ -32,18 +32,16 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		return err
 	}
 	defer lns.closeUnserved()
+	if c.dual() {
+		return serveDual(ctx, c, lg, lns, layout)
+	}
 	if c.passthrough() {
 		return servePassthrough(ctx, c, lg, lns)
 	}
 
-	endpoints := splitList(c.endpoints)
-	if c.discoverySRV != "" {
-		srvs, err := srv.GetClient("etcd-client", c.discoverySRV, c.discoverySRVName)
-		if err != nil {
-			return fmt.Errorf("--discovery-srv %s: %w", c.discoverySRV, err)
-		}
-		endpoints = srvs.Endpoints
-		lg.Info("backend endpoints from DNS SRV", zap.String("domain", c.discoverySRV), zap.Strings("endpoints", endpoints))
+	endpoints, err := backendEndpoints(c, lg)
+	if err != nil {
+		return err
 	}
 	var etcd *embed.Etcd
 	if c.embeddedMode != "" {
@@ -99,6 +97,20 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		br.Serve(l.ln, br.API.MetricsHandler(), errc)
 	}
 	return runUntilDone(ctx, lg, br.Backend.Ready, errc, shutdown)
+}
+
+// backendEndpoints are the etcd v3 endpoints: --endpoints, or those the
+// --discovery-srv domain's SRV records list.
+func backendEndpoints(c *config, lg *zap.Logger) ([]string, error) {
+	if c.discoverySRV == "" {
+		return splitList(c.endpoints), nil
+	}
+	srvs, err := srv.GetClient("etcd-client", c.discoverySRV, c.discoverySRVName)
+	if err != nil {
+		return nil, fmt.Errorf("--discovery-srv %s: %w", c.discoverySRV, err)
+	}
+	lg.Info("backend endpoints from DNS SRV", zap.String("domain", c.discoverySRV), zap.Strings("endpoints", srvs.Endpoints))
+	return srvs.Endpoints, nil
 }
 
 // warnEmbedded says loudly that the bridge serves a store of its own, which

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"os/user"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/v2bridge/v2bridge/cutover"
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// cutoverFlags are the settings of `v2bridge migrate cutover` and `migrate
+// rollback`.
+type cutoverFlags struct {
+	from, fromPrefix              string
+	fromCACert, fromCert, fromKey string
+	fromInsecure                  bool
+	fromUser                      string
+	fromTimeout                   time.Duration
+	ackTimeout, followTimeout     time.Duration
+	indexMargin                   uint64
+	force                         bool
+	output                        string
+}
+
+func newCutoverFlagSet(cmd string, c *config, cf *cutoverFlags, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(progName+" migrate "+cmd, flag.ContinueOnError)
+	fs.SetOutput(out)
+	addBackendFlags(fs, c)
+	fs.StringVar(&cf.from, "from", "", "client URL(s) of the old etcd v2 server the bridges forward to (required), comma-separated")
+	fs.StringVar(&cf.fromPrefix, "from-prefix", "/", "the migrated v2 directory (a rollback writes a hidden pad key below it)")
+	fs.StringVar(&cf.fromCACert, "from-cacert", "", "CA bundle to verify the old server's certificate")
+	fs.StringVar(&cf.fromCert, "from-cert", "", "client certificate for the old server")
+	fs.StringVar(&cf.fromKey, "from-key", "", "client key for the old server")
+	fs.BoolVar(&cf.fromInsecure, "from-insecure-skip-tls-verify", false, "do not verify the old server's certificate")
+	fs.StringVar(&cf.fromUser, "from-user", "", "old server user as name:password (v2 auth)")
+	fs.DurationVar(&cf.fromTimeout, "from-timeout", 5*time.Second, "deadline of each request to the old server")
+	fs.DurationVar(&cf.ackTimeout, "ack-timeout", 30*time.Second, "how long to wait for every live bridge to acknowledge the fence (then the fence is lifted)")
+	fs.Uint64Var(&cf.indexMargin, "index-margin", 1000, "how far the index of the side taking over must be ahead of the other side's (raised by writing a pad key when it is not)")
+	if cmd == "cutover" {
+		fs.DurationVar(&cf.followTimeout, "follow-timeout", time.Minute, "how long to wait for 'migrate --follow' to apply the old server's last changes (then the fence is lifted)")
+	} else {
+		fs.BoolVar(&cf.force, "force", false, "roll back even though writes were made through etcd v3 since the cutover (they are lost: nothing copies them back)")
+	}
+	fs.StringVar(&cf.output, "output", "text", "result on stdout: text, or json (one object, for scripts; the steps go to stderr)")
+	shown := map[string]bool{}
+	for _, n := range backendFlagNames {
+		shown[n] = true
+	}
+	server := newFlagSet(&config{}, io.Discard)
+	fs.Usage = func() {
+		o := fs.Output()
+		if cmd == "cutover" {
+			fmt.Fprint(o, `Usage: v2bridge migrate cutover --from URL --endpoints URLS [flags]
+
+Switches every dual-mode bridge (started with --v2-upstream and --endpoints)
+from the old v2 server to etcd v3 at once, by rewriting the mode record in
+etcd v3 that they all watch:
+  1. fence: bridges refuse writes; wait until every live bridge acknowledges
+  2. wait until "migrate --follow" has applied the old server's last change
+  3. raise the v3 index past the old server's if needed, then switch to v3
+A failure before step 3 lifts the fence. Already in v3 mode: nothing to do.
+`)
+		} else {
+			fmt.Fprint(o, `Usage: v2bridge migrate rollback --from URL --endpoints URLS [flags]
+
+Switches every dual-mode bridge back to the old v2 server, which must be
+intact. Writes made through etcd v3 since the cutover are not copied back:
+it refuses when there are any, unless --force. Steps: fence writes and wait
+for the bridges; raise the old server's index past etcd v3's; switch.
+Already in passthrough mode: nothing to do.
+`)
+		}
+		fmt.Fprintln(o, "\nThe old server and the command:")
+		fs.VisitAll(func(f *flag.Flag) {
+			if !shown[f.Name] && server.Lookup(f.Name) == nil {
+				printFlag(o, f)
+			}
+		})
+		fmt.Fprintln(o, "\nThe etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
+		fs.VisitAll(func(f *flag.Flag) {
+			if shown[f.Name] {
+				printFlag(o, f)
+			}
+		})
+	}
+	return fs
+}
+
+// runCutoverCommand runs `v2bridge migrate cutover` or `migrate rollback`.
+func runCutoverCommand(cmd string, args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return cutoverMain(ctx, cmd, args, getenv, stdout, stderr)
+}
+
+// jsonSwitch is the --output json result of cutover and rollback.
+type jsonSwitch struct {
+	Command  string          `json:"command"`
+	OK       bool            `json:"ok"`
+	Error    string          `json:"error,omitempty"`
+	Changed  bool            `json:"changed"`
+	Record   *cutover.Record `json:"record,omitempty"`
+	Bridges  int             `json:"bridges"`
+	Padded   int             `json:"padded"`
+	V3Writes int             `json:"v3Writes,omitempty"`
+	Seconds  float64         `json:"durationSeconds"`
+}
+
+func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	var c config
+	var cf cutoverFlags
+	fs := newCutoverFlagSet(cmd, &c, &cf, io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return nil
+		}
+		return usageErrorf("migrate %s: %v (see %s migrate %s --help)", cmd, err, progName, cmd)
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("migrate %s: unexpected argument %q", cmd, fs.Arg(0))
+	}
+	if cf.output != "text" && cf.output != "json" {
+		return usageErrorf("migrate %s: --output must be text or json, not %q", cmd, cf.output)
+	}
+	js := &jsonSwitch{Command: "migrate " + cmd}
+	steps := stdout
+	if cf.output == "json" {
+		steps = stderr
+		defer func() {
+			js.OK = err == nil
+			if err != nil {
+				js.Error = err.Error()
+			}
+			writeJSON(stdout, js)
+		}()
+	}
+	if err := applySources(fs, getenv); err != nil {
+		return err
+	}
+	if cf.from == "" {
+		return fmt.Errorf("migrate %s: --from is required: the old etcd v2 server's client URL, e.g. --from http://old-etcd:2379", cmd)
+	}
+	endpoints := splitList(c.endpoints)
+	if len(endpoints) == 0 {
+		return fmt.Errorf("migrate %s: --endpoints is required: the etcd v3 cluster the dual-mode bridges use", cmd)
+	}
+	layout, err := translate.NewLayout(c.dataPrefix, c.metaPrefix)
+	if err != nil {
+		return err
+	}
+	lg, err := newLogger(c.logLevel, c.logFormat)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lg.Sync() }()
+	so, err := sourceOptions(&migrateFlags{from: cf.from, fromCACert: cf.fromCACert, fromCert: cf.fromCert,
+		fromKey: cf.fromKey, fromInsecure: cf.fromInsecure, fromUser: cf.fromUser})
+	if err != nil {
+		return err
+	}
+	src, err := cutover.NewSource(splitList(cf.from), so.SourceTLS, cf.fromUser, cf.fromTimeout)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	bcfg, err := backendConfig(&c, endpoints, layout)
+	if err != nil {
+		return err
+	}
+	cli, err := newControlClient(&c, bcfg, lg)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	be, err := newMigrateBackend(ctx, &c, endpoints, layout, lg)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	o := cutover.Options{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Layout: layout, Source: src,
+		V3Index: func(ctx context.Context) (uint64, error) {
+			ev, _, err := be.Get(ctx, &translate.Request{Method: "GET", Path: "/", Quorum: true})
+			if err != nil {
+				return 0, err
+			}
+			return ev.EtcdIndex, nil
+		},
+		SourcePadKey: path.Join("/", cf.fromPrefix, "_v2bridge_rollback_pad"),
+		AckTimeout:   cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
+		By: whoRuns(), RequestTimeout: c.requestTimeout,
+		Log: func(s string) { fmt.Fprintln(steps, s) }}
+	fmt.Fprintf(steps, "%s: old server %s, etcd v3 %s, mode record %s\n", cmd, src, strings.Join(endpoints, ","), o.Keys.Mode)
+	var res *cutover.Result
+	if cmd == "cutover" {
+		res, err = cutover.Cutover(ctx, o)
+	} else {
+		res, err = cutover.Rollback(ctx, o)
+	}
+	if res != nil {
+		js.Changed, js.Record, js.Bridges, js.Padded, js.V3Writes, js.Seconds =
+			res.Changed, res.Record, res.Bridges, res.Padded, res.V3Writes, res.Duration.Seconds()
+	}
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", cmd, err)
+	}
+	if res.Changed {
+		fmt.Fprintf(steps, "done in %s: %d bridge(s) serve in %s mode (generation %d)\n",
+			res.Duration.Round(time.Millisecond), res.Bridges, res.Record.Mode, res.Record.Generation)
+	}
+	return nil
+}
+
+// whoRuns names the operator for the mode record: user@host.
+func whoRuns() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s@%s (pid %d)", name, host, os.Getpid())
+}

@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/cutover"
+	"github.com/v2bridge/v2bridge/server"
+	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/upstream"
+	"github.com/v2bridge/v2bridge/v2api"
+	"github.com/v2bridge/v2bridge/v3backend"
+)
+
+// dualSides are the two sides of a dual-mode bridge. The v3 side comes up
+// in the background (the old server is served meanwhile); onV3 hands it on
+// once it is there. A shadow comparer of the old server's answers with the
+// v3 side's hooks in here: it gets the passthrough and, through onV3, the
+// v3 side's store.
+type dualSides struct {
+	pass *upstream.Passthrough
+	v3   atomic.Pointer[server.Bridge]
+	// onV3 is called once, with the v3 side's store, when it is connected.
+	onV3 func(v2api.Store)
+}
+
+// V3Store is the v3 side's v2 store, nil until it is connected.
+func (d *dualSides) V3Store() v2api.Store {
+	if br := d.v3.Load(); br != nil {
+		return server.Store{B: br.Backend}
+	}
+	return nil
+}
+
+// serveDual runs a bridge with both --v2-upstream and an etcd v3 cluster
+// until ctx ends: it serves from the side the mode record in etcd v3 names,
+// and switches every bridge at once when `migrate cutover` or `migrate
+// rollback` rewrites the record.
+func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, layout translate.Layout) error {
+	endpoints, err := backendEndpoints(c, lg)
+	if err != nil {
+		return err
+	}
+	bcfg, err := backendConfig(c, endpoints, layout)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBridgeInfo(reg, false)
+	mm := registerDualMode(reg)
+	var v3reg atomic.Pointer[prometheus.Registry]
+	gatherer := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		gs := prometheus.Gatherers{reg}
+		if r := v3reg.Load(); r != nil {
+			gs = append(gs, r)
+		}
+		return gs.Gather()
+	})
+	d := &dualSides{}
+	d.pass, err = upstream.New(upstream.Config{URLs: splitList(c.v2Upstream),
+		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout,
+		HeartbeatFailures: c.heartbeatFailures, RequestTimeout: c.requestTimeout,
+		Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs), EnablePprof: c.enablePprof,
+		Logger: lg.Named("upstream"), Registry: reg, Gatherer: gatherer})
+	if err != nil {
+		return err
+	}
+	defer d.pass.Close()
+	sw := cutover.NewSwitch(cutover.SwitchConfig{
+		Passthrough: cutover.Backend{API: d.pass, Probes: d.pass.MetricsHandler(), Ready: d.pass.Ready},
+		Metrics:     promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}),
+		Logger:      lg.Named("mode"),
+		OnChange:    mm.set,
+	})
+	mm.fenced = sw.FencedWrites
+	cli, err := newControlClient(c, bcfg, lg)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	agent := cutover.NewAgent(cutover.AgentConfig{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Switch: sw,
+		LeaseTTL: c.modeLeaseTTL, RequestTimeout: c.requestTimeout, Name: c.name,
+		Advertise: splitList(c.advertiseClientURLs), Logger: lg.Named("mode")})
+
+	bgctx, bgcancel := context.WithCancel(context.Background())
+	var bg sync.WaitGroup // the agent and the v3 side's builder
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		agent.Run(bgctx)
+	}()
+	go func() {
+		defer bg.Done()
+		d.buildV3(bgctx, c, bcfg, endpoints, lg, sw, &v3reg)
+	}()
+
+	limits := server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
+		MaxConnections: c.maxConnections}
+	var (
+		servers []*http.Server
+		wg      sync.WaitGroup // one per Serve goroutine
+	)
+	errc := make(chan error, len(lns.client)+len(lns.metrics))
+	serveOn := func(l urlListener, h http.Handler) {
+		srv := server.NewHTTPServer(h, limits, zap.NewStdLog(lg.Named("http")))
+		servers = append(servers, srv)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(limitListener(l, limits)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	lns.served = true
+	for _, l := range lns.client {
+		lg.Info("serving in dual mode: from the side the mode record names", zap.String("url", l.url),
+			zap.Strings("v2-upstream", splitList(c.v2Upstream)), zap.Strings("backend", endpoints))
+		serveOn(l, v2api.RequestLog(sw, lg.Named("request")))
+	}
+	for _, l := range lns.metrics {
+		lg.Info("serving metrics", zap.String("url", l.url))
+		serveOn(l, sw.MetricsHandler())
+	}
+	shutdown := func() error {
+		// The registration goes first (a cutover stops waiting for this
+		// bridge), then watches end (clients re-issue them elsewhere) and
+		// in-flight requests finish within their deadlines.
+		bgcancel()
+		bg.Wait()
+		d.pass.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var errs []error
+		if br := d.v3.Load(); br != nil {
+			br.Backend.Hub().EndAll("bridge shutting down")
+		}
+		for _, srv := range servers {
+			errs = append(errs, srv.Shutdown(sctx))
+		}
+		wg.Wait()
+		if br := d.v3.Load(); br != nil {
+			errs = append(errs, br.Close(sctx))
+		}
+		return errors.Join(errs...)
+	}
+	return runUntilDone(ctx, lg, sw.Ready, errc, shutdown)
+}
+
+// buildV3 connects the v3 side, retrying until it answers or ctx ends, and
+// hands it to the switch.
+func (d *dualSides) buildV3(ctx context.Context, c *config, bcfg v3backend.Config, endpoints []string, lg *zap.Logger,
+	sw *cutover.Switch, v3reg *atomic.Pointer[prometheus.Registry]) {
+	backoff := time.Second
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		// A registry per attempt: a failed attempt may have registered
+		// some of its metrics.
+		reg := prometheus.NewRegistry()
+		dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
+		br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
+			EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true,
+			HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
+				MaxConnections: c.maxConnections}})
+		cancel()
+		if err == nil {
+			v3reg.Store(reg)
+			d.v3.Store(br)
+			sw.SetV3(cutover.Backend{API: br.API, Probes: br.API.MetricsHandler(), Ready: br.Backend.Ready})
+			lg.Info("dual mode: the etcd v3 side is connected", zap.Strings("backend", endpoints), zap.Int("attempt", attempt))
+			if d.onV3 != nil {
+				d.onV3(server.Store{B: br.Backend})
+			}
+			return
+		}
+		lg.Warn("dual mode: cannot reach etcd v3 yet; the old server is served meanwhile if the mode record says so",
+			zap.Strings("backend", endpoints), zap.Error(err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// newControlClient is the etcd v3 client of the mode record, the
+// registration and the cutover commands: the server's TLS, auth and
+// keepalive settings, over every endpoint. It does not block: while etcd v3
+// is unreachable its calls fail within their deadlines.
+func newControlClient(c *config, bcfg v3backend.Config, lg *zap.Logger) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            bcfg.Endpoints,
+		DialTimeout:          c.dialTimeout,
+		DialKeepAliveTime:    bcfg.KeepAliveTime,
+		DialKeepAliveTimeout: bcfg.KeepAliveTimeout,
+		PermitWithoutStream:  true,
+		TLS:                  bcfg.TLS,
+		Username:             bcfg.Username,
+		Password:             bcfg.Password,
+		Logger:               lg.Named("clientv3").WithOptions(zap.IncreaseLevel(zap.ErrorLevel)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd v3 client for the mode record: %w", err)
+	}
+	return cli, nil
+}

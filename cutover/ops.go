@@ -1,0 +1,704 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cutover
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// Options configure the cutover and rollback commands.
+type Options struct {
+	Client *clientv3.Client
+	Keys   Keys
+	Layout translate.Layout
+	Source *Source
+	// V3Index is the v2 index the v3 side gives clients now (a
+	// linearizable read through the bridge's own read path): the cutover
+	// compares and records indexes in the numbering clients see.
+	V3Index func(ctx context.Context) (uint64, error)
+	// SourcePadKey is the hidden key a rollback rewrites on the old server
+	// to raise its index past every v3 index, then deletes.
+	SourcePadKey string
+
+	AckTimeout    time.Duration // for the bridges' acknowledgements (default 30s)
+	FollowTimeout time.Duration // for the follower to catch up (default 1m)
+	// IndexMargin is how far the side taking over must be ahead of the
+	// other's index (default 1000): the other side's index still moves by
+	// TTL expiries while the bridges switch.
+	IndexMargin uint64
+	// Force lets a rollback discard writes made through etcd v3 since the
+	// cutover.
+	Force bool
+	// By names who runs the command (user@host), for the record.
+	By string
+	// Log receives one line per step.
+	Log            func(string)
+	RequestTimeout time.Duration
+	Poll           time.Duration
+	Now            func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = 30 * time.Second
+	}
+	if o.FollowTimeout <= 0 {
+		o.FollowTimeout = time.Minute
+	}
+	if o.IndexMargin == 0 {
+		o.IndexMargin = 1000
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 5 * time.Second
+	}
+	if o.Poll <= 0 {
+		o.Poll = 100 * time.Millisecond
+	}
+	if o.Log == nil {
+		o.Log = func(string) {}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Result is what a command did.
+type Result struct {
+	// Changed is false when the record already said what was asked.
+	Changed bool
+	Record  *Record
+	// Bridges is the number of bridges that acknowledged the last record.
+	Bridges int
+	// Padded is the number of writes made to raise the index of the side
+	// taking over.
+	Padded int
+	// V3Writes (rollback) is the number of writes found in etcd v3 since
+	// the cutover, V3WritePaths some of their paths.
+	V3Writes     int
+	V3WritePaths []string
+	Duration     time.Duration
+}
+
+func (o *Options) logf(format string, a ...any) { o.Log(fmt.Sprintf(format, a...)) }
+
+func (o *Options) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, o.RequestTimeout)
+}
+
+// read gets the record and its revision (0 when absent).
+func (o *Options) read(ctx context.Context) (*Record, int64, error) {
+	cctx, cancel := o.call(ctx)
+	defer cancel()
+	resp, err := o.Client.Get(cctx, o.Keys.Mode)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the mode record %s: %w", o.Keys.Mode, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, nil
+	}
+	rec, err := Decode(resp.Kvs[0].Value)
+	return rec, resp.Kvs[0].ModRevision, err
+}
+
+// cas writes r if the record is still at modRev, and returns its new
+// revision.
+func (o *Options) cas(ctx context.Context, modRev int64, r *Record) (int64, error) {
+	cctx, cancel := o.call(ctx)
+	defer cancel()
+	resp, err := o.Client.Txn(cctx).
+		If(clientv3.Compare(clientv3.ModRevision(o.Keys.Mode), "=", modRev)).
+		Then(clientv3.OpPut(o.Keys.Mode, string(r.Encode()))).
+		Else(clientv3.OpGet(o.Keys.Mode)).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("writing the mode record: %w", err)
+	}
+	if !resp.Succeeded {
+		now := "absent"
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			now = string(kvs[0].Value)
+		}
+		return 0, fmt.Errorf("the mode record changed under this command (another operator?); it is now %s: run the command again", now)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Cutover moves every dual-mode bridge from the old server to etcd v3:
+// (1) fence writes and wait for every live bridge to acknowledge, (2) wait
+// until the follower has applied everything the old server holds, (3) raise
+// the v3 index past the old server's if it is not already, then switch to
+// v3. A failure before (3) puts the record back to passthrough, so writes
+// go to the old server again. Already in v3 mode, it does nothing.
+func Cutover(ctx context.Context, o Options) (*Result, error) {
+	o.setDefaults()
+	start := o.Now()
+	res := &Result{}
+	rec, modRev, err := o.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	step, msg := PlanCutover(rec)
+	switch step {
+	case StepDone:
+		o.Log(msg)
+		res.Record, res.Duration = rec, o.Now().Sub(start)
+		return res, nil
+	case StepConflict:
+		return nil, errors.New(msg)
+	case StepResume:
+		o.Log(msg)
+	case StepFence:
+		idx, cid, err := o.Source.Index(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("the old v2 server must answer before writes are fenced: %w", err)
+		}
+		next := Next(rec, ModeFencing, ModePassthrough, o.By, o.Now())
+		next.Source, next.SourceClusterID = o.Source.String(), cid
+		if modRev, err = o.cas(ctx, modRev, &next); err != nil {
+			return nil, err
+		}
+		rec = &next
+		o.logf("step 1/3: fencing: mode record generation %d written; bridges refuse writes (old server %s at index %d)",
+			rec.Generation, o.Source, idx)
+	}
+	res.Changed = true
+	abort := func(cause error) (*Result, error) {
+		back := Next(rec, ModePassthrough, "", o.By, o.Now())
+		if _, err := o.cas(ctx, modRev, &back); err != nil {
+			return nil, fmt.Errorf("%w; and putting the record back to passthrough failed too: %v "+
+				"(writes stay fenced: run `migrate cutover` or `migrate rollback` again)", cause, err)
+		}
+		o.logf("cutover aborted: mode record generation %d says passthrough again; writes go to the old server", back.Generation)
+		return nil, fmt.Errorf("cutover aborted, the old server stays the authority: %w", cause)
+	}
+	n, err := o.waitAcks(ctx, rec.Generation, o.AckTimeout, true)
+	if err != nil {
+		return abort(err)
+	}
+	o.logf("step 1/3: fenced: %d bridge(s) acknowledged generation %d, no write reaches the old server", n, rec.Generation)
+
+	caught, err := o.waitFollower(ctx, rec, 0)
+	if err != nil {
+		return abort(err)
+	}
+	c3, s2, padded, err := o.raiseV3(ctx, rec, caught)
+	if err != nil {
+		return abort(err)
+	}
+	res.Padded = padded
+	next := Next(rec, ModeV3, "", o.By, o.Now())
+	next.SourceIndex, next.CutoverIndex, next.WatchFloor, next.WatchCeiling, next.V3Writes = s2, c3, c3, 0, 0
+	if _, err := o.cas(ctx, modRev, &next); err != nil {
+		return nil, err
+	}
+	res.Record = &next
+	o.logf("step 3/3: switched: mode record generation %d says v3; etcd v3 serves from index %d "+
+		"(a waitIndex at or below it gets 401 and clients re-list)", next.Generation, c3)
+	res.Bridges, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
+	res.Duration = o.Now().Sub(start)
+	return res, nil
+}
+
+// Rollback moves every dual-mode bridge back to the old server while it is
+// intact. Writes made through etcd v3 since the cutover are not copied back:
+// it refuses when it finds any, unless Force. Steps: fence writes and wait
+// for the bridges, raise the old server's index past every v3 index, switch
+// to passthrough. Already in passthrough mode, it does nothing.
+func Rollback(ctx context.Context, o Options) (*Result, error) {
+	o.setDefaults()
+	start := o.Now()
+	res := &Result{}
+	rec, modRev, err := o.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	step, msg := PlanRollback(rec)
+	switch step {
+	case StepDone:
+		o.Log(msg)
+		res.Record, res.Duration = rec, o.Now().Sub(start)
+		return res, nil
+	case StepRestore:
+		o.Log(msg)
+		next := Next(rec, ModePassthrough, "", o.By, o.Now())
+		if _, err := o.cas(ctx, modRev, &next); err != nil {
+			return nil, err
+		}
+		res.Changed, res.Record = true, &next
+		o.logf("switched: mode record generation %d says passthrough", next.Generation)
+		res.Bridges, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
+		res.Duration = o.Now().Sub(start)
+		return res, nil
+	case StepFence, StepResume:
+	}
+	since := modRev // the v3 record's own revision
+	if step == StepResume {
+		since = rec.V3Revision
+		o.Log(msg)
+	}
+	writes, paths, err := o.v3WritesSince(ctx, since)
+	res.V3Writes, res.V3WritePaths = writes, paths
+	switch {
+	case err != nil && !o.Force:
+		return res, fmt.Errorf("cannot tell whether etcd v3 was written since the cutover (%v); "+
+			"rollback with --force discards any such writes", err)
+	case writes > 0 && !o.Force:
+		return res, fmt.Errorf("%d write(s) were made through etcd v3 since the cutover (%s); they are not copied "+
+			"back to the old server, which does not have them: rollback with --force discards them", writes, strings.Join(paths, ", "))
+	case err != nil || writes > 0:
+		o.logf("--force: discarding %d write(s) made through etcd v3 since the cutover (%s)", writes, strings.Join(paths, ", "))
+	}
+	if step == StepFence {
+		next := Next(rec, ModeFencing, ModeV3, o.By, o.Now())
+		next.V3Revision, next.V3Writes = since, writes
+		if modRev, err = o.cas(ctx, modRev, &next); err != nil {
+			return nil, err
+		}
+		rec = &next
+		o.logf("step 1/3: fencing: mode record generation %d written; bridges refuse writes", rec.Generation)
+	}
+	res.Changed = true
+	abort := func(cause error) (*Result, error) {
+		back := Next(rec, ModeV3, "", o.By, o.Now())
+		back.V3Revision = 0
+		if _, err := o.cas(ctx, modRev, &back); err != nil {
+			return nil, fmt.Errorf("%w; and putting the record back to v3 failed too: %v "+
+				"(writes stay fenced: run `migrate rollback` or `migrate cutover` again)", cause, err)
+		}
+		o.logf("rollback aborted: mode record generation %d says v3 again; writes go to etcd v3", back.Generation)
+		return nil, fmt.Errorf("rollback aborted, etcd v3 stays the authority: %w", cause)
+	}
+	n, err := o.waitAcks(ctx, rec.Generation, o.AckTimeout, true)
+	if err != nil {
+		return abort(err)
+	}
+	o.logf("step 1/3: fenced: %d bridge(s) acknowledged generation %d, no write reaches etcd v3", n, rec.Generation)
+	s2, ceiling, padded, err := o.raiseSource(ctx, rec)
+	if err != nil {
+		return abort(err)
+	}
+	res.Padded = padded
+	next := Next(rec, ModePassthrough, "", o.By, o.Now())
+	next.RollbackIndex, next.WatchFloor, next.WatchCeiling, next.V3Revision = s2, s2, ceiling, 0
+	if _, err := o.cas(ctx, modRev, &next); err != nil {
+		return nil, err
+	}
+	res.Record = &next
+	o.logf("step 3/3: switched: mode record generation %d says passthrough; the old server serves from index %d "+
+		"(a waitIndex at or below it gets 401 and clients re-list)", next.Generation, s2)
+	res.Bridges, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
+	res.Duration = o.Now().Sub(start)
+	return res, nil
+}
+
+// registrations lists the bridges registered now.
+func (o *Options) registrations(ctx context.Context) (map[string]Registration, error) {
+	cctx, cancel := o.call(ctx)
+	defer cancel()
+	resp, err := o.Client.Get(cctx, o.Keys.Bridges, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("listing the bridges: %w", err)
+	}
+	out := map[string]Registration{}
+	for _, kv := range resp.Kvs {
+		var g Registration
+		if json.Unmarshal(kv.Value, &g) == nil {
+			out[strings.TrimPrefix(string(kv.Key), o.Keys.Bridges)] = g
+		}
+	}
+	return out, nil
+}
+
+func describe(id string, g Registration) string {
+	return fmt.Sprintf("%s (%s on %s, pid %d, %s)", g.Name, id, g.Host, g.PID, strings.Join(g.Advertise, ","))
+}
+
+// waitAcks waits until every registered bridge has applied generation gen
+// (a bridge that dies or loses etcd v3 drops out when its lease expires);
+// it returns how many did. With must, a timeout is an error naming the
+// bridges that did not; without, it is only said.
+func (o *Options) waitAcks(ctx context.Context, gen uint64, timeout time.Duration, must bool) (int, error) {
+	deadline := o.Now().Add(timeout)
+	said := map[string]bool{}
+	for {
+		regs, err := o.registrations(ctx)
+		if err != nil && must {
+			return 0, err
+		}
+		var waiting []string
+		acked := 0
+		ids := make([]string, 0, len(regs))
+		for id := range regs {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			g := regs[id]
+			if g.Acked(gen) {
+				acked++
+				if !said[id] {
+					said[id] = true
+					o.logf("  bridge %s: generation %d applied (%s)", describe(id, g), g.Generation, g.Mode)
+				}
+				continue
+			}
+			waiting = append(waiting, fmt.Sprintf("%s at generation %d (%s)", describe(id, g), g.Generation, g.Mode))
+		}
+		if err == nil && len(waiting) == 0 {
+			if acked == 0 {
+				o.Log("  no bridge is registered in dual mode (is any bridge started with both --v2-upstream and --endpoints?)")
+			}
+			return acked, nil
+		}
+		if o.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("%d bridge(s) did not acknowledge generation %d within %v: %s",
+					len(waiting), gen, timeout, strings.Join(waiting, "; "))
+			}
+			if !must {
+				o.logf("  %v", err)
+			}
+			return acked, err
+		}
+		if !sleep(ctx, o.Poll) {
+			return acked, ctx.Err()
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// readFollow reads the follower's progress record.
+func (o *Options) readFollow(ctx context.Context) (*FollowRecord, error) {
+	cctx, cancel := o.call(ctx)
+	defer cancel()
+	resp, err := o.Client.Get(cctx, o.Keys.Follow)
+	if err != nil {
+		return nil, fmt.Errorf("reading the follower's progress: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	var fr FollowRecord
+	if err := json.Unmarshal(resp.Kvs[0].Value, &fr); err != nil {
+		return nil, fmt.Errorf("the follower's progress record: %w", err)
+	}
+	return &fr, nil
+}
+
+// waitFollower waits until the follower has applied every event of the old
+// server up to its current index (at least atLeast), and returns the index
+// it is proven caught up to.
+func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64) (uint64, error) {
+	deadline := o.Now().Add(o.FollowTimeout)
+	s, cid, err := o.Source.Index(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if rec.SourceClusterID != "" && cid != "" && cid != rec.SourceClusterID {
+		return 0, fmt.Errorf("the old server %s is cluster %s, but the cutover began against cluster %s", o.Source, cid, rec.SourceClusterID)
+	}
+	s = max(s, atLeast)
+	var last string
+	say := func(m string) {
+		if m != last {
+			o.Log(m)
+			last = m
+		}
+	}
+	for {
+		fr, err := o.readFollow(ctx)
+		switch {
+		case err != nil:
+			return 0, err
+		case fr == nil:
+			say("  waiting for `migrate --follow` to record its progress (is it running?)")
+		case fr.ClusterID != "" && cid != "" && fr.ClusterID != cid:
+			return 0, fmt.Errorf("the follower follows cluster %s at %s, not the old server %s (cluster %s)", fr.ClusterID, fr.Source, o.Source, cid)
+		case fr.Stopped != "":
+			return 0, fmt.Errorf("the follower stopped (%s) at source index %d; start `migrate --follow` again", fr.Stopped, fr.Index)
+		default:
+			ok, at, err := o.Source.Caught(ctx, fr.Prefix, fr.Index+1)
+			var ve *translate.Error
+			switch {
+			case errors.As(err, &ve) && ve.Code == translate.EcodeEventIndexCleared:
+				say(fmt.Sprintf("  the old server's history no longer reaches the follower's index %d; waiting for it to record newer progress", fr.Index))
+			case err != nil:
+				say(fmt.Sprintf("  probing the old server: %v", err))
+			case ok && at >= s:
+				o.logf("step 2/3: the follower has applied every change of %s below %s up to index %d (old server at %d)",
+					o.Source, fr.Prefix, at, s)
+				return at, nil
+			case ok:
+				say(fmt.Sprintf("  the follower is caught up to index %d; the old server is at %d", at, s))
+			default:
+				say(fmt.Sprintf("  the follower has applied up to index %d; the old server holds a change at %d it has not applied yet (old server at %d)",
+					fr.Index, at, s))
+			}
+		}
+		if o.Now().After(deadline) {
+			return 0, fmt.Errorf("the follower did not apply the old server's changes up to index %d within %v "+
+				"(is `migrate --follow` running against %s?)", s, o.FollowTimeout, o.Source)
+		}
+		if !sleep(ctx, o.Poll) {
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// raiseV3 makes the v3 side's index larger than the old server's plus the
+// margin, so no index a client got from the old server can be taken for
+// one of etcd v3 (both count from their own start), writing the pad key as
+// often as it takes. It returns the v3 index and the old server's index it
+// was compared with.
+func (o *Options) raiseV3(ctx context.Context, rec *Record, caught uint64) (c3, s2 uint64, padded int, err error) {
+	for {
+		s2, _, err = o.Source.Index(ctx)
+		if err != nil {
+			return 0, 0, padded, err
+		}
+		if s2 > caught {
+			// TTL expiries moved the old server: the follower must have them.
+			if caught, err = o.waitFollower(ctx, rec, s2); err != nil {
+				return 0, 0, padded, err
+			}
+		}
+		if c3, err = o.V3Index(ctx); err != nil {
+			return 0, 0, padded, fmt.Errorf("reading the v3 index: %w", err)
+		}
+		target := s2 + o.IndexMargin
+		if c3 > target {
+			return c3, s2, padded, nil
+		}
+		o.logf("  raising the v3 index from %d past %d (the old server's index %d + margin %d): writing %s",
+			c3, target, s2, o.IndexMargin, o.Keys.Pad)
+		// In batches, reading the index between them: how far one write
+		// moves it is the v3 side's numbering's business.
+		n, err := o.pad(ctx, int(min(target-c3+1, padBatch)), func(ctx context.Context, i int) error {
+			cctx, cancel := o.call(ctx)
+			defer cancel()
+			_, err := o.Client.Put(cctx, o.Keys.Pad, strconv.Itoa(i))
+			return err
+		})
+		padded += n
+		if err != nil {
+			return 0, 0, padded, fmt.Errorf("raising the v3 index: %w", err)
+		}
+	}
+}
+
+// raiseSource keeps the two index spaces apart for a rollback. When the
+// old server's index plus the margin is below the cutover's index, every
+// index etcd v3 gave clients since the cutover is above both, and the
+// cutover's index becomes a ceiling (returned) above which a waitIndex gets
+// 401 on the old server. Otherwise it makes the old server's index larger
+// than the v3 side's plus the margin (the mirror of raiseV3), then deletes
+// the pad key. It returns the old server's index after that.
+func (o *Options) raiseSource(ctx context.Context, rec *Record) (uint64, uint64, int, error) {
+	if s, _, err := o.Source.Index(ctx); err != nil {
+		return 0, 0, 0, err
+	} else if c := rec.CutoverIndex; c > 0 && s+o.IndexMargin < c {
+		o.logf("step 2/3: the old server's index %d + margin %d is below the cutover's index %d: "+
+			"a waitIndex above %d (issued by etcd v3) will get 401 from the old server's side", s, o.IndexMargin, c, c)
+		return s, c, 0, nil
+	}
+	s, padded, err := o.padSource(ctx)
+	return s, 0, padded, err
+}
+
+// padSource raises the old server's index past the v3 side's plus the
+// margin by rewriting a hidden pad key, then deletes it.
+func (o *Options) padSource(ctx context.Context) (uint64, int, error) {
+	padded := 0
+	for {
+		v, err := o.V3Index(ctx)
+		if err != nil {
+			return 0, padded, fmt.Errorf("reading the v3 index: %w", err)
+		}
+		s, _, err := o.Source.Index(ctx)
+		if err != nil {
+			return 0, padded, err
+		}
+		target := v + o.IndexMargin
+		if s > target {
+			if padded > 0 {
+				if s, err = o.Source.Delete(ctx, o.SourcePadKey); err != nil {
+					return 0, padded, fmt.Errorf("deleting %s on the old server: %w", o.SourcePadKey, err)
+				}
+			}
+			o.logf("step 2/3: the old server's index %d is past etcd v3's %d + margin %d", s, v, o.IndexMargin)
+			return s, padded, nil
+		}
+		if need := target - s + 2; need > maxSourcePad && padded == 0 {
+			return 0, padded, fmt.Errorf("the old server's index %d is %d below etcd v3's %d + margin %d: raising it "+
+				"would take %d writes to the old server (more than %d), so the two index spaces cannot be told apart "+
+				"after a rollback", s, target-s, v, o.IndexMargin, need, maxSourcePad)
+		}
+		o.logf("  raising the old server's index from %d past %d (etcd v3's index %d + margin %d): writing %s there",
+			s, target, v, o.IndexMargin, o.SourcePadKey)
+		n, err := o.pad(ctx, int(min(target-s+2, padBatch)), func(ctx context.Context, i int) error {
+			_, err := o.Source.Put(ctx, o.SourcePadKey, strconv.Itoa(i))
+			return err
+		})
+		padded += n
+		if err != nil {
+			return 0, padded, fmt.Errorf("raising the old server's index: %w", err)
+		}
+	}
+}
+
+// padBatch is how many pad writes go between two reads of the index.
+const padBatch = 4096
+
+// maxSourcePad bounds the writes a rollback makes to the old server to
+// raise its index; beyond it the rollback stops.
+const maxSourcePad = 1_000_000
+
+// pad runs write n times, eight at a time, and returns how many succeeded.
+func (o *Options) pad(ctx context.Context, n int, write func(context.Context, int) error) (int, error) {
+	const workers = 8
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex // guards done and errs
+		done int
+		errs []error
+	)
+	next := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				err := write(ctx, i)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					done++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	lastSaid := o.Now()
+feed:
+	for i := 0; i < n; i++ {
+		mu.Lock()
+		failed := len(errs) > 0
+		mu.Unlock()
+		if failed {
+			break
+		}
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+		if o.Now().Sub(lastSaid) > 5*time.Second {
+			lastSaid = o.Now()
+			o.logf("  %d of %d writes", i, n)
+		}
+	}
+	close(next)
+	wg.Wait()
+	if len(errs) > 0 {
+		return done, errs[0]
+	}
+	return done, ctx.Err()
+}
+
+// v3WritesSince counts the changes to v2 data (data keys and directory
+// markers) in etcd v3 after revision rev, leaving out expiries, and names
+// the first few paths.
+func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, error) {
+	cctx, cancel := o.call(ctx)
+	resp, err := o.Client.Get(cctx, o.Keys.Mode, clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading the current revision: %w", err)
+	}
+	cur := resp.Header.Revision
+	if cur <= rev {
+		return 0, nil, nil
+	}
+	start, end := o.Layout.WatchRange()
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
+	wch := o.Client.Watch(wctx, start, clientv3.WithRange(end), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+	count := 0
+	var paths []string
+	journal := o.Layout.JournalKey()
+	// Progress requests make a watch with nothing more to send say how
+	// far it has read.
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var wr clientv3.WatchResponse
+		select {
+		case <-tick.C:
+			_ = o.Client.RequestProgress(wctx)
+			continue
+		case r, ok := <-wch:
+			if !ok {
+				return 0, nil, fmt.Errorf("scanning etcd v3 history from revision %d: %w", rev+1, wctx.Err())
+			}
+			wr = r
+		}
+		if err := wr.Err(); err != nil {
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				return 0, nil, fmt.Errorf("etcd v3 history since the cutover (revision %d) was compacted", rev+1)
+			}
+			return 0, nil, fmt.Errorf("scanning etcd v3 history: %w", err)
+		}
+		byRev := map[int64]bool{} // revisions with a bridge journal record
+		for _, ev := range wr.Events {
+			if string(ev.Kv.Key) == journal {
+				byRev[ev.Kv.ModRevision] = true
+			}
+		}
+		top := wr.Header.Revision
+		for _, ev := range wr.Events {
+			key := string(ev.Kv.Key)
+			p, ok := o.Layout.PathOfData(key)
+			if !ok {
+				if p, ok = o.Layout.PathOfMarker(key); !ok {
+					continue
+				}
+			}
+			if ev.Type == clientv3.EventTypeDelete && ev.PrevKv != nil && ev.PrevKv.Lease != 0 && !byRev[ev.Kv.ModRevision] {
+				continue // an expiry, which the old server has of its own
+			}
+			count++
+			if len(paths) < 5 {
+				paths = append(paths, p)
+			}
+		}
+		if n := len(wr.Events); n > 0 {
+			top = wr.Events[n-1].Kv.ModRevision
+		}
+		if top >= cur {
+			return count, paths, nil
+		}
+	}
+}

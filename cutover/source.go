@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cutover
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// Source is the old v2 server, as the commands and the follower's progress
+// reporter reach it.
+type Source struct {
+	urls    []*url.URL
+	hc      *http.Client
+	user    string
+	pass    string
+	timeout time.Duration
+	// Quiet is how long a probe's watch must stay without an event to
+	// count as parked (a v2 server writes a history hit right after the
+	// headers).
+	Quiet time.Duration
+}
+
+// NewSource reaches the old server at urls (the first that answers).
+func NewSource(urls []string, tlsc *tls.Config, user string, timeout time.Duration) (*Source, error) {
+	if len(urls) == 0 {
+		return nil, errors.New("no URL of the old v2 server")
+	}
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	s := &Source{hc: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsc, Proxy: nil,
+		ResponseHeaderTimeout: timeout}}, timeout: timeout, Quiet: time.Second}
+	for _, raw := range urls {
+		u, err := url.Parse(strings.TrimSuffix(raw, "/"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("bad URL of the old v2 server %q: want http://host:port", raw)
+		}
+		s.urls = append(s.urls, u)
+	}
+	if user != "" {
+		var ok bool
+		if s.user, s.pass, ok = strings.Cut(user, ":"); !ok {
+			return nil, errors.New("the old v2 server's user must be name:password")
+		}
+	}
+	return s, nil
+}
+
+// String names the old server.
+func (s *Source) String() string {
+	var parts []string
+	for _, u := range s.urls {
+		parts = append(parts, u.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+// Close releases idle connections.
+func (s *Source) Close() { s.hc.CloseIdleConnections() }
+
+// do sends one request to the first URL that answers.
+func (s *Source) do(ctx context.Context, method, p string, q url.Values, body url.Values) (*http.Response, error) {
+	var errs []error
+	for _, base := range s.urls {
+		u := *base
+		u.Path += "/v2/keys" + p
+		u.RawQuery = q.Encode()
+		var rd io.Reader
+		if body != nil {
+			rd = strings.NewReader(body.Encode())
+		}
+		req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+		if err != nil {
+			return nil, err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		if s.user != "" {
+			req.SetBasicAuth(s.user, s.pass)
+		}
+		resp, err := s.hc.Do(req)
+		if err == nil {
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("cannot reach the old v2 server %s: %w", s, errors.Join(errs...))
+}
+
+func headerIndex(h http.Header) (uint64, error) {
+	v, err := strconv.ParseUint(h.Get("X-Etcd-Index"), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the old v2 server sent no X-Etcd-Index: is it an etcd v2 server?")
+	}
+	return v, nil
+}
+
+// v2Error reads a v2 error answer.
+func v2Error(resp *http.Response, body []byte) error {
+	var ve translate.Error
+	if json.Unmarshal(body, &ve) == nil && ve.Code != 0 {
+		return &ve
+	}
+	return fmt.Errorf("the old v2 server answered %s: %.200s", resp.Status, body)
+}
+
+// Index is the old server's current index and cluster id (a quorum read of
+// the root).
+func (s *Source) Index(ctx context.Context) (uint64, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, err := s.do(ctx, http.MethodGet, "/", url.Values{"quorum": {"true"}}, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	idx, err := headerIndex(resp.Header)
+	if err != nil {
+		return 0, "", err
+	}
+	return idx, resp.Header.Get("X-Etcd-Cluster-Id"), nil
+}
+
+// Caught probes whether every event below prefix from index from on has
+// been seen: a recursive watch from there that parks (no event within
+// Quiet) proves that none lies between from and the server's index when it
+// parked, which it returns with true. A waiting event returns its index
+// with false. A 401 means the server's history no longer reaches from.
+func (s *Source) Caught(ctx context.Context, prefix string, from uint64) (bool, uint64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hctx, hcancel := context.WithTimeout(ctx, s.timeout)
+	defer hcancel()
+	q := url.Values{"wait": {"true"}, "recursive": {"true"}, "waitIndex": {strconv.FormatUint(from, 10)}}
+	if prefix == "" {
+		prefix = "/"
+	}
+	resp, err := s.do(hctx, http.MethodGet, prefix, q, nil)
+	if err != nil {
+		return false, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return false, 0, v2Error(resp, body)
+	}
+	at, err := headerIndex(resp.Header)
+	if err != nil {
+		return false, 0, err
+	}
+	quiet := time.AfterFunc(s.Quiet, cancel)
+	defer quiet.Stop()
+	body, rerr := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if len(strings.TrimSpace(string(body))) == 0 {
+		if rerr != nil && ctx.Err() != nil {
+			return true, at, nil // parked: nothing in [from, at]
+		}
+		return false, 0, errors.New("the old v2 server ended the probe's watch without an event; probing again")
+	}
+	var ev translate.Event
+	if err := json.Unmarshal(body, &ev); err != nil || ev.Node == nil {
+		return false, 0, fmt.Errorf("the old v2 server's watch answer does not decode: %.200s", body)
+	}
+	if ev.Node.ModifiedIndex > at {
+		return true, at, nil // a live event: nothing matched in [from, at]
+	}
+	return false, ev.Node.ModifiedIndex, nil
+}
+
+// Put sets key to value on the old server (the rollback's padding).
+func (s *Source) Put(ctx context.Context, key, value string) (uint64, error) {
+	return s.write(ctx, http.MethodPut, key, url.Values{"value": {value}})
+}
+
+// Delete removes key on the old server; a missing key is no error.
+func (s *Source) Delete(ctx context.Context, key string) (uint64, error) {
+	idx, err := s.write(ctx, http.MethodDelete, key, nil)
+	var ve *translate.Error
+	if errors.As(err, &ve) && ve.Code == translate.EcodeKeyNotFound {
+		return ve.Index, nil
+	}
+	return idx, err
+}
+
+func (s *Source) write(ctx context.Context, method, key string, form url.Values) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, err := s.do(ctx, method, key, url.Values{}, form)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 300 {
+		return 0, v2Error(resp, body)
+	}
+	return headerIndex(resp.Header)
+}

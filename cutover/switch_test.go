@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cutover
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeSide answers every request with its name, and parks watches until
+// their request ends.
+type fakeSide struct {
+	name    string
+	writes  atomic.Int64
+	release chan struct{} // a write waits on it when set
+}
+
+func (f *fakeSide) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v2/stats/self" {
+		_, _ = io.WriteString(w, `{"name":"`+f.name+`","state":"StateLeader"}`)
+		return
+	}
+	if r.Method == http.MethodPut {
+		f.writes.Add(1)
+		if f.release != nil {
+			<-f.release
+		}
+	}
+	if r.URL.Query().Get("wait") == "true" {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		return
+	}
+	_, _ = io.WriteString(w, f.name)
+}
+
+func newTestSwitch(t *testing.T) (*Switch, *fakeSide, *fakeSide) {
+	t.Helper()
+	pass, v3 := &fakeSide{name: "old"}, &fakeSide{name: "v3"}
+	ok := func() bool { return true }
+	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: pass, Probes: pass, Ready: ok},
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "metrics") })})
+	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok})
+	s.ExtendWrites(time.Now().Add(time.Hour))
+	return s, pass, v3
+}
+
+func serve(s *Switch, method, target string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest(method, target, nil))
+	return rec
+}
+
+func apply(t *testing.T, s *Switch, r *Record) {
+	t.Helper()
+	if err := s.Apply(context.Background(), StateOf(r)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSwitchRoutesByTheRecord(t *testing.T) {
+	s, _, _ := newTestSwitch(t)
+	if r := serve(s, "GET", "/v2/keys/a"); r.Code != 500 || !strings.Contains(r.Body.String(), "not read its mode record") {
+		t.Errorf("before the record is read: %d %s", r.Code, r.Body)
+	}
+	if r := serve(s, "GET", "/readyz"); r.Code != 503 {
+		t.Errorf("readyz before the record is read: %d", r.Code)
+	}
+	for _, c := range []struct {
+		name              string
+		rec               *Record
+		read, write, code string
+	}{
+		{"no record: the old server", nil, "old", "old", ""},
+		{"fencing a cutover: reads from the old server, writes refused", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}, "old", "", "cutover is in progress"},
+		{"v3", &Record{Mode: ModeV3, Generation: 2, WatchFloor: 100}, "v3", "v3", ""},
+		{"fencing a rollback: reads from v3", &Record{Mode: ModeFencing, From: ModeV3, Generation: 3, WatchFloor: 100}, "v3", "", "cutover is in progress"},
+		{"passthrough again", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 300}, "old", "old", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			apply(t, s, c.rec)
+			if r := serve(s, "GET", "/v2/keys/a"); r.Body.String() != c.read {
+				t.Errorf("read served by %q, want %q", r.Body, c.read)
+			}
+			r := serve(s, "PUT", "/v2/keys/a")
+			if c.write != "" && r.Body.String() != c.write {
+				t.Errorf("write served by %q, want %q", r.Body, c.write)
+			}
+			if c.write == "" && (r.Code != 500 || !strings.Contains(r.Body.String(), `"errorCode":300`) ||
+				!strings.Contains(r.Body.String(), c.code)) {
+				t.Errorf("a fenced write: %d %s", r.Code, r.Body)
+			}
+			if r := serve(s, "GET", "/metrics"); r.Body.String() != "metrics" {
+				t.Errorf("/metrics: %s", r.Body)
+			}
+		})
+	}
+}
+
+func TestSwitchRefusesWritesOnceTheRegistrationMayHaveLapsed(t *testing.T) {
+	s, pass, _ := newTestSwitch(t)
+	apply(t, s, nil)
+	s.RevokeWrites()
+	r := serve(s, "PUT", "/v2/keys/a")
+	if r.Code != 500 || !strings.Contains(r.Body.String(), "cannot renew its registration") || pass.writes.Load() != 0 {
+		t.Errorf("a write without a live registration: %d %s", r.Code, r.Body)
+	}
+	if r := serve(s, "GET", "/v2/keys/a"); r.Body.String() != "old" {
+		t.Errorf("reads go on without a registration: %s", r.Body)
+	}
+	s.ExtendWrites(time.Now().Add(time.Minute))
+	if r := serve(s, "PUT", "/v2/keys/a"); r.Body.String() != "old" {
+		t.Errorf("a write once the registration is renewed: %d %s", r.Code, r.Body)
+	}
+	if got := s.FencedWrites(); got != 1 {
+		t.Errorf("fenced writes counted: %d", got)
+	}
+}
+
+func TestSwitchAnswersAnIndexOfTheOtherSideWith401(t *testing.T) {
+	s, _, _ := newTestSwitch(t)
+	apply(t, s, &Record{Mode: ModeV3, Generation: 2, WatchFloor: 100})
+	for _, c := range []struct {
+		name, query string
+		refused     bool
+	}{
+		{"at the floor", "wait=true&waitIndex=100", true},
+		{"below it", "wait=true&waitIndex=7&recursive=true", true},
+		{"above it", "wait=true&waitIndex=101", false},
+		{"no waitIndex", "wait=true", false},
+		{"a quorum read is no watch", "wait=true&quorum=true&waitIndex=5", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, httptest.NewRequest("GET", "/v2/keys/a?"+c.query, nil).WithContext(ctx))
+			refused := rec.Code == 400 && strings.Contains(rec.Body.String(), `"errorCode":401`)
+			if refused != c.refused {
+				t.Errorf("%d %s; want refused=%v", rec.Code, rec.Body, c.refused)
+			}
+		})
+	}
+}
+
+func TestSwitchAnswersAnIndexAboveTheCeilingWith401(t *testing.T) {
+	s, _, _ := newTestSwitch(t)
+	apply(t, s, &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6, WatchCeiling: 12000000})
+	for _, c := range []struct {
+		name, query string
+		refused     bool
+	}{
+		{"an index of etcd v3's", "wait=true&waitIndex=12000001", true},
+		{"the old server's next index", "wait=true&waitIndex=7", false},
+		{"at the ceiling", "wait=true&waitIndex=12000000", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, httptest.NewRequest("GET", "/v2/keys/a?"+c.query, nil).WithContext(ctx))
+			refused := rec.Code == 400 && strings.Contains(rec.Body.String(), `"errorCode":401`)
+			if refused != c.refused {
+				t.Errorf("%d %s; want refused=%v", rec.Code, rec.Body, c.refused)
+			}
+		})
+	}
+}
+
+func TestSwitchEndsWatchesWhenTheSideChanges(t *testing.T) {
+	s, _, _ := newTestSwitch(t)
+	apply(t, s, nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		serve(s, "GET", "/v2/keys/a?wait=true")
+	}()
+	waitUntil(t, func() bool { return s.Watches() == 1 })
+	apply(t, s, &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1})
+	if s.Watches() != 1 {
+		t.Fatalf("fencing keeps the side, and the watch")
+	}
+	apply(t, s, &Record{Mode: ModeV3, Generation: 2})
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a watch on the old server outlived the switch to v3")
+	}
+}
+
+func TestSwitchFencesOnlyAfterTheWritesInFlight(t *testing.T) {
+	s, pass, _ := newTestSwitch(t)
+	pass.release = make(chan struct{})
+	apply(t, s, nil)
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		serve(s, "PUT", "/v2/keys/a")
+	}()
+	defer func() { <-wrote }()
+	waitUntil(t, func() bool { return pass.writes.Load() == 1 })
+	applied := make(chan error, 1)
+	go func() {
+		applied <- s.Apply(context.Background(), StateOf(&Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}))
+	}()
+	select {
+	case <-applied:
+		t.Fatal("the fence was applied while a write to the old server was in flight")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if r := serve(s, "PUT", "/v2/keys/b"); r.Code != 500 {
+		t.Errorf("a new write while the fence waits: %d %s", r.Code, r.Body)
+	}
+	close(pass.release)
+	if err := <-applied; err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.State(); st.Mode != ModeFencing {
+		t.Errorf("state after the fence: %+v", st)
+	}
+}
+
+func TestSwitchStatsSelfKeepsTheV2ShapeAndAddsTheMode(t *testing.T) {
+	s, _, _ := newTestSwitch(t)
+	apply(t, s, &Record{Mode: ModeV3, Generation: 2})
+	r := serve(s, "GET", "/v2/stats/self")
+	var m map[string]any
+	if err := json.Unmarshal(r.Body.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["name"] != "v3" || m["state"] != "StateLeader" || m["v2bridgeMode"] != "v3" || m["v2bridgeModeGeneration"] != 2.0 ||
+		m["v2bridgeModeSince"] == nil {
+		t.Errorf("stats: %v", m)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
