@@ -84,6 +84,9 @@ func (s *Shadow) compare(j *job) {
 	}
 	switch {
 	case res.outcome == skipped:
+		s.drop(reasonNotComparable)
+		s.lg.Debug("shadow comparison: nothing to compare", zap.String("method", j.method), zap.String("path", j.path),
+			zap.Int("status", j.ans.Status))
 		return
 	case ctx.Err() != nil:
 		s.drop(reasonClosing)

@@ -403,7 +403,9 @@ const (
 	reasonUpstream
 	reasonTooLarge
 	reasonClosing
+	reasonNotComparable
 	nReasons
 )
 
-var dropReasons = [nReasons]string{"busy", "queue_full", "v3_unavailable", "upstream_unavailable", "too_large", "closing"}
+var dropReasons = [nReasons]string{"busy", "queue_full", "v3_unavailable", "upstream_unavailable", "too_large", "closing",
+	"not_comparable"}
