@@ -22,6 +22,8 @@ var flagGroups = []flagGroup{
 		"listen-metrics-urls", "enable-pprof", "http-idle-timeout", "http-body-read-timeout", "max-connections"}},
 	{"Passthrough to an old etcd v2 server (the migration's first step; heartbeat and request flags below apply)",
 		[]string{"v2-upstream"}},
+	{"Shadow comparison in passthrough mode (with --endpoints too: reads and writes are checked against etcd v3, off the request path)",
+		[]string{"shadow-sample-rate", "shadow-queue", "shadow-prefix"}},
 	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions"}},
 	{"The etcd v3 cluster", []string{"endpoints", "discovery-srv", "discovery-srv-name", "endpoints-auto-sync-interval",
 		"cacert", "cert", "key", "insecure-skip-tls-verify", "user",
