@@ -195,6 +195,25 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
 		t.Errorf("the record %s is not on a lease: %+v %v", rec.Key(), resp, err)
 	}
+
+	// `v2bridge verify` finds the difference itself, and prints what the
+	// bridges saw; its exit status is its own comparison's.
+	r := runBinary(t, nil, "verify", "--from", src, "--endpoints", strings.Join(e.cl.Endpoints(), ","), "--progress", "none")
+	t.Logf("v2bridge verify:\n%s%s", r.stdout, r.stderr)
+	for _, want := range []string{
+		"differences  1 (1 value)",
+		"shadow       1 bridge(s) in passthrough mode compare their answers with etcd v3:",
+		"  shadow-it on ",
+		"  total: 16 compared (10 reads, 6 writes), 2 divergences (2 value), 0 lagging",
+		"  recent: /app/a: value at body.node.value (shadow-it GET, ",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("verify's output lacks %q", want)
+		}
+	}
+	if r.code != 1 {
+		t.Errorf("verify exit status %d, want 1 (a difference)", r.code)
+	}
 }
 
 // TestABlackholedV3SideLeavesPassthroughClientsAlone: with the v3 side cut
