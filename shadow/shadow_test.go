@@ -47,7 +47,7 @@ func newEnv(t *testing.T, adjust func(*Config)) *env {
 	e.direct = upSrv.URL
 	core, logs := observer.New(zapcore.DebugLevel)
 	e.logs = logs
-	cfg := Config{Store: e.v3, SampleRate: 1, CatchUp: 300 * time.Millisecond, Timeout: time.Second,
+	cfg := Config{Store: e.v3, SampleRate: 1, CatchUp: time.Second, Timeout: time.Second,
 		Logger: zap.New(core), Registry: e.reg, Name: "test-bridge"}
 	if adjust != nil {
 		adjust(&cfg)
@@ -538,4 +538,21 @@ func TestWriteSummary(t *testing.T) {
 	if !strings.Contains(b.String(), "no bridge reports") {
 		t.Errorf("empty summary: %q", b.String())
 	}
+}
+
+// BenchmarkSample is what a forwarded request pays for the decision, at a
+// rate that leaves most of them out.
+func BenchmarkSample(b *testing.B) {
+	sh, err := New(Config{Store: newFake(1), SampleRate: 0.01})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sh.Close()
+	r := httptest.NewRequest("GET", "/v2/keys/coreos.com/network/config", nil)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			sh.Sample(r)
+		}
+	})
 }
