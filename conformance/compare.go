@@ -462,6 +462,13 @@ func (s *Session) Compare(x *Exchange, sortedListing bool) []Diff {
 	return out
 }
 
+// CompareNode compares two decoded v2 nodes (objects of a body's "node"
+// field) by the rules of Compare: indexes through the index maps, ttl and
+// expiration within the tolerances, listings in key order.
+func (s *Session) CompareNode(where string, r, b map[string]any) []Diff {
+	return s.diffValue(where, "", "", r, b, 0, true)
+}
+
 func (s *Session) compareHeaders(x *Exchange) []Diff {
 	var out []Diff
 	r, b := x.Resp[Ref].Header, x.Resp[Bridge].Header

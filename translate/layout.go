@@ -41,6 +41,7 @@ const (
 	leaseTag   = "l/"
 	journalTag = "j"
 	ttlDirTag  = "t" // + DataPrefix + p: directories that carry a TTL
+	shadowTag  = "shadow/"
 )
 
 // childPath is p + "/" except for the root, which is already "/".
@@ -194,3 +195,8 @@ func IsHiddenName(p string) bool {
 	i := strings.LastIndexByte(p, '/')
 	return i >= 0 && i+1 < len(p) && p[i+1] == '_'
 }
+
+// ShadowPrefix is where bridges in passthrough mode publish the counters of
+// their shadow comparison against etcd v3, one leased record per bridge,
+// for `v2bridge verify`.
+func (l Layout) ShadowPrefix() string { return l.MetaPrefix + shadowTag }

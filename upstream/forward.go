@@ -73,6 +73,7 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	watching := isWatch(r)
+	sampled := !watching && p.cfg.Observer != nil && p.cfg.Observer.Sample(r)
 	parent := r.Context()
 	if !watching {
 		tctx, tcancel := context.WithTimeout(parent, p.cfg.RequestTimeout)
@@ -94,11 +95,12 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	target := *p.targets[p.current.Load()]
+	base := p.targets[p.current.Load()]
+	target := *base
 	target.Path += r.URL.Path
 	target.RawPath = ""
 	if r.URL.RawPath != "" {
-		target.RawPath = p.targets[p.current.Load()].EscapedPath() + r.URL.RawPath
+		target.RawPath = base.EscapedPath() + r.URL.RawPath
 	}
 	target.RawQuery = r.URL.RawQuery
 	out, err := http.NewRequestWithContext(ctx, r.Method, target.String(), r.Body)
@@ -159,6 +161,11 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(body)
+	if sampled {
+		// After the write: the client's answer never waits for the copy.
+		p.cfg.Observer.Observe(r, Answer{Upstream: base.String(), Status: resp.StatusCode,
+			Header: resp.Header.Clone(), Body: body})
+	}
 }
 
 // relayWatch relays a watch's headers at once, then its events as they come.

@@ -49,10 +49,33 @@ type Config struct {
 	AdvertiseURLs []string
 	EnablePprof   bool
 
+	// Observer, if set, sees the forwarded requests that are not watches
+	// (the shadow comparison against etcd v3).
+	Observer Observer
+
 	Logger *zap.Logger
 	// Registry receives the metrics; Gatherer is served on /metrics.
 	Registry prometheus.Registerer
 	Gatherer prometheus.Gatherer
+}
+
+// Observer watches forwarded requests from beside the request path. Sample
+// runs for every forwarded request that is not a watch, before it is
+// forwarded, and must be cheap; Observe gets the answer of a sampled one once
+// it is written to the client, and must not block.
+type Observer interface {
+	Sample(r *http.Request) bool
+	Observe(r *http.Request, a Answer)
+}
+
+// Answer is the upstream's answer to a sampled request, as relayed.
+type Answer struct {
+	// Upstream is the base URL of the upstream that answered.
+	Upstream string
+	Status   int
+	Header   http.Header // a copy
+	// Body is the whole body; the observer must not change it.
+	Body []byte
 }
 
 // Defaults of Config's zero values.

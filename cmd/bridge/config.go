@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/v2bridge/v2bridge/server"
+	"github.com/v2bridge/v2bridge/shadow"
 	"github.com/v2bridge/v2bridge/v3backend"
 	"sigs.k8s.io/yaml"
 )
@@ -73,6 +74,11 @@ type config struct {
 
 	listenMetricsURLs string
 	enablePprof       bool
+
+	// The shadow comparison of passthrough mode (shadow.go).
+	shadowSampleRate float64
+	shadowQueue      int
+	shadowPrefix     string
 
 	// embeddedMode is how validate decided the backend: "" (--endpoints or
 	// --discovery-srv), "explicit" (--embedded) or "implicit" (no backend
@@ -158,6 +164,9 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.httpIdleTimeout, "http-idle-timeout", h.IdleTimeout, "close a client's keep-alive connection idle this long between requests (a parked watch is not idle)")
 	fs.DurationVar(&c.httpBodyReadTimeout, "http-body-read-timeout", h.BodyReadTimeout, "deadline for reading a request's body")
 	fs.IntVar(&c.maxConnections, "max-connections", h.MaxConnections, "client connections served at once per listener; more wait to be accepted (0: no cap)")
+	fs.Float64Var(&c.shadowSampleRate, "shadow-sample-rate", 1, "passthrough mode with --endpoints: share of forwarded reads and writes compared with etcd v3, off the request path (0 disables)")
+	fs.IntVar(&c.shadowQueue, "shadow-queue", shadow.Defaults.Queue, "sampled requests waiting for a shadow comparison; more are dropped (counted), and the sample rate halves while it overflows")
+	fs.StringVar(&c.shadowPrefix, "shadow-prefix", "/", "v2 subtree the shadow comparison covers: the one migrate --follow copies (its --from-prefix)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	return fs
 }
@@ -309,6 +318,9 @@ func (c *config) validate() error {
 		return fmt.Errorf("--tls-min-version %q: want TLS1.2 or TLS1.3", c.tlsMinVersion)
 	case c.logFormat != "json" && c.logFormat != "console":
 		return fmt.Errorf("--log-format %q: want json or console", c.logFormat)
+	}
+	if err := c.checkShadow(); err != nil {
+		return err
 	}
 	return c.decideBackend()
 }

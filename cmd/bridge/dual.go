@@ -28,14 +28,49 @@ import (
 
 // dualSides are the two sides of a dual-mode bridge. The v3 side comes up
 // in the background (the old server is served meanwhile); onV3 hands it on
-// once it is there. A shadow comparer of the old server's answers with the
-// v3 side's hooks in here: it gets the passthrough and, through onV3, the
-// v3 side's store.
+// once it is there. The shadow comparison of the old server's answers with
+// the v3 side's hooks in here: the passthrough is built with shadow as its
+// observer, which samples nothing until onV3 has started the comparer.
 type dualSides struct {
-	pass *upstream.Passthrough
-	v3   atomic.Pointer[server.Bridge]
-	// onV3 is called once, with the v3 side's store, when it is connected.
-	onV3 func(v2api.Store)
+	pass   *upstream.Passthrough
+	v3     atomic.Pointer[server.Bridge]
+	shadow lateObserver
+	// onV3 is called once, with the v3 side, when it is connected.
+	onV3 func(*server.Bridge)
+}
+
+// lateObserver is an upstream.Observer whose comparer arrives after the
+// passthrough was built; until then it samples nothing.
+type lateObserver struct {
+	obs  atomic.Pointer[upstream.Observer]
+	stop atomic.Pointer[func()]
+}
+
+func (l *lateObserver) set(obs upstream.Observer, stop func()) {
+	l.stop.Store(&stop)
+	if obs != nil {
+		l.obs.Store(&obs)
+	}
+}
+
+// Sample implements upstream.Observer.
+func (l *lateObserver) Sample(r *http.Request) bool {
+	o := l.obs.Load()
+	return o != nil && (*o).Sample(r)
+}
+
+// Observe implements upstream.Observer.
+func (l *lateObserver) Observe(r *http.Request, a upstream.Answer) {
+	if o := l.obs.Load(); o != nil {
+		(*o).Observe(r, a)
+	}
+}
+
+// close stops the comparer, if one was started.
+func (l *lateObserver) close() {
+	if stop := l.stop.Load(); stop != nil {
+		(*stop)()
+	}
 }
 
 // V3Store is the v3 side's v2 store, nil until it is connected.
@@ -76,11 +111,19 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout,
 		HeartbeatFailures: c.heartbeatFailures, RequestTimeout: c.requestTimeout,
 		Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs), EnablePprof: c.enablePprof,
-		Logger: lg.Named("upstream"), Registry: reg, Gatherer: gatherer})
+		Logger: lg.Named("upstream"), Registry: reg, Gatherer: gatherer, Observer: &d.shadow})
 	if err != nil {
 		return err
 	}
 	defer d.pass.Close()
+	d.onV3 = func(br *server.Bridge) {
+		obs, stop, err := startShadow(c, br, lg, reg)
+		if err != nil {
+			lg.Warn("dual mode: no shadow comparison", zap.Error(err))
+			return
+		}
+		d.shadow.set(obs, stop)
+	}
 	sw := cutover.NewSwitch(cutover.SwitchConfig{
 		Passthrough: cutover.Backend{API: d.pass, Probes: d.pass.MetricsHandler(), Ready: d.pass.Ready},
 		Metrics:     promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}),
@@ -144,6 +187,7 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		bgcancel()
 		bg.Wait()
 		d.pass.Close()
+		d.shadow.close() // after the passthrough: no request observes it any more
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var errs []error
@@ -183,7 +227,7 @@ func (d *dualSides) buildV3(ctx context.Context, c *config, bcfg v3backend.Confi
 			sw.SetV3(cutover.Backend{API: br.API, Probes: br.API.MetricsHandler(), Ready: br.Backend.Ready})
 			lg.Info("dual mode: the etcd v3 side is connected", zap.Strings("backend", endpoints), zap.Int("attempt", attempt))
 			if d.onV3 != nil {
-				d.onV3(server.Store{B: br.Backend})
+				d.onV3(br)
 			}
 			return
 		}

@@ -23,6 +23,8 @@ var flagGroups = []flagGroup{
 	{"Passthrough to an old etcd v2 server (the migration's first step; heartbeat and request flags below apply);\n" +
 		"with an etcd v3 cluster too, dual mode (the mode record in etcd v3 says which side serves)",
 		[]string{"v2-upstream", "mode-lease-ttl"}},
+	{"Shadow comparison in dual mode (while it passes through, reads and writes are checked against etcd v3, off the request path)",
+		[]string{"shadow-sample-rate", "shadow-queue", "shadow-prefix"}},
 	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions"}},
 	{"The etcd v3 cluster", []string{"endpoints", "discovery-srv", "discovery-srv-name", "endpoints-auto-sync-interval",
 		"cacert", "cert", "key", "insecure-skip-tls-verify", "user",

@@ -20,6 +20,7 @@ import (
 
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
+	"github.com/v2bridge/v2bridge/shadow"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
@@ -118,7 +119,9 @@ With --follow it keeps applying the source's changes until interrupted.
 			fmt.Fprint(o, `Usage: v2bridge verify --from URL --endpoints URLS [flags]
 
 Compares an etcd v2 server's tree with the bridge's view of it, node by node
-(kind, value, TTL), and exits non-zero on any difference.
+(kind, value, TTL), and exits non-zero on any difference. Then it prints what
+bridges in passthrough mode report of their shadow comparison (their answers
+checked against etcd v3 as they serve), which does not change the exit status.
 `)
 		}
 		fmt.Fprintln(o, "\nSource and behaviour:")
@@ -164,6 +167,8 @@ type migrateRun struct {
 	// reporter records the follower's progress in etcd v3 for `migrate
 	// cutover` (with --follow; nil otherwise).
 	reporter *cutover.FollowReporter
+	// shadow reads the bridges' shadow comparison records (verify).
+	shadow func(context.Context) ([]shadow.Record, error)
 }
 
 func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) (err error) {
@@ -217,6 +222,7 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	r.jt = newJSONTarget(endpoints, layout)
 	r.target = fmt.Sprintf("etcd v3 %s (data prefix %q, meta prefix %q)", strings.Join(endpoints, ","), layout.DataPrefix, layout.MetaPrefix)
 	if cmd == "verify" {
+		r.shadow = func(ctx context.Context) ([]shadow.Record, error) { return readShadow(ctx, &c, endpoints, layout) }
 		return r.verify(ctx)
 	}
 	return r.migrate(ctx)
@@ -334,10 +340,14 @@ func (r *migrateRun) verify(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
+	recs, serr := r.shadow(ctx)
 	if r.jsonOut() {
-		r.summary = verifyJSON(rep, r.jt)
+		js := verifyJSON(rep, r.jt)
+		js.Shadow = shadowJSON(recs, serr)
+		r.summary = js
 	} else {
 		printReport(r.stdout, rep, r.target, r.mf.maxDiffs)
+		printShadow(r.stdout, recs, serr)
 	}
 	if n := len(rep.Differences); n > 0 {
 		return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.Source)

@@ -87,6 +87,7 @@ type jsonVerify struct {
 	HiddenFound     []string    `json:"hiddenFound"`
 	Differences     []jsonIssue `json:"differences"`
 	DurationSeconds float64     `json:"durationSeconds"`
+	Shadow          *jsonShadow `json:"shadow,omitempty"`
 }
 
 func newJSONTarget(endpoints []string, l translate.Layout) jsonTarget {

@@ -1,0 +1,488 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package shadow
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/conformance"
+	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/upstream"
+)
+
+// job is one sampled request and the upstream's answer to it.
+type job struct {
+	method, path, query string // path escaped, query raw
+	auth                string // the client's Authorization, for re-reading the upstream as it
+	ans                 upstream.Answer
+}
+
+// read is a read to ask either side: the request's own, or a GET of a
+// written key.
+type read struct {
+	method, path, query, auth string
+	upstream                  string // base URL of the upstream to re-read
+}
+
+func (q read) target() string {
+	if q.query == "" {
+		return q.path
+	}
+	return q.path + "?" + q.query
+}
+
+// outcome is how a comparison ended.
+type outcome int
+
+const (
+	agreed     outcome = iota
+	agreedLate         // after re-checking: the follower caught up
+	lagged             // the v3 side still showed an older state
+	diverged
+	skipped // nothing to compare (an error answer to a write, noValueOnSuccess)
+	v3Unavailable
+	upstreamUnavailable
+)
+
+type result struct {
+	outcome outcome
+	key     string // the key the comparison was about
+	x       *conformance.Exchange
+	diffs   []conformance.Diff
+}
+
+// lagging is the kind a lagging comparison is listed under among the recent
+// divergences (it is counted apart from them).
+const lagging = "lagging"
+
+var errUnavailable = errors.New("the v3 side answered error 300 or not in time")
+
+// compare compares one sampled request and counts the outcome.
+func (s *Shadow) compare(j *job) {
+	ctx := s.ctx
+	op := "write"
+	var res result
+	if j.method == http.MethodGet || j.method == http.MethodHead {
+		op = "read"
+		q := read{method: j.method, path: j.path, query: j.query, auth: j.auth, upstream: j.ans.Upstream}
+		res = s.checkRead(ctx, q, &conformance.Response{Status: j.ans.Status, Header: j.ans.Header, Body: j.ans.Body})
+	} else {
+		res = s.checkWrite(ctx, j)
+	}
+	switch {
+	case res.outcome == skipped:
+		s.drop(reasonNotComparable)
+		s.lg.Debug("shadow comparison: nothing to compare", zap.String("method", j.method), zap.String("path", j.path),
+			zap.Int("status", j.ans.Status))
+		return
+	case ctx.Err() != nil:
+		s.drop(reasonClosing)
+		return
+	case res.outcome == v3Unavailable:
+		s.drop(reasonV3Unavailable)
+		return
+	case res.outcome == upstreamUnavailable:
+		s.drop(reasonUpstream)
+		return
+	}
+	if op == "read" {
+		s.counts.reads.Add(1)
+	} else {
+		s.counts.writes.Add(1)
+	}
+	s.m.compared.WithLabelValues(op).Inc()
+	switch res.outcome {
+	case agreedLate:
+		s.counts.retried.Add(1)
+		s.m.retried.Inc()
+	case lagged:
+		s.counts.lagging.Add(1)
+		s.m.lagging.Inc()
+		s.report(j.method, res, lagging)
+	case diverged:
+		kind := kindOf(res.x, res.diffs)
+		s.m.divergences.WithLabelValues(kind).Inc()
+		s.report(j.method, res, kind)
+	}
+}
+
+// checkRead compares the upstream's answer ref to q with the v3 side's.
+func (s *Shadow) checkRead(ctx context.Context, q read, ref *conformance.Response) result {
+	res, err := s.agree(ctx, q, ref)
+	if err != nil || res.outcome != diverged {
+		return res
+	}
+	// A difference that outlived the catch-up time: it is the copy's only
+	// if the upstream still answers as it did.
+	again, err := s.fetch(ctx, q)
+	if err != nil {
+		s.lg.Debug("shadow comparison: re-reading the upstream failed", zap.String("key", res.key), zap.Error(err))
+		return result{outcome: upstreamUnavailable}
+	}
+	if s.same(q, ref, again) {
+		return res
+	}
+	res2, err := s.agree(ctx, q, again)
+	if err != nil {
+		return res2
+	}
+	if res2.outcome == diverged {
+		res2.outcome = lagged // the upstream moves faster than the follower was seen to follow
+	} else {
+		res2.outcome = agreedLate
+	}
+	return res2
+}
+
+// agree asks the v3 side q until its answer agrees with ref, for at most
+// the catch-up time.
+func (s *Shadow) agree(ctx context.Context, q read, ref *conformance.Response) (result, error) {
+	deadline := time.Now().Add(s.cfg.CatchUp)
+	wait := 20 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		b, err := s.ask(ctx, q)
+		if err != nil {
+			return result{outcome: v3Unavailable}, err
+		}
+		x, diffs := s.diff(q, ref, b)
+		if len(diffs) == 0 {
+			if attempt > 0 {
+				return result{outcome: agreedLate}, nil
+			}
+			return result{outcome: agreed}, nil
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return result{outcome: diverged, key: keyOf(q.path, diffs), x: x, diffs: diffs}, nil
+		}
+		if !sleep(ctx, wait) {
+			return result{outcome: v3Unavailable}, ctx.Err()
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// checkWrite checks that the v3 side's node at a written key becomes the
+// node the upstream answered the write with.
+func (s *Shadow) checkWrite(ctx context.Context, j *job) result {
+	ref := &conformance.Response{Status: j.ans.Status, Header: j.ans.Header, Body: j.ans.Body}
+	x := conformance.NewExchange([2]*conformance.Request{}, [2]*conformance.Response{ref, ref})
+	node, prev := x.Node(conformance.Ref, "node"), x.Node(conformance.Ref, "prevNode")
+	action := x.Action(conformance.Ref)
+	key, _ := node["key"].(string)
+	if j.ans.Status >= 300 || x.ErrorCode(conformance.Ref) != 0 || node == nil || key == "" || !s.under(key) {
+		return result{outcome: skipped}
+	}
+	var want map[string]any // the node after the write; nil: no node
+	switch action {
+	case translate.ActionSet, translate.ActionCreate, translate.ActionUpdate, translate.ActionCompareAndSwap:
+		want = node
+	case translate.ActionDelete, translate.ActionCompareAndDelete:
+	default:
+		return result{outcome: skipped}
+	}
+	q := read{method: http.MethodGet, path: (&url.URL{Path: "/v2/keys" + key}).EscapedPath(), auth: j.auth,
+		upstream: j.ans.Upstream}
+	deadline := time.Now().Add(s.cfg.CatchUp)
+	wait := 20 * time.Millisecond
+	var b *conformance.Response
+	for attempt := 0; ; attempt++ {
+		var err error
+		if b, err = s.ask(ctx, q); err != nil {
+			return result{outcome: v3Unavailable}
+		}
+		if s.holds(b, want) {
+			if attempt > 0 {
+				return result{outcome: agreedLate}
+			}
+			return result{outcome: agreed}
+		}
+		if time.Now().Add(wait).After(deadline) {
+			break
+		}
+		if !sleep(ctx, wait) {
+			return result{outcome: v3Unavailable}
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+	if s.holds(b, prev) {
+		// Still the node from before the write: not applied yet.
+		bx := conformance.NewExchange([2]*conformance.Request{}, [2]*conformance.Response{ref, b})
+		return result{outcome: lagged, key: key, x: bx,
+			diffs: []conformance.Diff{{Where: "node", Field: "node", NodeKey: key, Ref: want, Bridge: bx.Node(conformance.Bridge, "node")}}}
+	}
+	// Neither the write nor the state before it: the key may have changed
+	// since on the upstream too. Compare with what the upstream holds now.
+	now, err := s.fetch(ctx, q)
+	if err != nil {
+		return result{outcome: upstreamUnavailable}
+	}
+	res := s.checkRead(ctx, q, now)
+	if res.key == "" {
+		res.key = key
+	}
+	return res
+}
+
+// holds reports whether the v3 side's answer b to a GET of a key shows the
+// node want (nil: no node, error 100).
+func (s *Shadow) holds(b *conformance.Response, want map[string]any) bool {
+	bx := conformance.NewExchange([2]*conformance.Request{}, [2]*conformance.Response{b, b})
+	code := bx.ErrorCode(conformance.Ref)
+	if want == nil {
+		return code == translate.EcodeKeyNotFound
+	}
+	got := bx.Node(conformance.Ref, "node")
+	if code != 0 || got == nil {
+		return false
+	}
+	if _, ok := want["nodes"]; !ok {
+		delete(got, "nodes") // a directory's GET lists its children; its write answer does not
+	}
+	sess := conformance.NewSession()
+	for _, d := range sess.CompareNode("node", want, got) {
+		if !s.tolerable(d) {
+			return false
+		}
+	}
+	return true
+}
+
+// diff compares the upstream's answer ref to q with the v3 side's answer b,
+// as the conformance suite compares a bridge with a v2 server; what it
+// excuses, and TTLs within the tolerance, are left out.
+func (s *Shadow) diff(q read, ref, b *conformance.Response) (*conformance.Exchange, []conformance.Diff) {
+	req := &conformance.Request{Method: q.method, Path: q.target()}
+	x := conformance.NewExchange([2]*conformance.Request{req, req}, [2]*conformance.Response{ref, b})
+	sess := conformance.NewSession()
+	var out []conformance.Diff
+	for _, d := range sess.Compare(x, req.BoolParam("sorted")) {
+		if conformance.Excuse(sess, x, d) != nil || s.tolerable(d) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return x, out
+}
+
+// same reports whether two answers of the upstream to q agree (it did not
+// change in between).
+func (s *Shadow) same(q read, a, b *conformance.Response) bool {
+	_, diffs := s.diff(q, a, b)
+	return len(diffs) == 0
+}
+
+// tolerable reports whether d is two TTLs or expirations of one node within
+// the tolerance (the conformance suite's own is tighter: it compares two
+// servers written at the same moment, not a copy a follower made).
+func (s *Shadow) tolerable(d conformance.Diff) bool {
+	switch d.Field {
+	case "ttl":
+		r, rok := d.Ref.(json.Number)
+		b, bok := d.Bridge.(json.Number)
+		if !rok || !bok {
+			return false
+		}
+		ri, err1 := r.Int64()
+		bi, err2 := b.Int64()
+		return err1 == nil && err2 == nil && math.Abs(float64(ri-bi)) <= math.Ceil(s.cfg.TTLTolerance.Seconds())
+	case "expiration":
+		r, rok := d.Ref.(string)
+		b, bok := d.Bridge.(string)
+		if !rok || !bok {
+			return false
+		}
+		rt, err1 := time.Parse(time.RFC3339Nano, r)
+		bt, err2 := time.Parse(time.RFC3339Nano, b)
+		return err1 == nil && err2 == nil && rt.Sub(bt).Abs() <= s.cfg.TTLTolerance
+	}
+	return false
+}
+
+// kindOf names what differs most: whether the key is there at all, then
+// the error, the kind of node, its children, its value, its TTL.
+func kindOf(x *conformance.Exchange, diffs []conformance.Diff) string {
+	rc, bc := x.ErrorCode(conformance.Ref), x.ErrorCode(conformance.Bridge)
+	switch {
+	case rc == bc:
+	case rc == 0 && bc == translate.EcodeKeyNotFound:
+		return KindMissing
+	case rc == translate.EcodeKeyNotFound && bc == 0:
+		return KindExtra
+	default:
+		return KindErrorCode
+	}
+	fields := map[string]bool{}
+	for _, d := range diffs {
+		fields[d.Field] = true
+	}
+	switch {
+	case fields["node"] && bc == translate.EcodeKeyNotFound:
+		return KindMissing
+	case fields["node"]:
+		return KindValue
+	case fields["dir"]:
+		return KindDir
+	case fields["nodes"]:
+		return KindChildren
+	case fields["value"]:
+		return KindValue
+	case fields["ttl"] || fields["expiration"]:
+		return KindTTL
+	}
+	return KindOther
+}
+
+// keyOf is the key a difference is about: the node holding the first
+// differing field, else the key the request names.
+func keyOf(p string, diffs []conformance.Diff) string {
+	for _, d := range diffs {
+		if d.NodeKey != "" {
+			return d.NodeKey
+		}
+	}
+	if u, err := url.PathUnescape(p); err == nil {
+		p = u
+	}
+	return path.Clean("/" + strings.TrimPrefix(p, "/v2/keys"))
+}
+
+// under reports whether the v2 key k is in the compared subtree.
+func (s *Shadow) under(k string) bool {
+	p := s.cfg.Prefix
+	return p == "/" || k == p || strings.HasPrefix(k, p+"/")
+}
+
+// ask has the v3 side answer q as a v3-mode bridge would, within the
+// timeout. An answer that says the v3 side is unavailable is an error, not
+// an answer to compare.
+func (s *Shadow) ask(ctx context.Context, q read) (*conformance.Response, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	r, err := http.NewRequestWithContext(cctx, q.method, q.target(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("shadow request %s %s: %w", q.method, q.target(), err)
+	}
+	rec := &recorder{h: http.Header{}}
+	s.api.ServeHTTP(rec, r)
+	if cctx.Err() != nil {
+		return nil, fmt.Errorf("asking the v3 side %s %s: %w", q.method, q.target(), cctx.Err())
+	}
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	resp := &conformance.Response{Status: rec.status, Header: rec.h, Body: rec.body.Bytes()}
+	if q.method == http.MethodHead {
+		resp.Body = nil // an HTTP server sends no body to a HEAD
+	}
+	if resp.Status == http.StatusInternalServerError && bytes.Contains(resp.Body, []byte(`"errorCode":300`)) {
+		return nil, errUnavailable
+	}
+	return resp, nil
+}
+
+// fetch reads q from the upstream again, within the timeout.
+func (s *Shadow) fetch(ctx context.Context, q read) (*conformance.Response, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	r, err := http.NewRequestWithContext(cctx, q.method, strings.TrimSuffix(q.upstream, "/")+q.target(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("re-reading %s from the upstream: %w", q.target(), err)
+	}
+	if q.auth != "" {
+		r.Header.Set("Authorization", q.auth)
+	}
+	resp, err := s.cfg.UpstreamClient.Do(r)
+	if err != nil {
+		return nil, fmt.Errorf("re-reading %s from the upstream: %w", q.target(), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(s.cfg.MaxBody)+1))
+	if err != nil {
+		return nil, fmt.Errorf("re-reading %s from the upstream: %w", q.target(), err)
+	}
+	if len(body) > s.cfg.MaxBody {
+		return nil, fmt.Errorf("re-reading %s from the upstream: answer over %d bytes", q.target(), s.cfg.MaxBody)
+	}
+	return &conformance.Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
+}
+
+// report counts and logs a divergence (kind) or a lagging comparison: the
+// key at warn level, at most one line a second after a burst of ten; the
+// values only at debug level.
+func (s *Shadow) report(method string, res result, kind string) {
+	where := ""
+	if len(res.diffs) > 0 {
+		where = res.diffs[0].Where
+	}
+	s.counts.diverged(Divergence{Key: res.key, Kind: kind, Method: method, Where: where, At: time.Now().UTC()})
+	if s.warn.Allow() {
+		msg := "shadow comparison: etcd v3 answers differently from the v2 upstream"
+		if kind == lagging {
+			msg = "shadow comparison: etcd v3 still shows an older state than the v2 upstream (the follower lags)"
+		}
+		fields := []zap.Field{zap.String("key", res.key), zap.String("kind", kind), zap.String("method", method),
+			zap.String("where", where), zap.Int("differences", len(res.diffs))}
+		if n := s.suppressed.Swap(0); n > 0 {
+			fields = append(fields, zap.Int64("suppressed", n))
+		}
+		s.lg.Warn(msg, fields...)
+	} else {
+		s.suppressed.Add(1)
+	}
+	if ce := s.lg.Check(zap.DebugLevel, "shadow comparison: the differences, with values"); ce != nil {
+		ds := make([]string, 0, min(len(res.diffs), 10))
+		for i, d := range res.diffs {
+			if i == 10 {
+				break
+			}
+			ds = append(ds, d.String())
+		}
+		ce.Write(zap.String("key", res.key), zap.String("kind", kind), zap.Strings("differences", ds))
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// recorder is the http.ResponseWriter the v3 side answers into.
+type recorder struct {
+	h      http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.h }
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}

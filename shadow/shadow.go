@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package shadow is the shadow comparison of passthrough mode: while a bridge
+// forwards v2 requests to the old v2 server, it asks its etcd v3 side (where
+// `v2bridge migrate --follow` keeps a copy) the same reads, off the request
+// path, and counts where the two answer differently, so operators know the
+// copy is faithful before they cut over.
+//
+// A sampled read (a GET or HEAD of the keys, not a watch) is answered again
+// by the v2 API over the v3 store and compared the way the conformance suite
+// compares a bridge with a real v2 server: indexes are left out (the two
+// number their writes independently), TTLs agree within a tolerance, and
+// the documented divergences are allowed. A sampled write is checked once
+// the follower has had time to apply it: the v3 node at the written key must
+// become the node the upstream answered with.
+//
+// A difference is re-checked with backoff for a bounded time before it
+// counts, and, if it persists, the upstream is read again: a difference that
+// goes away was the follower catching up; one that stays while the upstream
+// keeps changing is counted as lagging; one that stays while the upstream
+// holds still is a divergence, counted by kind. A write whose key still
+// shows the state from before the write is lagging too.
+//
+// Nothing here may slow or fail a client's request: the decision to sample
+// is a random number against a threshold, the answer is handed over after it
+// was written to the client, the queue is bounded and never waited on, and
+// every call to either side has a deadline. Under pressure requests are
+// dropped (counted), and the sample rate halves while the queue overflows.
+package shadow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/upstream"
+	"github.com/v2bridge/v2bridge/v2api"
+)
+
+// Config is what a shadow comparison is built from.
+type Config struct {
+	// Store is the v3 side: the store a v3-mode bridge serves the v2 API
+	// from (server.Store).
+	Store v2api.Store
+
+	// SampleRate is the share of forwarded reads and writes compared, in
+	// (0, 1].
+	SampleRate float64
+	// Prefix limits the comparison to one v2 subtree: the one the follower
+	// migrates (migrate --from-prefix). Default "/".
+	Prefix string
+	// Queue bounds the sampled requests waiting for a worker; Workers is
+	// how many are compared at once.
+	Queue   int
+	Workers int
+	// Timeout bounds each call to the v3 side and each re-read of the
+	// upstream.
+	Timeout time.Duration
+	// CatchUp is how long a difference is re-checked, with backoff, before
+	// it counts: the follower applies the upstream's writes a moment later.
+	CatchUp time.Duration
+	// TTLTolerance is how far apart two TTLs (or expirations) of the same
+	// node may be and still agree (migrate's --ttl-tolerance).
+	TTLTolerance time.Duration
+	// MaxBody skips answers larger than this many bytes.
+	MaxBody int
+
+	// UpstreamClient re-reads the upstream; by default one of the shadow's
+	// own with at most Workers connections.
+	UpstreamClient *http.Client
+
+	// Recorder, if set, receives the counters every RecordInterval, for
+	// `v2bridge verify` (see V3Recorder).
+	Recorder       Recorder
+	RecordInterval time.Duration
+	// Name and AdvertiseURLs identify the bridge in its record.
+	Name          string
+	AdvertiseURLs []string
+
+	Logger *zap.Logger
+	// Registry receives the v2bridge_shadow_* metrics.
+	Registry prometheus.Registerer
+}
+
+// Defaults of Config's zero values.
+var Defaults = Config{
+	Prefix:         "/",
+	Queue:          256,
+	Workers:        2,
+	Timeout:        2 * time.Second,
+	CatchUp:        3 * time.Second,
+	TTLTolerance:   5 * time.Second,
+	MaxBody:        4 << 20,
+	RecordInterval: 10 * time.Second,
+}
+
+func (c *Config) setDefaults() error {
+	d := Defaults
+	if c.Store == nil {
+		return errors.New("shadow: no v3 store")
+	}
+	if math.IsNaN(c.SampleRate) || c.SampleRate <= 0 || c.SampleRate > 1 {
+		return fmt.Errorf("shadow: sample rate %v: want a share in (0, 1]", c.SampleRate)
+	}
+	if c.Prefix == "" {
+		c.Prefix = d.Prefix
+	}
+	p, verr := translate.CleanPath(c.Prefix)
+	if verr != nil {
+		return fmt.Errorf("shadow: bad prefix %q: %s", c.Prefix, verr.Cause)
+	}
+	c.Prefix = p
+	if c.Queue <= 0 {
+		c.Queue = d.Queue
+	}
+	if c.Workers <= 0 {
+		c.Workers = d.Workers
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.CatchUp <= 0 {
+		c.CatchUp = d.CatchUp
+	}
+	if c.TTLTolerance <= 0 {
+		c.TTLTolerance = d.TTLTolerance
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = d.MaxBody
+	}
+	if c.RecordInterval <= 0 {
+		c.RecordInterval = d.RecordInterval
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.UpstreamClient == nil {
+		c.UpstreamClient = &http.Client{
+			Transport: &http.Transport{Proxy: nil, MaxConnsPerHost: c.Workers, MaxIdleConnsPerHost: c.Workers,
+				IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: c.Timeout, DisableCompression: true},
+			// Redirects are part of the answer compared.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	return nil
+}
+
+// maxShift bounds the adaptive sampling: at most a 1024th of the rate is
+// shed.
+const maxShift = 10
+
+// Shadow compares a passthrough's answers with its v3 side. It implements
+// upstream.Observer.
+type Shadow struct {
+	cfg     Config
+	lg      *zap.Logger
+	api     *v2api.Server // the v3 side's answers, as a v3-mode bridge gives them
+	keys    string        // "/v2/keys" + Prefix, and keysDir that + "/": the paths sampled
+	keysDir string
+	m       *metrics
+	started time.Time
+	host    string
+
+	queue chan *job
+	// nominal is the sampling threshold of SampleRate (a random uint64
+	// below it samples); shift halves it under pressure.
+	nominal   uint64
+	shift     atomic.Int32
+	lastFull  atomic.Int64 // unix nanoseconds of the last overflow
+	lastShift atomic.Int64 // unix nanoseconds of the last change of shift
+
+	warn       *rate.Limiter
+	suppressed atomic.Int64 // warnings the limiter left out since the last one
+
+	counts counters
+
+	ctx     context.Context // ends at Close: it bounds every comparison
+	cancel  context.CancelFunc
+	closed  atomic.Bool
+	workers sync.WaitGroup // the workers and the housekeeping goroutine
+}
+
+var _ upstream.Observer = (*Shadow)(nil)
+
+// New starts the workers (and, with a Recorder, the publishing of the
+// counters). Close stops them.
+func New(cfg Config) (*Shadow, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	s := &Shadow{
+		cfg: cfg, lg: cfg.Logger, m: newMetrics(cfg.Registry), started: time.Now(), host: host,
+		api:   v2api.New(v2api.Config{Store: cfg.Store, Logger: zap.NewNop()}),
+		keys:  "/v2/keys" + strings.TrimSuffix(cfg.Prefix, "/"),
+		queue: make(chan *job, cfg.Queue),
+		// One warning a second, ten at once: a broken copy shows its
+		// first keys, then a count of the rest.
+		warn: rate.NewLimiter(rate.Every(time.Second), 10),
+	}
+	s.keysDir = s.keys + "/"
+	s.nominal = math.MaxUint64
+	if cfg.SampleRate < 1 {
+		s.nominal = uint64(cfg.SampleRate * (1 << 63) * 2)
+	}
+	s.m.rate.Set(cfg.SampleRate)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	for range cfg.Workers {
+		s.workers.Add(1)
+		go func() {
+			defer s.workers.Done()
+			s.work()
+		}()
+	}
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		s.housekeeping()
+	}()
+	return s, nil
+}
+
+// Close stops the comparison: comparisons in flight end at their next call,
+// the queue is dropped, and a last record is published. It waits for every
+// goroutine the shadow started.
+func (s *Shadow) Close() {
+	if s.closed.Swap(true) {
+		return
+	}
+	s.cancel()
+	s.workers.Wait()
+	for {
+		select {
+		case <-s.queue:
+			s.drop(reasonClosing)
+			continue
+		default:
+		}
+		break
+	}
+	if s.cfg.Recorder != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+		defer cancel()
+		if err := s.cfg.Recorder.Publish(ctx, s.record()); err != nil {
+			s.lg.Debug("publishing the last shadow record failed", zap.Error(err))
+		}
+	}
+}
+
+// Sample decides whether a forwarded request is compared: a read or write
+// of the keys below Prefix, drawn at the sample rate (less while the queue
+// overflows).
+func (s *Shadow) Sample(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPost, http.MethodDelete:
+	default:
+		return false
+	}
+	if p := r.URL.Path; p != s.keys && !strings.HasPrefix(p, s.keysDir) || s.closed.Load() {
+		return false
+	}
+	u := rand.Uint64()
+	if u >= s.nominal {
+		return false
+	}
+	if sh := s.shift.Load(); sh > 0 && u >= s.nominal>>sh {
+		s.drop(reasonBusy)
+		return false
+	}
+	return true
+}
+
+// Observe queues a sampled request and the upstream's answer for a worker;
+// it never waits.
+func (s *Shadow) Observe(r *http.Request, a upstream.Answer) {
+	switch {
+	case s.closed.Load():
+		s.drop(reasonClosing)
+		return
+	case len(a.Body) > s.cfg.MaxBody:
+		s.drop(reasonTooLarge)
+		return
+	}
+	j := &job{method: r.Method, path: r.URL.EscapedPath(), query: r.URL.RawQuery,
+		auth: r.Header.Get("Authorization"), ans: a}
+	select {
+	case s.queue <- j:
+		s.counts.sampled.Add(1)
+		s.m.sampled.Inc()
+		s.m.queue.Set(float64(len(s.queue)))
+	default:
+		s.drop(reasonQueueFull)
+		s.overflowed()
+	}
+}
+
+// overflowed halves the sample rate, at most every 100 ms so that one burst
+// does not shed everything at once.
+func (s *Shadow) overflowed() {
+	now := time.Now().UnixNano()
+	s.lastFull.Store(now)
+	last := s.lastShift.Load()
+	if now-last < int64(100*time.Millisecond) || !s.lastShift.CompareAndSwap(last, now) {
+		return
+	}
+	if sh := s.shift.Load(); sh < maxShift && s.shift.CompareAndSwap(sh, sh+1) {
+		s.m.rate.Set(s.cfg.SampleRate / float64(int(1)<<(sh+1)))
+	}
+}
+
+// recover doubles the sample rate back, one step a second without overflow.
+func (s *Shadow) recover(now time.Time) {
+	sh := s.shift.Load()
+	if sh == 0 || now.UnixNano()-s.lastFull.Load() < int64(time.Second) ||
+		now.UnixNano()-s.lastShift.Load() < int64(time.Second) {
+		return
+	}
+	if s.shift.CompareAndSwap(sh, sh-1) {
+		s.lastShift.Store(now.UnixNano())
+		s.m.rate.Set(s.cfg.SampleRate / float64(int(1)<<(sh-1)))
+	}
+}
+
+func (s *Shadow) work() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case j := <-s.queue:
+			s.m.queue.Set(float64(len(s.queue)))
+			s.compare(j)
+		}
+	}
+}
+
+// housekeeping restores the sample rate after pressure and publishes the
+// counters.
+func (s *Shadow) housekeeping() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var published, written time.Time
+	var last *Counts // the counts last written, nil until a write succeeds
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case now := <-tick.C:
+			s.recover(now)
+			if s.cfg.Recorder == nil || now.Sub(published) < s.cfg.RecordInterval {
+				continue
+			}
+			published = now
+			rec := s.record()
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+			var err error
+			if last != nil && rec.Counts.equal(last) && now.Sub(written) < rewriteAfter {
+				err = s.cfg.Recorder.Refresh(ctx) // nothing new: keep the record alive only
+			} else if err = s.cfg.Recorder.Publish(ctx, rec); err == nil {
+				last, written = &rec.Counts, now
+			}
+			cancel()
+			if err != nil {
+				if s.ctx.Err() == nil {
+					s.lg.Debug("publishing the shadow record failed", zap.Error(err))
+				}
+				last = nil
+			}
+		}
+	}
+}
+
+// rewriteAfter bounds how old a record's Updated time gets while its
+// counters stand still.
+const rewriteAfter = 5 * time.Minute
+
+// Stats is a snapshot of the counters.
+func (s *Shadow) Stats() Counts { return s.counts.snapshot() }
+
+// drop counts a request not compared.
+func (s *Shadow) drop(reason int) {
+	s.counts.dropped[reason].Add(1)
+	s.m.dropped.WithLabelValues(dropReasons[reason]).Inc()
+}
+
+// Reasons a sampled request is not compared (dropped_total's reason label).
+const (
+	reasonBusy = iota
+	reasonQueueFull
+	reasonV3Unavailable
+	reasonUpstream
+	reasonTooLarge
+	reasonClosing
+	reasonNotComparable
+	nReasons
+)
+
+var dropReasons = [nReasons]string{"busy", "queue_full", "v3_unavailable", "upstream_unavailable", "too_large", "closing",
+	"not_comparable"}
