@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -332,6 +333,35 @@ func TestCutoverMovesEveryBridgeToV3(t *testing.T) {
 	})
 	time.Sleep(2 * time.Second) // leases traded through the old server, carried over by the follower
 
+	// The shadow comparison: a clean copy agrees with the old server; a v3
+	// key changed behind the follower's back is caught on the next read.
+	waitFor(t, 20*time.Second, "the bridges comparing their traffic with etcd v3", func() bool {
+		return shadowSum(t, urls, "v2bridge_shadow_compared_total") >= 10
+	})
+	if d := shadowSum(t, urls, "v2bridge_shadow_divergences_total"); d != 0 {
+		t.Errorf("%v shadow divergences on a clean copy", d)
+	}
+	t.Logf("clean copy: %v requests compared, %v lagging, 0 divergences",
+		shadowSum(t, urls, "v2bridge_shadow_compared_total"), shadowSum(t, urls, "v2bridge_shadow_lagging_total"))
+	cfgKey := network + "/config"
+	orig, err := e.v3.Get(ctxT(t, 5*time.Second), cfgKey)
+	if err != nil || len(orig.Kvs) != 1 {
+		t.Fatalf("the copied config in etcd v3: %v %v", orig, err)
+	}
+	if _, err := e.v3.Put(ctxT(t, 5*time.Second), cfgKey, `{"Network":"10.99.0.0/16"}`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "a shadow divergence for the corrupted key", func() bool {
+		for _, u := range urls {
+			do(t, "GET", u, "/v2/keys"+cfgKey, nil) // answered by the old server, compared with v3
+		}
+		return shadowSum(t, urls, "v2bridge_shadow_divergences_total") > 0
+	})
+	t.Logf("one v3 key corrupted: %v divergences", shadowSum(t, urls, "v2bridge_shadow_divergences_total"))
+	if _, err := e.v3.Put(ctxT(t, 5*time.Second), cfgKey, string(orig.Kvs[0].Value)); err != nil {
+		t.Fatal(err)
+	}
+
 	res := e.command(t, "cutover")
 	t.Logf("migrate cutover (exit %d):\n%s%s", res.code, res.stdout, res.stderr)
 	if res.code != 0 {
@@ -566,4 +596,22 @@ func TestCutoverWithFaults(t *testing.T) {
 	if rec["mode"] != "passthrough" || rec["rollbackIndex"] == nil {
 		t.Errorf("mode record after the rollback: %v", rec)
 	}
+}
+
+// shadowSum adds up a shadow comparison counter over the bridges' metrics
+// (every label).
+func shadowSum(t *testing.T, urls []string, name string) float64 {
+	t.Helper()
+	var sum float64
+	for _, u := range urls {
+		for _, line := range strings.Split(do(t, "GET", u, "/metrics", nil).body, "\n") {
+			if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+				continue
+			}
+			if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
 }
