@@ -20,7 +20,7 @@ func TestDecodeRevisionFromJournal(t *testing.T) {
 	if verr != nil {
 		t.Fatal(verr)
 	}
-	p.Bind(0, time.Time{}, now)
+	p.Bind(0, time.Time{}, now, false)
 	var journal []byte
 	for _, op := range p.Ops {
 		if op.Key == l.JournalKey() {

@@ -490,8 +490,10 @@ func stripValue(n *Node) *Node {
 }
 
 // Bind records the lease granted for the plan (0 when TTL == 0) and its
-// expiration, and appends the journal and lease records to the ops.
-func (p *Plan) Bind(lease int64, exp time.Time, now time.Time) {
+// expiration, and appends the journal record to the ops, and the lease
+// record too unless an earlier write already made it (a shared lease's
+// record is written once: it goes with the lease).
+func (p *Plan) Bind(lease int64, exp time.Time, now time.Time, leaseRecorded bool) {
 	p.lease = lease
 	if lease != 0 {
 		p.event.Node.SetExpiration(exp, now)
@@ -504,7 +506,9 @@ func (p *Plan) Bind(lease int64, exp time.Time, now time.Time) {
 				p.Ops[i].Value = expNs
 			}
 		}
-		p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.LeaseKey(lease), Value: expNs, WithLease: true})
+		if !leaseRecorded {
+			p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.LeaseKey(lease), Value: expNs, WithLease: true})
+		}
 	}
 	j := Journal{Action: p.event.Action, Node: stripValue(p.event.Node), PrevNode: stripValue(p.event.PrevNode),
 		Refresh: p.Refresh, DataPrefix: p.layout.DataPrefix}

@@ -35,6 +35,7 @@ type poolSlot struct {
 	granted  int64         // TTL etcd granted (asked + slack, or its minimum)
 	exp      time.Time     // the lease's expiration, estimated no later than etcd's
 	slack    time.Duration // granted beyond the asked TTL
+	recorded bool          // a committed write holds the lease's record
 	granting chan struct{} // non-nil while a grant is in flight; closed when it ends
 }
 
@@ -54,8 +55,9 @@ type pooledLease struct {
 	// shown is the expiration the write reports and records: the lease's
 	// less the slack, so a write right after the grant shows the TTL it
 	// asked for.
-	shown time.Time
-	fresh bool // this call granted it
+	shown    time.Time
+	fresh    bool // this call granted it
+	recorded bool // its lease record is written already
 }
 
 // acquire returns the shared lease for a write asking for ttl seconds at
@@ -71,7 +73,7 @@ func (p *leasePool) acquire(ctx context.Context, cli *clientv3.Client, ttl int64
 			p.slots[ttl] = s
 		}
 		if s.granting == nil && s.id != 0 && !s.exp.Before(now.Add(time.Duration(ttl)*time.Second)) {
-			l := pooledLease{id: s.id, granted: s.granted, shown: s.exp.Add(-s.slack)}
+			l := pooledLease{id: s.id, granted: s.granted, shown: s.exp.Add(-s.slack), recorded: s.recorded}
 			p.mu.Unlock()
 			return l, nil
 		}
@@ -102,7 +104,7 @@ func (p *leasePool) acquire(ctx context.Context, cli *clientv3.Client, ttl int64
 			// From now, before the grant was sent: no later than the
 			// expiration etcd counts from when it applies the grant.
 			exp = now.Add(time.Duration(g.TTL) * time.Second)
-			s.id, s.granted, s.exp, s.slack = g.ID, g.TTL, exp, slack
+			s.id, s.granted, s.exp, s.slack, s.recorded = g.ID, g.TTL, exp, slack, false
 		}
 		close(done)
 		p.mu.Unlock()
@@ -110,6 +112,16 @@ func (p *leasePool) acquire(ctx context.Context, cli *clientv3.Client, ttl int64
 			return pooledLease{}, fmt.Errorf("grant lease: %w", err)
 		}
 		return pooledLease{id: g.ID, granted: g.TTL, shown: exp.Add(-slack), fresh: true}, nil
+	}
+}
+
+// recorded notes that a committed write of a ttl-second key put the record
+// of lease id, so the writes that share it after that leave it out.
+func (p *leasePool) recorded(ttl int64, id clientv3.LeaseID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.slots[ttl]; s != nil && s.id == id {
+		s.recorded = true
 	}
 }
 

@@ -269,6 +269,7 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 		}
 		var lease clientv3.LeaseID
 		var exp time.Time
+		var recorded bool
 		if plan.TTL > 0 {
 			pl, err := b.pool.acquire(ctx, s.cli, plan.TTL, now)
 			if err != nil {
@@ -277,10 +278,10 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 			if pl.fresh {
 				b.metrics.leaseGrants.Inc()
 			}
-			lease, exp = pl.id, pl.shown
+			lease, exp, recorded = pl.id, pl.shown, pl.recorded
 			b.leases.put(int64(lease), exp)
 		}
-		plan.Bind(int64(lease), exp, now)
+		plan.Bind(int64(lease), exp, now, recorded)
 		resp, err := s.cli.Txn(ctx).If(toCmps(plan.Cmps)...).Then(toOps(plan.Ops, lease)...).Commit()
 		if err != nil {
 			return nil, err
@@ -293,6 +294,9 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 		}
 		b.noteHeader(resp.Header)
 		b.noteAcked(plan.Ops, resp.Header.Revision)
+		if lease != 0 && !recorded {
+			b.pool.recorded(plan.TTL, lease)
+		}
 		return plan.Result(resp.Header.Revision), nil
 	}
 	return nil, errors.New("v2bridge: write gave up after too many conflicting concurrent writes")
