@@ -57,6 +57,9 @@ type bridgeProc struct {
 	notable  map[string]int // warn and error log messages, by "level: msg"
 	// lossMetric is v2bridge_backend_losses_total as last read.
 	lossMetric float64
+	races      int      // "WARNING: DATA RACE" reports (a -race build)
+	panics     int      // lines starting a Go panic or fatal error
+	exit       string   // how it ended, when not as the soak asked
 	tail       []string // its last log lines, for failure messages
 }
 
@@ -151,6 +154,7 @@ func (p *bridgeProc) waitReady(ctx context.Context) error {
 func (p *bridgeProc) stop(sig syscall.Signal) {
 	select {
 	case <-p.exited:
+		p.noteExit("exited by itself: " + p.cmd.ProcessState.String())
 	default:
 		_ = p.cmd.Process.Signal(sig)
 		select {
@@ -158,9 +162,22 @@ func (p *bridgeProc) stop(sig syscall.Signal) {
 		case <-time.After(15 * time.Second):
 			_ = p.cmd.Process.Kill()
 			<-p.exited
+			p.noteExit("did not stop within 15 s of SIGTERM: killed")
+		}
+		if sig == syscall.SIGTERM && !p.cmd.ProcessState.Success() {
+			// 66: the race detector found a race.
+			p.noteExit("SIGTERM: " + p.cmd.ProcessState.String())
 		}
 	}
 	<-p.logDone
+}
+
+func (p *bridgeProc) noteExit(how string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exit == "" {
+		p.exit = how
+	}
 }
 
 // readLog follows the bridge's JSON log: the member it connects to, the
@@ -187,6 +204,12 @@ func (p *bridgeProc) readLog(r io.Reader) {
 		p.tail = append(p.tail, line)
 		if len(p.tail) > tailLines {
 			p.tail = p.tail[1:]
+		}
+		switch {
+		case strings.Contains(line, "WARNING: DATA RACE"):
+			p.races++
+		case strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: "):
+			p.panics++
 		}
 		switch e.Msg {
 		case "etcd v3 backend connected":

@@ -82,7 +82,7 @@ const (
 // back yet. The race detector's shadow memory is never given back.
 func rssSlack() float64 {
 	if raceBuild {
-		return 256 << 20
+		return 128 << 20
 	}
 	return 32 << 20
 }

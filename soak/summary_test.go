@@ -59,6 +59,10 @@ type summary struct {
 	losses      []lossVerdict
 	lossMetric  float64 // v2bridge_backend_losses_total, summed over the bridge runs (read before each stopped)
 	notable     map[string]int
+	// Trouble inside the bridge processes: data races, panics, exits
+	// other than the ones asked for.
+	races, panics int
+	exits         []string
 
 	start, end procStats
 }
@@ -78,6 +82,11 @@ func (s *summary) judgeLosses(runs []*bridgeProc, cl *v2bridgetest.Cluster) {
 			s.notable[k] += n
 		}
 		s.lossMetric += p.lossMetric
+		s.races += p.races
+		s.panics += p.panics
+		if p.exit != "" {
+			s.exits = append(s.exits, p.url+" "+p.exit)
+		}
 		p.mu.Unlock()
 	}
 }
@@ -148,6 +157,9 @@ func (s *summary) failures() []string {
 	check(len(s.stuck), "stuck watches")
 	check(len(s.fenceMissing), "watchers not caught up after the last heal")
 	check(s.unrecovered, "members not serving again after a heal")
+	check(s.races, "data races in the bridge")
+	check(s.panics, "panics in the bridge")
+	check(len(s.exits), "bridge exits other than asked ("+strings.Join(s.exits, "; ")+")")
 	if leaks(s.start, s.end) {
 		f = append(f, fmt.Sprintf("the bridge leaks: %d goroutines and %s RSS at the end, %d and %s at the start "+
 			"(tolerance: +%d goroutines, +%s RSS)", s.end.goroutines, mib(s.end.rss),
@@ -296,7 +308,11 @@ func (s *summary) renderBridge(p func(string, ...any)) {
 	p("| start (idle, after a GC) | %d | %s | %s |\n", s.start.goroutines, mib(s.start.rss), mib(s.start.heap))
 	p("| end (idle, after a GC, the bridge started at the last restart) | %d | %s | %s |\n\n", s.end.goroutines,
 		mib(s.end.rss), mib(s.end.heap))
-	p("%s (tolerance: +%d goroutines, +%s RSS).\n", verdict, goroutineSlack, mib(rssSlack()))
+	p("%s (tolerance: +%d goroutines, +%s RSS). Data races reported by the bridge: %d; panics: %d; exits other "+
+		"than asked: %d.\n", verdict, goroutineSlack, mib(rssSlack()), s.races, s.panics, len(s.exits))
+	for _, e := range s.exits {
+		p("- %s\n", e)
+	}
 	if len(s.notable) > 0 {
 		p("\nWarnings and errors in the bridge's log (backend losses aside):\n\n")
 		for _, k := range slices.Sorted(maps.Keys(s.notable)) {
