@@ -72,7 +72,7 @@ func (w *v2Writer) run(ctx context.Context) {
 	ops := []struct {
 		weight int
 		do     func(context.Context) outcome
-	}{{35, w.set}, {20, w.increment}, {10, w.del}, {10, w.ttl}, {15, w.mkdir}, {10, w.rmdir}}
+	}{{35, w.set}, {20, w.increment}, {10, w.del}, {10, w.ttl}, {12, w.mkdir}, {13, w.rmdir}}
 	total := 0
 	for _, op := range ops {
 		total += op.weight
@@ -230,7 +230,9 @@ func (w *v2Writer) mkdir(ctx context.Context) outcome {
 }
 
 // rmdir deletes the oldest of its directories, with what is in it: one
-// event for the directory.
+// event for the directory. It is a little more likely than mkdir, so the
+// directories (and the bridge's copy of the key space) stay few over a long
+// soak.
 func (w *v2Writer) rmdir(ctx context.Context) outcome {
 	if len(w.dirs) == 0 {
 		return w.set(ctx)
