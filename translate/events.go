@@ -157,6 +157,10 @@ func (l Layout) decodeByRule(rev int64, evs []V3Event, ls Leases, now time.Time)
 				ev.Action = ActionCreate
 			}
 			ev.Node = FileNode(p, &e.KV, ls, now)
+			// v2's set replaces the node: its event shows a new
+			// createdIndex (later reads show the key's CreateRevision, as
+			// after a bridge's set).
+			ev.Node.CreatedIndex = ev.Node.ModifiedIndex
 		}
 		out = append(out, ev)
 	}

@@ -5,6 +5,7 @@ package translate
 import (
 	"bytes"
 	"encoding/json"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -310,3 +311,99 @@ func TestExpiredDirectoryShowsItsExpiration(t *testing.T) {
 		t.Errorf("prevNode expiration %v, want %v", e, exp)
 	}
 }
+
+// TestEveryWriteDecodesToItsAnswer plans v2 writes, applies their
+// transactions to a store as etcd would (events with their previous
+// values), and decodes the revision as a watcher does: the event must be
+// the write's answer, whether the plan carries a journal record or leaves
+// it out because the rule for v3 clients' writes decodes it exactly.
+func TestEveryWriteDecodesToItsAnswer(t *testing.T) {
+	l := planLayout
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cases := []struct {
+		name    string
+		req     Request
+		state   []*KV
+		journal bool
+	}{
+		{"set over a file", Request{Method: "PUT", Path: "/a/f", Value: "2"}, []*KV{markerKV("/a", 3, 0), fileKV("/a/f", "1", 4, 0)}, false},
+		{"set over a file with a ttl", Request{Method: "PUT", Path: "/f", Value: "2"}, []*KV{fileKV("/f", "1", 4, 9)}, false},
+		{"set of a new file", Request{Method: "PUT", Path: "/a/f", Value: "1"}, nil, true},
+		{"create of a new file, with its directories", Request{Method: "PUT", Path: "/a/b/f", Value: "1", PrevExist: boolPtr(false)}, nil, false},
+		{"in-order create", Request{Method: "POST", Path: "/q", Value: "1"}, []*KV{markerKV("/q", 3, 0)}, false},
+		{"delete of a file", Request{Method: "DELETE", Path: "/f"}, []*KV{fileKV("/f", "1", 4, 0)}, false},
+		{"delete of a file with a lease", Request{Method: "DELETE", Path: "/f"}, []*KV{fileKV("/f", "1", 4, 9)}, true},
+		{"update", Request{Method: "PUT", Path: "/f", Value: "2", PrevExist: boolPtr(true)}, []*KV{fileKV("/f", "1", 4, 0)}, true},
+		{"compare-and-swap", Request{Method: "PUT", Path: "/f", Value: "2", PrevValue: "1"}, []*KV{fileKV("/f", "1", 4, 0)}, true},
+		{"compare-and-delete", Request{Method: "DELETE", Path: "/f", PrevValue: "1"}, []*KV{fileKV("/f", "1", 4, 0)}, true},
+		{"directory create", Request{Method: "PUT", Path: "/d", Dir: true}, nil, true},
+		{"recursive delete", Request{Method: "DELETE", Path: "/a", Recursive: true}, []*KV{markerKV("/a", 3, 0), fileKV("/a/f", "1", 4, 0)}, true},
+		{"set of a directory over a file", Request{Method: "PUT", Path: "/f", Dir: true}, []*KV{fileKV("/f", "1", 4, 0)}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := c.req
+			p, verr := l.PlanWrite(&req, snapshotOf(req.Path, c.state), nil, now)
+			if verr != nil {
+				t.Fatal(verr)
+			}
+			p.Bind(0, time.Time{}, now, false)
+			const rev = 21
+			evs := applyOps(c.state, p.Ops, rev)
+			hasJournal := false
+			for _, e := range evs {
+				hasJournal = hasJournal || e.KV.Key == l.JournalKey()
+			}
+			if hasJournal != c.journal {
+				t.Errorf("journal record written: %v, want %v", hasJournal, c.journal)
+			}
+			out, _, forged := l.DecodeRevision(rev, evs, nil, now)
+			if forged || len(out) != 1 {
+				t.Fatalf("decoded %d events (forged %v), want 1", len(out), forged)
+			}
+			out[0].Removed = nil // what a recursive delete removed is not in its answer
+			got, _ := json.Marshal(out[0])
+			want, _ := json.Marshal(p.Result(rev))
+			if string(got) != string(want) {
+				t.Fatalf("watch event %s\nanswer      %s", got, want)
+			}
+		})
+	}
+}
+
+// applyOps applies ops to state as etcd's transaction would at rev and
+// returns the watch events, with previous values, in op order.
+func applyOps(state []*KV, ops []Op, rev int64) []V3Event {
+	kvs := map[string]*KV{}
+	for _, kv := range state {
+		kvs[kv.Key] = kv
+	}
+	var evs []V3Event
+	for _, o := range ops {
+		switch o.Type {
+		case OpPut:
+			kv := KV{Key: o.Key, Value: o.Value, CreateRevision: rev, ModRevision: rev}
+			prev := kvs[o.Key]
+			if prev != nil {
+				kv.CreateRevision = prev.CreateRevision
+			}
+			evs = append(evs, V3Event{KV: kv, Prev: prev})
+			kvs[o.Key] = &kv
+		case OpDelete:
+			var keys []string
+			for k := range kvs {
+				if k == o.Key || (o.End != "" && k >= o.Key && k < o.End) {
+					keys = append(keys, k)
+				}
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				evs = append(evs, V3Event{Delete: true, KV: KV{Key: k, ModRevision: rev}, Prev: kvs[k]})
+				delete(kvs, k)
+			}
+		}
+	}
+	return evs
+}
+
+func boolPtr(b bool) *bool { return &b }

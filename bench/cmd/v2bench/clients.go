@@ -239,9 +239,9 @@ type bridgeTxner interface {
 
 // bridgeTxn is what a bridge sends for a v2 PUT of key over a file: compares
 // on the key, its directory marker, "no children" ranges of both, and the
-// file and marker of every ancestor; puts of the value and of a journal
-// record of a typical size. The compares hold; their values do not matter to
-// the cost.
+// file and marker of every ancestor; the put of the value (a set over a
+// file needs no journal record: watchers decode it by rule). The compares
+// hold; their values do not matter to the cost.
 func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
 	k := v3Prefix + key
 	var cmps []clientv3.Cmp
@@ -257,9 +257,7 @@ func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
 				clientv3.Compare(clientv3.ModRevision(v3Prefix+"_m"+a), "<", 1<<62))
 		}
 	}
-	journal := `{"a":"set","n":{"key":"` + key + `","value":"","modifiedIndex":0,"createdIndex":0},` +
-		`"p":{"key":"` + key + `","value":"","modifiedIndex":12345,"createdIndex":12345}}`
-	r, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k, val), clientv3.OpPut(v3Prefix+"_j", journal)).Commit()
+	r, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k, val)).Commit()
 	if err == nil && !r.Succeeded {
 		err = errors.New("bridge-shaped transaction: a compare failed")
 	}
