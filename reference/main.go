@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command v2ref runs a single-member etcd 3.5 server with the v2 API enabled.
 //
 // It is the conformance reference and benchmark peer for the v2bridge
