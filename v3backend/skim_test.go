@@ -15,8 +15,9 @@ import (
 )
 
 // The range a skim watches holds every key whose change may decode into an
-// event for a watcher on one of its keys, and leaves out the rest of the
-// data space below them, lease records, sequences and TTL records.
+// event for a watcher on one of its keys, leaves out the data keys sorting
+// before them, lease records, sequences and TTL records, and lies within
+// the bridge's watch range.
 func TestSkimRangeHoldsWhatMayConcernTheKeys(t *testing.T) {
 	for _, dp := range []string{"", "/x"} {
 		l, err := translate.NewLayout(dp, "_v2bridge/")
@@ -25,6 +26,11 @@ func TestSkimRangeHoldsWhatMayConcernTheKeys(t *testing.T) {
 		}
 		lo, hi := skimRange(l, []string{"/m/n", "/p"})
 		in := func(k string) bool { return k >= lo && k < hi }
+		// Within WatchRange: the read permission the bridge's etcd user
+		// needs (docs/operations.md) covers skims too.
+		if wlo, whi := l.WatchRange(); lo < wlo || hi > whi {
+			t.Errorf("data prefix %q: skim range [%q, %q) is not within the watch range [%q, %q)", dp, lo, hi, wlo, whi)
+		}
 		for _, k := range []string{l.DataKey("/m/n"), l.DataKey("/m/n/o/p"), l.DataKey("/p"), l.DataKey("/p/q"),
 			l.MarkerKey("/m"), l.MarkerKey("/m/n/o"), l.MarkerKey("/a"), l.MarkerKey("/z"), l.JournalKey()} {
 			if !in(k) {
