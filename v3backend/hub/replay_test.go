@@ -361,3 +361,56 @@ func TestKeeperCoversOnlyWhatItKeptForTheKey(t *testing.T) {
 		t.Fatalf("lo %d, %d gaps after dropping up to 20, want 21 and none", k.lo, len(k.gaps))
 	}
 }
+
+// A replay for the queue left with no member while watchers are queued
+// hands the queue to a new replay at once, rather than reading on to the
+// ring for nobody.
+func TestQueueReplayLeftWithNobodyHandsTheQueueOver(t *testing.T) {
+	src := newFake()
+	history(src, 100) // /k2../k101
+	h, _ := newHub(t, src, Config{})
+	src.gateHistory()
+	m := watch(t, h, src, "/never", false, false, 10)
+	for range 3 { // 10..12
+		if !src.step(waitTimeout) {
+			t.Fatal("the replay did not read on")
+		}
+	}
+	waitFor(t, "the replay to pass revision 12", func() bool { return replayAt(h, 13) })
+	m.Cancel()
+	q := watch(t, h, src, "/k5", false, false, 5) // behind the replay: queued
+	if p := placeOf(h, q); p != placeQueued {
+		t.Fatalf("watcher in place %d, want queued", p)
+	}
+	src.releaseHistory()
+	if e := recv(t, q); e.Index() != 5 {
+		t.Fatalf("queued watcher got %d, want 5", e.Index())
+	}
+	if n := testutil.ToFloat64(h.metrics.replays); n != 2 {
+		t.Fatalf("%v replays, want 2", n)
+	}
+	// The first replay read at most one more revision after its member
+	// left, not up to the ring; the second from 5 up to the ring (101).
+	waitReplayIdleWithin(t, h, 3*replayIdle+waitTimeout)
+	if read := testutil.ToFloat64(h.metrics.replayRevisions); read > (13-10+2)+(101-5+1) {
+		t.Fatalf("%v revisions read, want the first replay to stop at once", read)
+	}
+	src.mu.Lock()
+	froms := slices.Clone(src.histFroms)
+	src.mu.Unlock()
+	if len(froms) < 2 || froms[0] != 10 || froms[1] != 5 {
+		t.Fatalf("history feeds from %v, want 10 then 5", froms)
+	}
+}
+
+// waitReplayIdleWithin waits up to d for every replay to end.
+func waitReplayIdleWithin(t *testing.T, h *Hub, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for locked(h, func() bool { return len(h.replays) > 0 || len(h.queued) > 0 }) {
+		if time.Now().After(deadline) {
+			t.Fatal("replays still running")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
