@@ -31,8 +31,10 @@ type fakeSource struct {
 	numbered bool
 
 	// histGate, when set, holds every history batch until a token is
-	// received from it: the test steps a replay batch by batch.
+	// received from it: the test steps a replay batch by batch. With
+	// gateOnly, only the feeds opened at that revision are held.
 	histGate chan struct{}
+	gateOnly int64
 
 	feedsOpened int
 	feedFroms   []int64
@@ -48,6 +50,7 @@ type fakeFeed struct {
 	shared bool
 	wake   chan struct{} // 1-buffered: something changed
 	queue  []Batch       // shared: batches not yet returned
+	from   int64         // history: the revision it was opened at
 	next   int64         // history: next revision to return
 	sentAt int64         // history: last revision a Progress reported
 	skim   []string      // history: the keys it skims for (nil: full)
@@ -296,7 +299,7 @@ func (s *fakeSource) History(ctx context.Context, from int64, keys []string) (Fe
 		s.histOpened++
 		s.histFroms = append(s.histFroms, from)
 	}
-	f := &fakeFeed{src: s, wake: make(chan struct{}, 1), next: from, skim: keys}
+	f := &fakeFeed{src: s, wake: make(chan struct{}, 1), from: from, next: from, skim: keys}
 	if from < s.compacted {
 		f.err = ErrCompacted
 	} else {
@@ -404,6 +407,9 @@ func (f *fakeFeed) waitGate(ctx context.Context) error {
 	for {
 		s.mu.Lock()
 		gate, err := s.histGate, f.err
+		if s.gateOnly != 0 && f.from != s.gateOnly {
+			gate = nil
+		}
 		s.mu.Unlock()
 		if gate == nil || err != nil {
 			return nil // Next reports err
