@@ -148,8 +148,8 @@ func TestWalkerThatFellOutOfTheWindowStartsItsOwnReplay(t *testing.T) {
 			t.Fatalf("event %d of the walk at %d, want %d", i+1, idx, walk[i+1])
 		}
 	}
-	if waited != 1 {
-		t.Fatalf("%d re-watches waited, want only the one that started the walker's replay", waited)
+	if waited > 1 {
+		t.Fatalf("%d re-watches waited, want at most the one that started the walker's replay", waited)
 	}
 	if n := testutil.ToFloat64(h.metrics.replays); n != 2 {
 		t.Fatalf("%v replays, want 2: the first, and the one the walker started", n)
