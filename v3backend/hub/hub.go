@@ -93,9 +93,10 @@ type Hub struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // run, and the replay goroutines
 
-	// mu guards everything below, every Watcher's next and where, and the
-	// encoding of the events it delivers (Event.Encoded). It is
-	// the only lock of the package; no other lock is taken while it is held.
+	// mu guards everything below, every Watcher's next, where and replay,
+	// every replay's state (replay.go, keeper.go), and the encoding of the
+	// events it delivers (Event.Encoded). It is the only lock of the
+	// package; no other lock is taken while it is held.
 	mu      sync.Mutex
 	ring    ring
 	floor   uint64 // every event with index > floor is in the ring or yet to come

@@ -22,9 +22,9 @@ type Source interface {
 	// batches come in revision order; once it has caught up with the
 	// present it sends Progress batches. With keys (v2 paths), it skims:
 	// it reads only the changes that may concern a watcher on one of keys
-	// or below them (MayConcern), decodes none, and sends Progress batches
-	// up to the revisions it saw nothing of the kind in, and an Unread batch
-	// for the first revision that may have something.
+	// or below them (MayConcern), decodes none, and sends an Unread batch
+	// for each revision that may hold such an event and Progress batches
+	// over those that hold none.
 	History(ctx context.Context, from int64, keys []string) (Feed, error)
 	// Kept reports whether revision rev is still in the backend's history
 	// (false: compacted).
@@ -50,7 +50,7 @@ type Batch struct {
 	// nothing up to Rev concerns the keys).
 	Progress bool
 	// Unread (skimming only): revision Rev may hold events for the keys;
-	// it was not decoded, and the feed has nothing more to say.
+	// it was not decoded (the reader reads it in full).
 	Unread bool
 }
 
