@@ -85,10 +85,14 @@ type Config struct {
 
 	// Hub tuning (zero values take the hub's defaults): how many recent
 	// events are kept (the history horizon in events), a stream reader's
-	// queue, and how far back in revisions a replay may read.
+	// queue, how far back in revisions a replay may read, how many replays
+	// may read at once, and after how many revisions in a row with nothing
+	// for its watchers a replay skims history.
 	RingSize           int
 	WatcherBuffer      int
 	MaxReplayRevisions int64
+	MaxReplays         int
+	ReplaySkimAfter    int64
 }
 
 // Defaults are the values Config's zero fields take; the command line's
@@ -219,7 +223,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	b.setSession(s, "")
 	b.hub = hub.New(hub.Config{Source: hubSource{b}, RingSize: cfg.RingSize, WatcherBuffer: cfg.WatcherBuffer,
-		MaxReplayRevisions: cfg.MaxReplayRevisions, Logger: cfg.Logger.Named("hub"), Registry: cfg.Registry})
+		MaxReplayRevisions: cfg.MaxReplayRevisions, MaxReplays: cfg.MaxReplays, SkimAfter: cfg.ReplaySkimAfter,
+		Logger: cfg.Logger.Named("hub"), Registry: cfg.Registry})
 	b.wg.Add(1)
 	go b.monitor()
 	if cfg.AutoSyncInterval > 0 {

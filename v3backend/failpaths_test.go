@@ -150,8 +150,10 @@ func (heldSource) Feed(ctx context.Context, _ int64) (hub.Feed, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
-func (heldSource) History(context.Context, int64) (hub.Feed, error) { return nil, errors.New("none") }
-func (heldSource) Kept(context.Context, int64) (bool, error)        { return false, errors.New("none") }
+func (heldSource) History(context.Context, int64, []string) (hub.Feed, error) {
+	return nil, errors.New("none")
+}
+func (heldSource) Kept(context.Context, int64) (bool, error) { return false, errors.New("none") }
 
 // TestWatchWhileTheSharedWatchIsNotEstablished: the member answers but the
 // hub has no shared watch (being re-established): a watch request waits

@@ -4,6 +4,7 @@ package v3backend
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -65,7 +66,7 @@ func (src hubSource) Feed(ctx context.Context, from int64) (hub.Feed, error) {
 				b.sweepOrphans(s)
 			}
 		}
-		f := b.openFeed(s, from, true)
+		f := b.openFeed(s, from, true, nil)
 		f.loaded = loaded
 		b.shared.Store(f)
 		return f, nil
@@ -76,13 +77,75 @@ func (src hubSource) Feed(ctx context.Context, from int64) (hub.Feed, error) {
 // takes many pages).
 const mirrorLoadTimeout = time.Minute
 
-// History opens a watch of history on the current session.
-func (src hubSource) History(ctx context.Context, from int64) (hub.Feed, error) {
+// History opens a watch of history on the current session: over the
+// whole range, or, skimming for keys, over skimRange.
+func (src hubSource) History(ctx context.Context, from int64, keys []string) (hub.Feed, error) {
 	s, err := src.b.client()
 	if err != nil {
 		return nil, err
 	}
-	return src.b.openFeed(s, from, false), nil
+	return src.b.openFeed(s, from, false, keys), nil
+}
+
+// skimRange is the one v3 range a skim for keys watches: the data keys at
+// and below each of keys (a plain prefix of the key, as a v3 range can only
+// be contiguous), every directory marker (a directory's deletion or expiry
+// reaches the watchers below it and, from history, those whose key it is a
+// plain prefix of) and the journal (a bridge's delete of a directory that
+// has no marker shows only there), and whatever sorts between those.
+// Changes a full read would decode into an event for a watcher on one of
+// keys all fall inside: data keys at or below it, markers, and the journal
+// record of a bridge write, whose node names the event.
+func skimRange(l translate.Layout, keys []string) (lo, hi string) {
+	lo, hi = l.MarkerKey("/"), translate.PrefixEnd(l.MarkerKey("/"))
+	jk := l.JournalKey()
+	lo, hi = min(lo, jk), max(hi, jk+"\x00") // the journal key alone
+	for _, k := range keys {
+		dk := l.DataKey(k)
+		lo, hi = min(lo, dk), max(hi, translate.PrefixEnd(dk))
+	}
+	return lo, hi
+}
+
+// mayConcern reports whether a revision's changes, as a skim for keys sees
+// them, may decode into an event for a watcher on one of keys: a data key
+// or marker at a path MayConcern accepts, or a journal record whose node
+// is at such a path. (Decoding believes a journal record or decodes the
+// data keys and markers by rule: either way the event's node is among
+// these.)
+func (sk *skimmer) mayConcern(g []*clientv3.Event) bool {
+	for _, e := range g {
+		key := string(e.Kv.Key)
+		if p, ok := sk.layout.PathOfData(key); ok {
+			if hub.MayConcern(p, sk.keys) {
+				return true
+			}
+			continue
+		}
+		if p, ok := sk.layout.PathOfMarker(key); ok {
+			if hub.MayConcern(p, sk.keys) {
+				return true
+			}
+			continue
+		}
+		if key != sk.layout.JournalKey() || e.Type != mvccpb.PUT {
+			continue
+		}
+		var j translate.Journal
+		if json.Unmarshal(e.Kv.Value, &j) != nil || j.Node == nil || j.DataPrefix != sk.layout.DataPrefix {
+			continue // decoded by rule: its data keys and markers tell
+		}
+		if hub.MayConcern(j.Node.Key, sk.keys) || (j.PrevNode != nil && hub.MayConcern(j.PrevNode.Key, sk.keys)) {
+			return true
+		}
+	}
+	return false
+}
+
+// skimmer is what a skimming feed looks for.
+type skimmer struct {
+	layout translate.Layout
+	keys   []string
 }
 
 // Kept reports whether rev is still in v3 history.
@@ -107,11 +170,14 @@ func (src hubSource) Kept(ctx context.Context, rev int64) (bool, error) {
 // expired directories and, when its watch fails while the member still
 // answers heartbeats (it lost its leader, say), declares the session lost
 // so the bridge moves to another member. A history feed does neither and,
-// once idle, asks for progress so its reader learns it has caught up.
+// once idle, asks for progress so its reader learns it has caught up. A
+// skimming history feed decodes nothing: it tells its reader which
+// revision may concern the keys it skims for.
 type feed struct {
 	b      *Backend
 	s      *session
 	shared bool
+	skim   *skimmer         // nil: every revision is decoded
 	w      clientv3.Watcher // a stream of its own: progress requests reach this watch only
 	wch    clientv3.WatchChan
 	cancel context.CancelFunc
@@ -124,21 +190,27 @@ type feed struct {
 	lastNudge atomic.Int64
 }
 
-func (b *Backend) openFeed(s *session, from int64, shared bool) *feed {
+func (b *Backend) openFeed(s *session, from int64, shared bool, skim []string) *feed {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
 	lo, hi := b.layout.WatchRange()
+	var sk *skimmer
+	if skim != nil {
+		lo, hi = skimRange(b.layout, skim)
+		sk = &skimmer{layout: b.layout, keys: skim}
+	}
 	opts := []clientv3.OpOption{clientv3.WithRange(hi), clientv3.WithCreatedNotify()}
 	if from > 0 {
 		opts = append(opts, clientv3.WithRev(from))
 	}
-	if shared {
+	switch {
+	case shared:
 		// The previous values come from the mirror, which holds the key
 		// space as of the revision before: etcd need not look each one up.
 		opts = append(opts, clientv3.WithProgressNotify())
-	} else {
+	case sk == nil: // a skim decodes nothing: it needs no previous values
 		opts = append(opts, clientv3.WithPrevKV())
 	}
-	f := &feed{b: b, s: s, shared: shared, w: clientv3.NewWatcher(s.cli), cancel: cancel}
+	f := &feed{b: b, s: s, shared: shared, skim: sk, w: clientv3.NewWatcher(s.cli), cancel: cancel}
 	f.wch = f.w.Watch(ctx, lo, opts...)
 	b.metrics.v3Watches.Inc()
 	return f
@@ -162,6 +234,9 @@ const historyIdle = 50 * time.Millisecond
 // Next returns the next revision's events, decoded.
 func (f *feed) Next(ctx context.Context) (hub.Batch, error) {
 	for {
+		if f.skim != nil && len(f.pending) > 0 {
+			return f.skimPending(), nil
+		}
 		if len(f.pending) > 0 {
 			g := f.pending[0]
 			f.pending = f.pending[1:]
@@ -229,6 +304,23 @@ func (f *feed) receive(ctx context.Context) (clientv3.WatchResponse, error) {
 			return clientv3.WatchResponse{}, errors.New("backend session lost")
 		}
 	}
+}
+
+// skimPending tells what the revisions received but not yet told hold: the
+// first that may concern the skim's keys (Unread), or that none of them
+// does (Progress, up to the last).
+func (f *feed) skimPending() hub.Batch {
+	var last int64
+	for len(f.pending) > 0 {
+		g := f.pending[0]
+		f.pending = f.pending[1:]
+		rev := g[0].Kv.ModRevision
+		if f.skim.mayConcern(g) {
+			return hub.Batch{Rev: rev, Unread: true}
+		}
+		last = rev
+	}
+	return hub.Batch{Rev: last, Progress: true}
 }
 
 // decode turns one revision's events into v2 events; on the shared feed it

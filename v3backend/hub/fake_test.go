@@ -31,12 +31,17 @@ type fakeSource struct {
 	numbered bool
 
 	// histGate, when set, holds every history batch until a token is
-	// received from it: the test steps a replay batch by batch.
+	// received from it: the test steps a replay batch by batch. With
+	// gateOnly, only the feeds opened at that revision are held.
 	histGate chan struct{}
+	gateOnly int64
 
 	feedsOpened int
 	feedFroms   []int64
-	histOpened  int
+	histOpened  int        // full history feeds
+	histFroms   []int64    // where they started
+	skimOpened  int        // skimming history feeds
+	skimKeys    [][]string // what they skimmed for
 	keptCalls   int
 }
 
@@ -45,8 +50,11 @@ type fakeFeed struct {
 	shared bool
 	wake   chan struct{} // 1-buffered: something changed
 	queue  []Batch       // shared: batches not yet returned
+	from   int64         // history: the revision it was opened at
 	next   int64         // history: next revision to return
 	sentAt int64         // history: last revision a Progress reported
+	skim   []string      // history: the keys it skims for (nil: full)
+	found  bool          // skimming: it sent its Unread batch
 	err    error
 	closed bool
 }
@@ -221,6 +229,20 @@ func (s *fakeSource) counts() (feeds, hist int) {
 	return s.feedsOpened, s.histOpened
 }
 
+// skims is how many skimming history feeds were opened.
+func (s *fakeSource) skims() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.skimOpened
+}
+
+// openHistory is how many history feeds are open.
+func (s *fakeSource) openHistory() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.hist)
+}
+
 func (s *fakeSource) openShared() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -261,15 +283,23 @@ func (s *fakeSource) Feed(ctx context.Context, from int64) (Feed, error) {
 }
 
 // History opens a history feed: Created, the stored revisions from from
-// on, then Progress with the current revision once caught up.
-func (s *fakeSource) History(ctx context.Context, from int64) (Feed, error) {
+// on, then Progress with the current revision once caught up. Skimming for
+// keys, it sends a Progress for each revision none of whose events may
+// concern them, and Unread for the first that may.
+func (s *fakeSource) History(ctx context.Context, from int64, keys []string) (Feed, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
 		return nil, errors.New("fake: no session")
 	}
-	s.histOpened++
-	f := &fakeFeed{src: s, wake: make(chan struct{}, 1), next: from}
+	if keys != nil {
+		s.skimOpened++
+		s.skimKeys = append(s.skimKeys, keys)
+	} else {
+		s.histOpened++
+		s.histFroms = append(s.histFroms, from)
+	}
+	f := &fakeFeed{src: s, wake: make(chan struct{}, 1), from: from, next: from, skim: keys}
 	if from < s.compacted {
 		f.err = ErrCompacted
 	} else {
@@ -339,9 +369,17 @@ func (f *fakeFeed) Next(ctx context.Context) (Batch, error) {
 			s.mu.Unlock()
 			return b, nil
 		}
-		if !f.shared {
+		if !f.shared && !f.found {
 			if f.next <= s.cur {
 				b := Batch{Rev: f.next, Events: s.revs[f.next]}
+				if f.skim != nil {
+					b = Batch{Rev: f.next, Progress: true}
+					for _, e := range s.revs[f.next] {
+						if eventConcerns(e, f.skim) {
+							b, f.found = Batch{Rev: f.next, Unread: true}, true
+						}
+					}
+				}
 				f.next++
 				s.mu.Unlock()
 				return b, nil
@@ -369,6 +407,9 @@ func (f *fakeFeed) waitGate(ctx context.Context) error {
 	for {
 		s.mu.Lock()
 		gate, err := s.histGate, f.err
+		if s.gateOnly != 0 && f.from != s.gateOnly {
+			gate = nil
+		}
 		s.mu.Unlock()
 		if gate == nil || err != nil {
 			return nil // Next reports err

@@ -7,13 +7,13 @@
 // connection's liveness belong to the backend, behind the Source interface.
 //
 // A watch whose waitIndex is in the ring is answered from memory. One older
-// than the ring is caught up by a replay: one history feed at a time, shared
-// by every watcher it can serve, whose events are also kept (as far as the
-// ring has room) so that a client walking history re-watch by re-watch is
-// answered from memory after the first. A waitIndex older than what the
-// ring can hold, older than MaxReplayRevisions, or compacted away gets v2's
-// 401 before any header is written, as v2 answered one older than its
-// 1000-event window.
+// than the ring is caught up by a replay of history, shared by every
+// watcher it can serve. A replay keeps the newest events it read, so that a
+// client walking history re-watch by re-watch is answered from memory, and
+// is paced by its watchers: it stops reading while what it keeps is ahead of
+// everyone it serves. A waitIndex older than what the ring can hold, older
+// than MaxReplayRevisions, or compacted away gets v2's 401 before any header
+// is written, as v2 answered one older than its 1000-event window.
 package hub
 
 import (
@@ -47,6 +47,14 @@ type Config struct {
 	// LiveWait is how long a watch request waits for a shared feed that is
 	// being (re)established, as right after a failover.
 	LiveWait time.Duration
+	// MaxReplays bounds the replays reading history at once: the one for
+	// the queued watchers and those started for clients walking history
+	// that fell out of what another replay kept.
+	MaxReplays int
+	// SkimAfter is how many revisions in a row a replay reads in full
+	// without finding anything for its watchers before it skims instead:
+	// asks etcd only for what may concern them (Source.History with keys).
+	SkimAfter int64
 	// Numbering relates v2 indexes to v3 revisions (translate.Numbering
 	// when nil).
 	Numbering Numbering
@@ -68,10 +76,12 @@ const (
 	DefaultWatcherBuffer      = 100
 	DefaultMaxReplayRevisions = 100000
 	DefaultLiveWait           = 2 * time.Second
+	DefaultMaxReplays         = 4
+	DefaultSkimAfter          = 1000 // one round of etcd's catch-up of a watch
 )
 
 // Hub is the watch hub. Its goroutines (the shared feed's reader and at most
-// one replay) are started by the hub and waited for by Close.
+// MaxReplays replays) are started by the hub and waited for by Close.
 type Hub struct {
 	cfg     Config
 	src     Source
@@ -81,19 +91,21 @@ type Hub struct {
 
 	ctx    context.Context // ends at Close; every feed runs under it
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // run, and the replay goroutine
+	wg     sync.WaitGroup // run, and the replay goroutines
 
-	// mu guards everything below, every Watcher's next and where, and the
-	// encoding of the events it delivers (Event.Encoded). It is
-	// the only lock of the package; no other lock is taken while it is held.
+	// mu guards everything below, every Watcher's next, where and replay,
+	// every replay's state (replay.go, keeper.go), and the encoding of the
+	// events it delivers (Event.Encoded). It is the only lock of the
+	// package; no other lock is taken while it is held.
 	mu      sync.Mutex
 	ring    ring
 	floor   uint64 // every event with index > floor is in the ring or yet to come
 	lastRev int64  // every revision <= lastRev has been dispatched
 	live    bool   // the shared feed is established
 	byKey   map[string]map[*Watcher]struct{}
-	replay  *replay               // the replay running, if any
-	queued  map[*Watcher]struct{} // waiting for the next replay
+	replays map[*replay]struct{}  // the replays running (or paused)
+	qreplay *replay               // the one of them started for the queued watchers, if any
+	queued  map[*Watcher]struct{} // waiting for the next such replay
 	count   int                   // watchers registered, in any place
 
 	afterWaitLive func() // tests: runs in Watch once the feed was seen live
@@ -113,6 +125,12 @@ func New(cfg Config) *Hub {
 	if cfg.LiveWait <= 0 {
 		cfg.LiveWait = DefaultLiveWait
 	}
+	if cfg.MaxReplays <= 0 {
+		cfg.MaxReplays = DefaultMaxReplays
+	}
+	if cfg.SkimAfter <= 0 {
+		cfg.SkimAfter = DefaultSkimAfter
+	}
 	if cfg.Numbering == nil {
 		cfg.Numbering = translate.Numbering{}
 	}
@@ -121,7 +139,8 @@ func New(cfg Config) *Hub {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Hub{cfg: cfg, src: cfg.Source, num: cfg.Numbering, lg: cfg.Logger, metrics: newMetrics(cfg.Registry), ctx: ctx, cancel: cancel,
-		ring: newRing(cfg.RingSize), byKey: map[string]map[*Watcher]struct{}{}, queued: map[*Watcher]struct{}{}}
+		ring: newRing(cfg.RingSize), byKey: map[string]map[*Watcher]struct{}{}, replays: map[*replay]struct{}{},
+		queued: map[*Watcher]struct{}{}}
 	h.wg.Add(1)
 	go h.run()
 	return h
@@ -199,6 +218,12 @@ func (h *Hub) Watch(ctx context.Context, key string, recursive, stream bool, wai
 		return w, nil
 	}
 	err := h.checkHorizonLocked(w.next, current)
+	if err == nil && h.serveFromReplaysLocked(w) {
+		// Within what a replay read (a client walking history): no need
+		// to ask whether v3 still keeps it.
+		h.mu.Unlock()
+		return w, nil
+	}
 	h.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -310,7 +335,7 @@ func (h *Hub) serveFromRingLocked(w *Watcher) {
 		h.byKey[w.key] = set
 	}
 	set[w] = struct{}{}
-	w.where = placeLive
+	w.where, w.replay = placeLive, nil
 }
 
 // addedLocked counts a watcher that enters the hub.
@@ -331,7 +356,8 @@ func (h *Hub) removeLocked(w *Watcher) {
 			delete(h.byKey, w.key)
 		}
 	case placeReplay:
-		delete(h.replay.members, w)
+		delete(w.replay.members, w)
+		w.replay = nil
 	case placeQueued:
 		delete(h.queued, w)
 	}
@@ -377,8 +403,8 @@ func (h *Hub) endAllLocked(reason string) {
 			end(w)
 		}
 	}
-	if h.replay != nil {
-		for w := range h.replay.members {
+	for r := range h.replays {
+		for w := range r.members {
 			end(w)
 		}
 	}
@@ -406,6 +432,11 @@ func (h *Hub) run() {
 		h.mu.Lock()
 		h.live = false
 		h.endAllLocked("backend watch ended")
+		// What the replays read stays true, but how it meets the ring is
+		// decided again by the next feed (a compaction resets the ring).
+		for r := range h.replays {
+			h.dropReplayLocked(r)
+		}
 		if errors.Is(err, ErrCompacted) {
 			// The gap since lastRev is gone from history: restart the ring
 			// after it; older waitIndexes get 401.

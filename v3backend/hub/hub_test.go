@@ -70,7 +70,19 @@ func waitDispatched(t *testing.T, h *Hub, rev int64) {
 func waitReplayIdle(t *testing.T, h *Hub) {
 	t.Helper()
 	waitFor(t, "the replays to end", func() bool {
-		return locked(h, func() bool { return h.replay == nil && len(h.queued) == 0 })
+		return locked(h, func() bool { return len(h.replays) == 0 && len(h.queued) == 0 })
+	})
+}
+
+// replayAt reports whether a replay has read up to pos (its position).
+func replayAt(h *Hub, pos uint64) bool {
+	return locked(h, func() bool {
+		for r := range h.replays {
+			if r.pos == pos {
+				return true
+			}
+		}
+		return false
 	})
 }
 
@@ -396,7 +408,7 @@ func TestWatchersArrivingDuringAReplayJoinItOrQueue(t *testing.T) {
 		}
 	}
 	waitFor(t, "the replay to pass revision 6", func() bool {
-		return locked(h, func() bool { return h.replay != nil && h.replay.pos == 7 })
+		return replayAt(h, 7)
 	})
 	join := watch(t, h, src, "/k7", false, false, 7)
 	behind := watch(t, h, src, "/k6", false, false, 6) // passed, but within what the replay read
@@ -446,11 +458,17 @@ func TestReplayKeepsWhatTheRingHasRoomFor(t *testing.T) {
 	last := src.write(ev(translate.ActionSet, "/live")) // 13
 	waitDispatched(t, h, last)
 
+	src.gateHistory() // both in before the replay reads
 	w := watch(t, h, src, "/k3", false, false, 3)
+	never := watch(t, h, src, "/never", false, false, 3) // keeps the replay reading up to the ring
+	src.releaseHistory()
 	if e := recv(t, w); e.Index() != 3 {
 		t.Fatalf("got %d", e.Index())
 	}
 	waitReplayIdle(t, h)
+	if p := placeOf(h, never); p != placeLive {
+		t.Fatalf("the unanswered member is in place %d after the replay, want live", p)
+	}
 	// Two free slots: the ring now holds 10..13, everything above 9.
 	if got := locked(h, func() uint64 { return h.floor }); got != 9 {
 		t.Fatalf("floor = %d, want 9", got)
@@ -461,8 +479,8 @@ func TestReplayKeepsWhatTheRingHasRoomFor(t *testing.T) {
 	}
 	_, err := h.Watch(context.Background(), "/k9", false, false, 9, uint64(last))
 	cleared401(t, err, 10, 9, uint64(last))
-	if _, hist := src.counts(); hist != 1 {
-		t.Fatalf("%d history feeds, want 1", hist)
+	if n := testutil.ToFloat64(h.metrics.replays); n != 1 {
+		t.Fatalf("%v replays, want 1", n)
 	}
 }
 
@@ -573,7 +591,7 @@ func threePlaces(t *testing.T, h *Hub, src *fakeSource, reg *prometheus.Registry
 		t.Fatal("the replay did not start")
 	}
 	waitFor(t, "the replay to pass revision 5", func() bool {
-		return locked(h, func() bool { return h.replay != nil && h.replay.pos == 6 })
+		return replayAt(h, 6)
 	})
 	queued = watch(t, h, src, "/k3", false, false, 3)
 	checkCount(t, h, reg, 3)
@@ -699,7 +717,11 @@ func TestCancelRemovesTheWatcherFromWhereverItIs(t *testing.T) {
 			checkCount(t, h, reg, 2)
 			in := locked(h, func() bool {
 				_, inLive := h.byKey[w.key][w]
-				_, inReplay := h.replay.members[w]
+				inReplay := false
+				for r := range h.replays {
+					_, in := r.members[w]
+					inReplay = inReplay || in
+				}
 				_, inQueue := h.queued[w]
 				return inLive || inReplay || inQueue
 			})
@@ -931,19 +953,16 @@ func TestReplayEndingBetweenARingResetAndTheNewFeedKeepsNothing(t *testing.T) {
 		t.Fatal("the replay did not start")
 	}
 	waitFor(t, "the replay to pass revision 3", func() bool {
-		return locked(h, func() bool { return h.replay != nil && h.replay.pos == 4 })
+		return replayAt(h, 4)
 	})
-	// The shared feed ends as compacted and no new one is up yet; the
-	// replay, on a feed of its own, reads on.
+	// The shared feed ends as compacted and no new one is up yet.
 	src.hold()
 	src.failShared(ErrCompacted)
 	waitDone(t, w, "backend watch ended")
 	waitFor(t, "the ring reset", func() bool {
 		return locked(h, func() bool { return !h.live && h.lastRev == 0 })
 	})
-	if !src.step(waitTimeout) { // revision 4: past the reset floor, the replay ends
-		t.Fatal("the replay did not read on")
-	}
+	// The end of the shared feed stopped the replay with it.
 	waitReplayIdle(t, h)
 	src.up()
 	waitFor(t, "the new shared feed", h.Live)

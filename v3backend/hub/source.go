@@ -20,8 +20,12 @@ type Source interface {
 	Feed(ctx context.Context, from int64) (Feed, error)
 	// History opens a feed of history from revision from, for a replay. Its
 	// batches come in revision order; once it has caught up with the
-	// present it sends Progress batches.
-	History(ctx context.Context, from int64) (Feed, error)
+	// present it sends Progress batches. With keys (v2 paths), it skims:
+	// it reads only the changes that may concern a watcher on one of keys
+	// or below them (MayConcern), decodes none, and sends an Unread batch
+	// for each revision that may hold such an event and Progress batches
+	// over those that hold none.
+	History(ctx context.Context, from int64, keys []string) (Feed, error)
 	// Kept reports whether revision rev is still in the backend's history
 	// (false: compacted).
 	Kept(ctx context.Context, rev int64) (bool, error)
@@ -42,8 +46,12 @@ type Batch struct {
 	Rev     int64
 	Events  []*translate.Event
 	Created bool // the feed is established; nothing else is in the batch
-	// Progress: every revision up to Rev has been delivered.
+	// Progress: every revision up to Rev has been delivered (skimming:
+	// nothing up to Rev concerns the keys).
 	Progress bool
+	// Unread (skimming only): revision Rev may hold events for the keys;
+	// it was not decoded (the reader reads it in full).
+	Unread bool
 }
 
 // ErrCompacted: a feed's start revision has been compacted away.

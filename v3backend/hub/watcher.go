@@ -14,7 +14,7 @@ type place int
 const (
 	placeNone   place = iota // not registered (answered, ended, or not yet added)
 	placeLive                // Hub.byKey: served from the shared feed
-	placeReplay              // replay.members: served from a history feed
+	placeReplay              // replay.members (of Watcher.replay): served from a history feed
 	placeQueued              // Hub.queued: waiting for the next replay
 )
 
@@ -30,8 +30,9 @@ type Watcher struct {
 
 	// Guarded by Hub.mu, whoever serves the watcher (the shared feed, a
 	// replay, or the caller registering it).
-	next  uint64 // the lowest index still wanted
-	where place
+	next   uint64 // the lowest index still wanted
+	where  place
+	replay *replay // the replay it is a member of (placeReplay)
 
 	once   sync.Once
 	reason string // set once, before done is closed

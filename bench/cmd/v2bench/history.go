@@ -56,7 +56,8 @@ const (
 	// histBeyond is the waitIndex of the watches beyond the replay's reach.
 	histBeyond = 5
 	// histRingWalk is how far back the second walk starts: within the
-	// 1000 events the first walk's replay keeps in the ring.
+	// 1000 events the ring can hold (a replay's reach when nothing filled
+	// the ring: the first walk's replay, paced by its walker, does not).
 	histRingWalk = 900
 	// histBuilders is how many Puts build the history concurrently.
 	histBuilders = 128
@@ -148,20 +149,20 @@ func runHistory(cfg *config, res *results) {
 		back uint64
 	}{
 		{fmt.Sprintf("walk from current−%s", commas(histWithin)), histWithin},
-		{fmt.Sprintf("walk from current−%d (in the ring)", histRingWalk), histRingWalk},
+		{fmt.Sprintf("walk from current−%d", histRingWalk), histRingWalk},
 	} {
 		if i > 0 {
 			// A replay may read on after the first walk's client left; the
 			// second walk starts once none does.
 			t := time.Now()
-			m0, _ := scrapeSums(br.v2URL, mReplayRevs)
+			m0, _ := scrapeSums(br.v2URL, mReplayRevs, mSkimmed)
 			moved, ok := replaysIdle(br.v2URL, 0, 60*time.Second)
 			if !ok {
 				res.note("%s on %s: history replays still reading 60 s after the first walk", wl, sys)
 			}
-			m1, _ := scrapeSums(br.v2URL, mReplayRevs)
-			logf("  replays read %.0f more revisions for %v after the first walk ended", m1[mReplayRevs]-m0[mReplayRevs],
-				moved.Sub(t).Round(100*time.Millisecond))
+			m1, _ := scrapeSums(br.v2URL, mReplayRevs, mSkimmed)
+			logf("  replays read %.0f more revisions (and skimmed %.0f) for %v after the first walk ended",
+				m1[mReplayRevs]-m0[mReplayRevs], m1[mSkimmed]-m0[mSkimmed], moved.Sub(t).Round(100*time.Millisecond))
 			res.add(wl, sys, "revisions replayed after the first walk ended", "revisions", true, m1[mReplayRevs]-m0[mReplayRevs])
 		}
 		from := cur - walk.back
@@ -169,9 +170,9 @@ func runHistory(cfg *config, res *results) {
 		m0, _ := scrapeSums(br.v2URL, histMetricNames...)
 		w := walkHistory(br.v2URL, histHot, translate.FirstIndex(int64(from)), translate.Index(int64(hotLast)), hc.walkEvents, hc.walkFor)
 		m1, _ := scrapeSums(br.v2URL, histMetricNames...)
-		logf("    %d events in %v (first after %v); stopped: %s; replays +%.0f, revisions replayed +%.0f",
+		logf("    %d events in %v (first after %v); stopped: %s; replays +%.0f, revisions replayed +%.0f, skimmed +%.0f, history watches +%.0f",
 			w.events, w.elapsed.Round(time.Millisecond), w.first.Round(time.Millisecond), w.stopped,
-			m1[mReplays]-m0[mReplays], m1[mReplayRevs]-m0[mReplayRevs])
+			m1[mReplays]-m0[mReplays], m1[mReplayRevs]-m0[mReplayRevs], m1[mSkimmed]-m0[mSkimmed], m1[mFeeds]-m0[mFeeds])
 		res.add(wl, sys, walk.name+": events caught up", "events", false, float64(w.events))
 		if w.events > 0 {
 			res.add(wl, sys, walk.name+": first event after", "ms", true, ms(w.first))
@@ -181,6 +182,7 @@ func runHistory(cfg *config, res *results) {
 				float64(w.events-1)/(w.elapsed-w.first).Seconds())
 		}
 		res.add(wl, sys, walk.name+": replays started", "replays", true, m1[mReplays]-m0[mReplays])
+		res.add(wl, sys, walk.name+": v3 history watches opened", "watches", true, m1[mFeeds]-m0[mFeeds])
 		if w.stopped != "target reached" && w.stopped != "caught up" {
 			res.note("%s on %s: %s of %s stopped after %d events (the last after %v): %s", wl, sys, walk.name, histHot,
 				w.events, w.elapsed.Round(time.Millisecond), w.stopped)
@@ -193,17 +195,17 @@ func runHistory(cfg *config, res *results) {
 // when the machine is busy.
 const replayIdleFor = 2 * time.Second
 
-// replaysIdle waits until the bridge's replay revision count has not moved
-// for replayIdleFor and at least min has passed, at most max. It returns
-// when the count was last seen moving (within 0.1 s), and whether it got
-// idle.
+// replaysIdle waits until the bridge's replay revision counts (read and
+// skimmed) have not moved for replayIdleFor and at least min has passed,
+// at most max. It returns when they were last seen moving (within 0.1 s),
+// and whether they got idle.
 func replaysIdle(base string, min, max time.Duration) (time.Time, bool) {
 	start := time.Now()
 	last, moved := -1.0, time.Now()
 	for time.Since(start) < max {
-		m, err := scrapeSums(base, mReplayRevs)
-		if err == nil && m[mReplayRevs] != last {
-			last, moved = m[mReplayRevs], time.Now()
+		m, err := scrapeSums(base, mReplayRevs, mSkimmed)
+		if n := m[mReplayRevs] + m[mSkimmed]; err == nil && n != last {
+			last, moved = n, time.Now()
 		}
 		if time.Since(moved) >= replayIdleFor && time.Since(start) >= min {
 			return moved, true
@@ -233,8 +235,8 @@ func replayTrack(base string, bridge, etcd int) func() []replaySample {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			m, err := scrapeSums(base, mReplayRevs)
-			ss = append(ss, replaySample{at: time.Now(), revs: m[mReplayRevs], scrapeOK: err == nil,
+			m, err := scrapeSums(base, mReplayRevs, mSkimmed)
+			ss = append(ss, replaySample{at: time.Now(), revs: m[mReplayRevs] + m[mSkimmed], scrapeOK: err == nil,
 				cpu: [2]float64{cpuSecondsOf(bridge), cpuSecondsOf(etcd)}})
 			select {
 			case <-stop:
@@ -436,11 +438,13 @@ func latsBefore(gs []getSample, t time.Time) lat {
 const (
 	mReplays    = "v2bridge_watch_history_replays_total"
 	mReplayRevs = "v2bridge_watch_history_replay_revisions_total"
+	mSkimmed    = "v2bridge_watch_history_skimmed_revisions_total"
+	mFeeds      = "v2bridge_watch_history_feeds_total"
 	mRefused    = "v2bridge_watch_history_refused_total"
 	mWatchers   = "v2bridge_v2_watchers"
 )
 
-var histMetricNames = []string{mReplays, mReplayRevs, mRefused, mWatchers}
+var histMetricNames = []string{mReplays, mReplayRevs, mSkimmed, mFeeds, mRefused, mWatchers}
 
 // scrapeSums reads metrics from a Prometheus text endpoint, each the sum of
 // its series (a labelled counter that has none counts 0).
@@ -693,12 +697,17 @@ func staleBurst(hc *histConfig, res *results, br, etcd *instance, k *v2kv, base 
 	res.add(wl, sys, "bridge CPU, during the burst (GETs too)", "cores", true, burstCPU[0])
 	res.add(wl, sys, "etcd CPU, baseline (GETs)", "cores", true, baseCPU[1])
 	res.add(wl, sys, "etcd CPU, during the burst (GETs too)", "cores", true, burstCPU[1])
+	res.add(wl, sys, "bridge CPU time, burst (GETs too)", "s", true, burstCPU[0]*getSpan.Seconds())
+	res.add(wl, sys, "etcd CPU time, burst (GETs too)", "s", true, burstCPU[1]*getSpan.Seconds())
 	res.add(wl, sys, "history replays started", "replays", true, m1[mReplays]-m0[mReplays])
 	res.add(wl, sys, "revisions read by replays", "revisions", true, m1[mReplayRevs]-m0[mReplayRevs])
+	res.add(wl, sys, "revisions skimmed by replays", "revisions", true, m1[mSkimmed]-m0[mSkimmed])
+	res.add(wl, sys, "v3 history watches opened by replays", "watches", true, m1[mFeeds]-m0[mFeeds])
 	res.add(wl, sys, "replays done after", "ms", true, ms(replayTime))
 	res.add(wl, sys, "watches refused (401)", "watches", false, m1[mRefused]-m0[mRefused])
 	res.add(wl, sys, fmt.Sprintf("v2 watchers left %v after", hc.settle), "watchers", true, m2[mWatchers])
-	res.add(wl, sys, "revisions replayed after the watchers left", "revisions", true, m2[mReplayRevs]-m1[mReplayRevs])
+	res.add(wl, sys, "revisions replayed after the watchers left", "revisions", true,
+		m2[mReplayRevs]+m2[mSkimmed]-m1[mReplayRevs]-m1[mSkimmed])
 	if m2[mReplays] != m1[mReplays] {
 		res.note("%s on %s: %.0f more replays started after the watchers left", wl, sys, m2[mReplays]-m1[mReplays])
 	}

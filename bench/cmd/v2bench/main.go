@@ -460,19 +460,22 @@ func header(cfg *config, elapsed time.Duration) string {
 			"`--watch-history-events` 1000 and `--watch-replay-max-revisions` 100,000). Baseline: plain GETs by %d "+
 			"clients for %v. Burst: %d one-shot watches on never-written keys, %d with waitIndexes spread over current−%s … "+
 			"current−%s (within the replay's reach) and %d with waitIndex %d (beyond it), opened all at once while the "+
-			"GET clients run on; they stay until the replays' revision count has not moved for 2 s (at least %v), then "+
-			"leave. RSS is the bridge process's VmRSS before, the highest during the burst (sampled every 20 ms) and %v "+
-			"after the watchers left; CPU is each process's utime+stime per second of wall time; replays, revisions and "+
-			"401s are the bridge's own counters. Then, on a bridge restarted again (the burst's replay filled the ring "+
-			"of the first), a client walks %s one-shot (waitIndex = modifiedIndex+1; a 401 ends the walk) from "+
-			"current−%s, then, once that walk's replay has finished, from current−%d (inside the 1000 events it keeps "+
-			"in the ring), each for at most %s events or %v. How it scales: a replay reads each revision between the "+
-			"oldest stale waitIndex and the ring once, whatever the number of watchers it serves, and never more than "+
-			"100,000 revisions; a waitIndex beyond that, or older than a full ring, is refused by O(1) checks before "+
-			"anything is read. So a burst's time and memory grow with the history read (here at most %s revisions), "+
-			"not with the number of stale watchers. Its pace is etcd's: etcd catches up a watch that starts in the past "+
-			"1,000 revisions per sync round, a round every 100 ms, each round reading the history from the watch's "+
-			"position to the current revision, so a replay of R revisions takes at least R/10,000 s.\n\n",
+			"GET clients run on; they stay until the replays' revision counts (read and skimmed) have not moved for 2 s "+
+			"(at least %v), then leave. RSS is the bridge process's VmRSS before, the highest during the burst (sampled "+
+			"every 20 ms) and %v after the watchers left; CPU is each process's utime+stime per second of wall time, and "+
+			"CPU time the same over the burst; replays, revisions, v3 history watches and 401s are the bridge's own "+
+			"counters. Then, on a bridge restarted again (a replay of the burst may have filled the ring of the first), "+
+			"a client walks %s one-shot (waitIndex = modifiedIndex+1; a 401 ends the walk) from current−%s, then, once "+
+			"no replay reads any more, from current−%d (within the 1000 events the ring can hold; the first walk's "+
+			"replay, paced by its walker, does not fill it), each for at most %s events or %v. How it scales: a replay "+
+			"reads each revision between the oldest stale waitIndex and the ring at most once, whatever the number of "+
+			"watchers it serves, and never more than 100,000 revisions; a waitIndex beyond that, or older than a full "+
+			"ring, is refused by O(1) checks before anything is read. So a burst's time and memory grow with the history "+
+			"read (here at most %s revisions), not with the number of stale watchers; and after 1,000 revisions in a row "+
+			"that concern none of its watchers a replay skims, asking etcd only for the keys that may concern them. Read "+
+			"in full, its pace is etcd's: etcd catches up a watch that starts in the past 1,000 revisions per sync "+
+			"round, a round every 100 ms, so a replay of R revisions takes at least R/10,000 s. A replay serving only "+
+			"clients that walk history keeps at most 1000 events ahead of them, its v3 watch closed while it waits.\n\n",
 			hc.workload(), commas(int64(hc.revisions)), histDir, histBuilders, histHot, histDir, hc.getClients, hc.baseline,
 			2*hc.stale, hc.stale, commas(histWithin), commas(histWithinNewest), hc.stale, histBeyond, hc.minBurst,
 			hc.settle, histHot, commas(histWithin), histRingWalk, commas(int64(hc.walkEvents)), hc.walkFor, commas(histWithin))
