@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 
@@ -114,5 +116,27 @@ func TestSharedLeasesKeepEveryKeysExpiry(t *testing.T) {
 		case <-time.After(ttl + late + 5*time.Second):
 			t.Fatalf("%s did not expire", k)
 		}
+	}
+}
+
+// TestTTLWriteAfterItsSharedLeaseWasRevoked: a v3 client revokes the lease
+// the bridge's TTL writes share; the next TTL write takes a new one instead
+// of failing.
+func TestTTLWriteAfterItsSharedLeaseWasRevoked(t *testing.T) {
+	e := newEnv(t, v2bridgetest.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	if r, err := v2writeResp(e.url, "/rv/a", "x", "60"); err != nil || r/100 != 2 {
+		t.Fatalf("first TTL write: %d %v", r, err)
+	}
+	cli := e.cluster.Client(t)
+	g, err := cli.Get(ctx, e.bridge.Backend.Layout().DataKey("/rv/a"))
+	if err != nil || len(g.Kvs) != 1 || g.Kvs[0].Lease == 0 {
+		t.Fatalf("the key's lease: %v %v", g, err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(g.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := v2writeResp(e.url, "/rv/b", "x", "60"); err != nil || r/100 != 2 {
+		t.Fatalf("TTL write after the shared lease was revoked: %d %v", r, err)
 	}
 }

@@ -327,7 +327,8 @@ func TestEveryWriteDecodesToItsAnswer(t *testing.T) {
 		journal bool
 	}{
 		{"set over a file", Request{Method: "PUT", Path: "/a/f", Value: "2"}, []*KV{markerKV("/a", 3, 0), fileKV("/a/f", "1", 4, 0)}, false},
-		{"set over a file with a ttl", Request{Method: "PUT", Path: "/f", Value: "2"}, []*KV{fileKV("/f", "1", 4, 9)}, false},
+		{"set over a file with a ttl", Request{Method: "PUT", Path: "/f", Value: "2"}, []*KV{fileKV("/f", "1", 4, 9)}, true},
+		{"set of a file with a ttl", Request{Method: "PUT", Path: "/f", Value: "2", TTL: uint64Ptr(30)}, []*KV{fileKV("/f", "1", 4, 0)}, true},
 		{"set of a new file", Request{Method: "PUT", Path: "/a/f", Value: "1"}, nil, true},
 		{"create of a new file, with its directories", Request{Method: "PUT", Path: "/a/b/f", Value: "1", PrevExist: boolPtr(false)}, nil, false},
 		{"in-order create", Request{Method: "POST", Path: "/q", Value: "1"}, []*KV{markerKV("/q", 3, 0)}, false},
@@ -407,3 +408,5 @@ func applyOps(state []*KV, ops []Op, rev int64) []V3Event {
 }
 
 func boolPtr(b bool) *bool { return &b }
+
+func uint64Ptr(u uint64) *uint64 { return &u }

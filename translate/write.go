@@ -156,8 +156,9 @@ type Plan struct {
 	event   Event
 	layout  Layout
 	lease   int64
-	// prevLeased: the node the plan deletes carried a lease (a watcher
-	// decoding the delete by rule would take it for an expiry).
+	// prevLeased: the node at the path carried a lease (a watcher
+	// decoding a delete of it by rule would take it for an expiry, and
+	// could not tell its TTL later).
 	prevLeased bool
 }
 
@@ -202,7 +203,8 @@ func (l Layout) PlanWrite(r *Request, s *Snapshot, ls Leases, now time.Time) (*P
 	if ttl != nil && *ttl > MaxLeaseTTL {
 		return nil, NewError(EcodeTTLNaN, fmt.Sprintf("ttl exceeds the maximum of %d", int64(MaxLeaseTTL)), 0)
 	}
-	p := &Plan{layout: l, Refresh: r.Refresh}
+	p := &Plan{layout: l, Refresh: r.Refresh,
+		prevLeased: (s.File != nil && s.File.Lease != 0) || (s.Marker != nil && s.Marker.Lease != 0)}
 	p.Cmps = l.Guards(s)
 	if ttl != nil {
 		p.TTL = int64(*ttl)
@@ -412,7 +414,6 @@ func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, 
 
 // deleteNode removes the node at s.Path and, for a directory, its subtree.
 func (l Layout) deleteNode(p *Plan, s *Snapshot, action string, ls Leases, now time.Time) {
-	p.prevLeased = (s.File != nil && s.File.Lease != 0) || (s.Marker != nil && s.Marker.Lease != 0)
 	prev := s.node(ls, now)
 	p.event = Event{Action: action, PrevNode: prev,
 		Node: &Node{Key: s.Path, Dir: prev.Dir, CreatedIndex: prev.CreatedIndex}}
@@ -529,8 +530,8 @@ func (p *Plan) Bind(lease int64, exp time.Time, now time.Time, leaseRecorded boo
 // out: one put less per write for etcd, and no JSON to decode for every
 // bridge. That holds for a file's set over a file (rule: a put over a
 // value is set, a new node as v2's set makes), its create (a put without
-// one is create) and its delete when it carried no lease (a deleted key
-// with a lease is expire), when the
+// one is create) and its delete (a deleted key with a lease would be
+// expire), none of them with a TTL before or after, when the
 // transaction changes no other data key and no marker but creates the
 // markers of missing ancestors (which the rule passes over). A refresh, an
 // update, a compare-and-swap or -delete, and anything on a directory keep
@@ -538,6 +539,12 @@ func (p *Plan) Bind(lease int64, exp time.Time, now time.Time, leaseRecorded boo
 func (p *Plan) decodesByRule() bool {
 	ev := &p.event
 	if p.Refresh || ev.Node == nil || ev.Node.Dir || (ev.PrevNode != nil && ev.PrevNode.Dir) {
+		return false
+	}
+	if p.TTL > 0 || p.lease != 0 || (ev.PrevNode != nil && ev.PrevNode.Expiration != nil) || p.prevLeased {
+		// A TTL is known for sure only at the write: decoded later (from
+		// history, by another bridge, after its lease ran out) the node
+		// would show none.
 		return false
 	}
 	switch ev.Action {

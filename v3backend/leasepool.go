@@ -125,6 +125,16 @@ func (p *leasePool) recorded(ttl int64, id clientv3.LeaseID) {
 	}
 }
 
+// forget drops lease id as the current lease for ttl (etcd no longer has
+// it), so the next write grants another.
+func (p *leasePool) forget(ttl int64, id clientv3.LeaseID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.slots[ttl]; s != nil && s.id == id && s.granting == nil {
+		s.id = 0
+	}
+}
+
 // pruneLocked forgets the slots whose lease can take no new key, once
 // there are many.
 func (p *leasePool) pruneLocked(now time.Time) {

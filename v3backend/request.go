@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/v2bridge/v2bridge/translate"
@@ -271,6 +272,10 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 		var exp time.Time
 		var recorded bool
 		if plan.TTL > 0 {
+			// The key's TTL counts from now, after the reads above: a
+			// lease chosen against an earlier time could end its key
+			// that much early.
+			now = time.Now()
 			pl, err := b.pool.acquire(ctx, s.cli, plan.TTL, now)
 			if err != nil {
 				return nil, err
@@ -283,6 +288,12 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 		}
 		plan.Bind(int64(lease), exp, now, recorded)
 		resp, err := s.cli.Txn(ctx).If(toCmps(plan.Cmps)...).Then(toOps(plan.Ops, lease)...).Commit()
+		if err != nil && lease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The shared lease is gone (revoked by someone else): the
+			// next attempt takes a new one.
+			b.pool.forget(plan.TTL, lease)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
