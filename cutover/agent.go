@@ -16,9 +16,17 @@ import (
 	"go.uber.org/zap"
 )
 
+// Etcd is what the agent and the commands use of an etcd v3 client;
+// *clientv3.Client has it.
+type Etcd interface {
+	clientv3.KV
+	clientv3.Lease
+	clientv3.Watcher
+}
+
 // AgentConfig configures an Agent.
 type AgentConfig struct {
-	Client *clientv3.Client
+	Client Etcd
 	Keys   Keys
 	Switch *Switch
 	// LeaseTTL is the TTL of the registration's lease: a bridge that cannot
@@ -37,7 +45,11 @@ type AgentConfig struct {
 // it read), watches the record and applies every change to the switch, and
 // acknowledges each by rewriting its registration. It renews the lease
 // itself, noting when each renewal was sent, so the switch serves writes
-// only while the lease is surely alive in etcd v3.
+// only while the lease is surely alive in etcd v3 and the registration
+// written on it.
+//
+// Every field belongs to the goroutine that calls Run: nothing else reads or
+// writes them.
 type Agent struct {
 	cfg     AgentConfig
 	lg      *zap.Logger
@@ -45,7 +57,18 @@ type Agent struct {
 	lease   clientv3.LeaseID
 	regKey  string
 	applied State
+	// registered says the registration is written on the lease: until it
+	// is, a cutover listing the registrations cannot see this bridge, so
+	// the lease's life opens no write.
+	registered bool
+	// renewedAt is when the last grant or renewal of the lease that
+	// answered was sent, renewedTTL the TTL (seconds) it answered with.
+	renewedAt  time.Time
+	renewedTTL int64
 }
+
+// errLeaseGone ends a session whose lease etcd no longer has.
+var errLeaseGone = errors.New("the registration's lease is gone")
 
 // safety is taken off a lease's TTL when judging it alive: the bridge's
 // clock may run a little fast against the leader's.
@@ -88,16 +111,29 @@ func (a *Agent) Run(ctx context.Context) {
 	a.deregister()
 }
 
-// deregister revokes the lease (the registration goes with it), so a
-// cutover does not wait for a bridge that shut down.
+// deregister closes the write gate, waits for the writes in flight, then
+// revokes the lease (the registration goes with it), so a cutover does not
+// wait for a bridge that shut down. The registration must outlive every
+// write this bridge forwarded: a cutover that no longer lists it does not
+// wait for it. Writes that do not finish within the request timeout keep
+// it: the lease then expires on its own, no earlier than their deadlines.
 func (a *Agent) deregister() {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.RequestTimeout)
+	defer cancel()
+	drainErr := a.cfg.Switch.CloseWrites(ctx)
 	a.cfg.Switch.RevokeWrites()
 	if a.lease == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.RequestTimeout)
-	defer cancel()
-	if _, err := a.cfg.Client.Revoke(ctx, a.lease); err != nil {
+	if drainErr != nil {
+		a.lg.Warn("shutting down with writes in flight: leaving the registration to expire with its lease",
+			zap.Duration("lease-ttl", a.cfg.LeaseTTL), zap.Error(drainErr))
+		a.lease = 0
+		return
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), a.cfg.RequestTimeout)
+	defer rcancel()
+	if _, err := a.cfg.Client.Revoke(rctx, a.lease); err != nil {
 		a.lg.Debug("revoking the registration's lease", zap.Error(err))
 	}
 	a.lease = 0
@@ -128,9 +164,21 @@ func (a *Agent) read(ctx context.Context) (*Record, int64, int64, error) {
 
 // apply moves the switch to the record's state (waiting for writes in
 // flight when fencing) and notes what the registration will acknowledge.
+// A record that disappears after this bridge applied one keeps the bridge
+// on its side with writes fenced (Vanished): the end of a migration deletes
+// the bookkeeping, and an absent record must not send a bridge serving
+// etcd v3 back to the old server.
 func (a *Agent) apply(ctx context.Context, rec *Record) error {
 	st := StateOf(rec)
-	if err := a.cfg.Switch.Apply(ctx, st); err != nil {
+	if rec == nil && a.applied.Generation > 0 {
+		st = Vanished(a.applied)
+		if !a.applied.Vanished {
+			a.lg.Warn("the mode record was deleted: keeping the side of the last record applied, with writes refused "+
+				"until an operator writes a record", zap.String("mode", a.applied.Mode),
+				zap.String("side", a.applied.Side.String()), zap.Uint64("generation", a.applied.Generation))
+		}
+	}
+	if err := a.applyRenewing(ctx, st); err != nil {
 		return err
 	}
 	if st != a.applied {
@@ -139,6 +187,29 @@ func (a *Agent) apply(ctx context.Context, rec *Record) error {
 		a.reg.Mode, a.reg.Generation, a.reg.Since = st.Mode, st.Generation, since.UTC()
 	}
 	return nil
+}
+
+// applyRenewing applies st to the switch, renewing the lease meanwhile:
+// leaving a state that writes, Apply waits for the writes in flight, which
+// may take up to the request timeout, and a lease left unrenewed that long
+// would close the write window and could let the registration lapse.
+func (a *Agent) applyRenewing(ctx context.Context, st State) error {
+	done := make(chan error, 1)
+	go func() { done <- a.cfg.Switch.Apply(ctx, st) }()
+	renew := time.NewTicker(a.cfg.LeaseTTL / 4)
+	defer renew.Stop()
+	for {
+		select {
+		case err := <-done: // Apply ends when ctx does
+			return err
+		case <-renew.C:
+			if a.lease != 0 {
+				if err := a.renew(ctx); err != nil {
+					a.lg.Debug("renewing the registration's lease while applying the mode record", zap.Error(err))
+				}
+			}
+		}
+	}
 }
 
 // session is one lease's life: read, apply, register (guarded by the
@@ -161,8 +232,11 @@ func (a *Agent) session(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("granting the registration's lease: %w", err)
 		}
-		a.lease = g.ID
+		a.lease, a.registered = g.ID, false
 		a.regKey = a.cfg.Keys.Bridges + strconv.FormatInt(int64(g.ID), 16)
+		a.renewedAt, a.renewedTTL = time.Time{}, 0
+		// Writes open only once the registration is written (below), but
+		// from the time the grant was sent: the lease can be no older.
 		a.extend(sent, g.TTL)
 	}
 	for {
@@ -171,6 +245,10 @@ func (a *Agent) session(ctx context.Context) error {
 			return err
 		}
 		if ok {
+			if !a.registered {
+				a.registered = true
+				a.extend(a.renewedAt, a.renewedTTL)
+			}
 			break
 		}
 		// The record changed since it was read: read and apply it again.
@@ -188,6 +266,9 @@ func (a *Agent) session(ctx context.Context) error {
 
 // register writes the registration if the record is still at modRev.
 func (a *Agent) register(ctx context.Context, modRev int64) (bool, error) {
+	if a.lease == 0 { // lost while applying: a registration without one would never go
+		return false, errLeaseGone
+	}
 	val, _ := json.Marshal(a.reg)
 	cctx, cancel := a.call(ctx)
 	defer cancel()
@@ -203,6 +284,9 @@ func (a *Agent) register(ctx context.Context, modRev int64) (bool, error) {
 
 // ack rewrites the registration with the state applied.
 func (a *Agent) ack(ctx context.Context) error {
+	if a.lease == 0 {
+		return errLeaseGone
+	}
 	val, _ := json.Marshal(a.reg)
 	cctx, cancel := a.call(ctx)
 	defer cancel()
@@ -217,15 +301,35 @@ func (a *Agent) ack(ctx context.Context) error {
 func (a *Agent) leaseErr(err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		a.cfg.Switch.RevokeWrites()
-		a.lease = 0
+		a.lease, a.registered = 0, false
 	}
 	return err
 }
 
-// extend lets writes run until the lease, renewed by a request sent at
-// sent with ttl seconds, can have expired.
+// extend notes that the lease was granted or renewed by a request sent at
+// sent, answered with ttl seconds, and, once the registration is written,
+// lets writes run until the lease can have expired. sent comes from
+// time.Now, so the bound keeps its monotonic clock reading.
 func (a *Agent) extend(sent time.Time, ttl int64) {
-	a.cfg.Switch.ExtendWrites(sent.Add(time.Duration(ttl)*time.Second - safety))
+	if sent.After(a.renewedAt) {
+		a.renewedAt, a.renewedTTL = sent, ttl
+	}
+	if a.registered && !a.renewedAt.IsZero() {
+		a.cfg.Switch.ExtendWrites(a.renewedAt.Add(time.Duration(a.renewedTTL)*time.Second - safety))
+	}
+}
+
+// renew renews the lease once; it forgets a lease etcd no longer has.
+func (a *Agent) renew(ctx context.Context) error {
+	sent := time.Now()
+	cctx, cancel := a.call(ctx)
+	k, err := a.cfg.Client.KeepAliveOnce(cctx, a.lease)
+	cancel()
+	if err != nil {
+		return a.leaseErr(fmt.Errorf("renewing the registration's lease: %w", err))
+	}
+	a.extend(sent, k.TTL)
+	return nil
 }
 
 // watch opens a watch of the record from revision from; it ends with the
@@ -248,19 +352,16 @@ func (a *Agent) follow(ctx context.Context, rev int64) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-renew.C:
-			sent := time.Now()
-			cctx, ccancel := a.call(ctx)
-			k, err := a.cfg.Client.KeepAliveOnce(cctx, a.lease)
-			ccancel()
-			if err != nil {
-				err = a.leaseErr(fmt.Errorf("renewing the registration's lease: %w", err))
+			if a.lease == 0 {
+				return errLeaseGone
+			}
+			if err := a.renew(ctx); err != nil {
 				if a.lease == 0 {
 					return err
 				}
 				a.lg.Debug("renewing the registration's lease failed", zap.Error(err))
 				continue
 			}
-			a.extend(sent, k.TTL)
 			if unacked {
 				if err := a.ack(ctx); err == nil {
 					unacked = false

@@ -21,7 +21,7 @@ import (
 
 // Options configure the cutover and rollback commands.
 type Options struct {
-	Client *clientv3.Client
+	Client Etcd
 	Keys   Keys
 	Layout translate.Layout
 	Source *Source
@@ -45,7 +45,11 @@ type Options struct {
 	// By names who runs the command (user@host), for the record.
 	By string
 	// Log receives one line per step.
-	Log            func(string)
+	Log func(string)
+	// RequestTimeout bounds every call the command makes; it is also taken
+	// for the bridges' own (the same --request-timeout): how long a write a
+	// bridge forwarded may still take to land after its registration
+	// dropped out (at most maxSettle).
 	RequestTimeout time.Duration
 	Poll           time.Duration
 	Now            func() time.Time
@@ -183,8 +187,11 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 		o.logf("cutover aborted: mode record generation %d says passthrough again; writes go to the old server", back.Generation)
 		return nil, fmt.Errorf("cutover aborted, the old server stays the authority: %w", cause)
 	}
-	n, err := o.waitAcks(ctx, rec.Generation, o.AckTimeout, true)
+	n, dropped, err := o.waitAcks(ctx, rec.Generation, o.AckTimeout, true)
 	if err != nil {
+		return abort(err)
+	}
+	if err := o.settle(ctx, dropped, "the old server"); err != nil {
 		return abort(err)
 	}
 	o.logf("step 1/3: fenced: %d bridge(s) acknowledged generation %d, no write reaches the old server", n, rec.Generation)
@@ -206,7 +213,7 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 	res.Record = &next
 	o.logf("step 3/3: switched: mode record generation %d says v3; etcd v3 serves from index %d "+
 		"(a waitIndex at or below it gets 401 and clients re-list)", next.Generation, c3)
-	res.Bridges, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
+	res.Bridges, _, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
 	res.Duration = o.Now().Sub(start)
 	return res, nil
 }
@@ -238,7 +245,7 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 		}
 		res.Changed, res.Record = true, &next
 		o.logf("switched: mode record generation %d says passthrough", next.Generation)
-		res.Bridges, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
+		res.Bridges, _, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
 		res.Duration = o.Now().Sub(start)
 		return res, nil
 	case StepFence, StepResume:
@@ -280,11 +287,32 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 		o.logf("rollback aborted: mode record generation %d says v3 again; writes go to etcd v3", back.Generation)
 		return nil, fmt.Errorf("rollback aborted, etcd v3 stays the authority: %w", cause)
 	}
-	n, err := o.waitAcks(ctx, rec.Generation, o.AckTimeout, true)
+	n, dropped, err := o.waitAcks(ctx, rec.Generation, o.AckTimeout, true)
 	if err != nil {
 		return abort(err)
 	}
+	if err := o.settle(ctx, dropped, "etcd v3"); err != nil {
+		return abort(err)
+	}
 	o.logf("step 1/3: fenced: %d bridge(s) acknowledged generation %d, no write reaches etcd v3", n, rec.Generation)
+	// The first scan ran before the fence: a write that landed between
+	// the two would be lost without a word. Fenced, nothing more lands.
+	again, paths, err := o.v3WritesSince(ctx, since)
+	switch {
+	case err != nil && !o.Force:
+		return abort(fmt.Errorf("cannot tell whether etcd v3 was written since the cutover (%v); "+
+			"rollback with --force discards any such writes", err))
+	case again > writes && !o.Force:
+		return abort(fmt.Errorf("%d write(s) were made through etcd v3 while the rollback fenced (%s); they are not "+
+			"copied back to the old server: rollback with --force discards them", again-writes, strings.Join(paths, ", ")))
+	case err != nil:
+		o.logf("--force: cannot tell whether etcd v3 was written while fencing (%v); discarding any such writes", err)
+	case again > writes:
+		o.logf("--force: discarding %d more write(s) made through etcd v3 while fencing (%s)", again-writes, strings.Join(paths, ", "))
+	}
+	if err == nil {
+		res.V3Writes, res.V3WritePaths = again, paths
+	}
 	s2, ceiling, padded, err := o.raiseSource(ctx, rec)
 	if err != nil {
 		return abort(err)
@@ -298,9 +326,28 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 	res.Record = &next
 	o.logf("step 3/3: switched: mode record generation %d says passthrough; the old server serves from index %d "+
 		"(a waitIndex at or below it gets 401 and clients re-list)", next.Generation, s2)
-	res.Bridges, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
+	res.Bridges, _, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
 	res.Duration = o.Now().Sub(start)
 	return res, nil
+}
+
+// maxSettle bounds how long a command waits for writes of bridges that
+// dropped out (settle).
+const maxSettle = 30 * time.Second
+
+// settle waits, when a registration dropped out instead of acknowledging,
+// for a request timeout's worth (at most maxSettle): the bridge refused
+// writes by then, but a write it sent before may still land on side.
+func (o *Options) settle(ctx context.Context, dropped int, side string) error {
+	if dropped == 0 {
+		return nil
+	}
+	d := min(o.RequestTimeout, maxSettle)
+	o.logf("  %d bridge(s) dropped out without acknowledging: waiting %v for writes they sent to land on %s", dropped, d, side)
+	if !sleep(ctx, d) {
+		return ctx.Err()
+	}
+	return nil
 }
 
 // registrations lists the bridges registered now.
@@ -327,15 +374,27 @@ func describe(id string, g Registration) string {
 
 // waitAcks waits until every registered bridge has applied generation gen
 // (a bridge that dies or loses etcd v3 drops out when its lease expires);
-// it returns how many did. With must, a timeout is an error naming the
+// it returns how many did, and how many registrations it saw drop out
+// without acknowledging. With must, a timeout is an error naming the
 // bridges that did not; without, it is only said.
-func (o *Options) waitAcks(ctx context.Context, gen uint64, timeout time.Duration, must bool) (int, error) {
+func (o *Options) waitAcks(ctx context.Context, gen uint64, timeout time.Duration, must bool) (int, int, error) {
 	deadline := o.Now().Add(timeout)
 	said := map[string]bool{}
+	unacked := map[string]Registration{} // seen, not (yet) acknowledging
+	dropped := 0
 	for {
 		regs, err := o.registrations(ctx)
 		if err != nil && must {
-			return 0, err
+			return 0, dropped, err
+		}
+		if err == nil {
+			for id, g := range unacked {
+				if _, ok := regs[id]; !ok {
+					dropped++
+					delete(unacked, id)
+					o.logf("  bridge %s dropped out without acknowledging generation %d", describe(id, g), gen)
+				}
+			}
 		}
 		var waiting []string
 		acked := 0
@@ -352,15 +411,17 @@ func (o *Options) waitAcks(ctx context.Context, gen uint64, timeout time.Duratio
 					said[id] = true
 					o.logf("  bridge %s: generation %d applied (%s)", describe(id, g), g.Generation, g.Mode)
 				}
+				delete(unacked, id)
 				continue
 			}
+			unacked[id] = g
 			waiting = append(waiting, fmt.Sprintf("%s at generation %d (%s)", describe(id, g), g.Generation, g.Mode))
 		}
 		if err == nil && len(waiting) == 0 {
 			if acked == 0 {
 				o.Log("  no bridge is registered in dual mode (is any bridge started with both --v2-upstream and --endpoints?)")
 			}
-			return acked, nil
+			return acked, dropped, nil
 		}
 		if o.Now().After(deadline) {
 			if err == nil {
@@ -370,10 +431,10 @@ func (o *Options) waitAcks(ctx context.Context, gen uint64, timeout time.Duratio
 			if !must {
 				o.logf("  %v", err)
 			}
-			return acked, err
+			return acked, dropped, err
 		}
 		if !sleep(ctx, o.Poll) {
-			return acked, ctx.Err()
+			return acked, dropped, ctx.Err()
 		}
 	}
 }
@@ -629,8 +690,13 @@ feed:
 }
 
 // v3WritesSince counts the changes to v2 data (data keys and directory
-// markers) in etcd v3 after revision rev, leaving out expiries, and names
-// the first few paths.
+// markers) in etcd v3 after revision rev that clients made, and names the
+// first few paths. Changes no client made are left out: lease expiries (a
+// deleted key that carried a lease, in a revision without a bridge's
+// journal record), which the old server has of its own, and the sweeps
+// that remove what was below an expired directory (a revision whose
+// journal record is a sweep). A refresh is a client's write: the old
+// server would let the key expire.
 func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, error) {
 	cctx, cancel := o.call(ctx)
 	resp, err := o.Client.Get(cctx, o.Keys.Mode, clientv3.WithCountOnly())
@@ -672,13 +738,26 @@ func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, 
 			return 0, nil, fmt.Errorf("scanning etcd v3 history: %w", err)
 		}
 		byRev := map[int64]bool{} // revisions with a bridge journal record
+		revEvents := map[int64][]translate.V3Event{}
 		for _, ev := range wr.Events {
 			if string(ev.Kv.Key) == journal {
 				byRev[ev.Kv.ModRevision] = true
 			}
+			te := translate.V3Event{Delete: ev.Type == clientv3.EventTypeDelete,
+				KV: translate.KV{Key: string(ev.Kv.Key), Value: ev.Kv.Value, ModRevision: ev.Kv.ModRevision}}
+			revEvents[ev.Kv.ModRevision] = append(revEvents[ev.Kv.ModRevision], te)
+		}
+		sweeps := map[int64]bool{}
+		for r, evs := range revEvents {
+			if byRev[r] && o.Layout.IsSweep(evs) {
+				sweeps[r] = true
+			}
 		}
 		top := wr.Header.Revision
 		for _, ev := range wr.Events {
+			if sweeps[ev.Kv.ModRevision] {
+				continue // a directory's TTL ran out: no client's write
+			}
 			key := string(ev.Kv.Key)
 			p, ok := o.Layout.PathOfData(key)
 			if !ok {

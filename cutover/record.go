@@ -132,6 +132,9 @@ type State struct {
 	WatchFloor   uint64 // a waitIndex at or below it gets 401
 	WatchCeiling uint64 // a waitIndex above it gets 401 (0: none)
 	Generation   uint64
+	// Vanished: the record was deleted after the bridge applied this
+	// generation (see Vanished).
+	Vanished bool
 }
 
 // Unknown is the state of a bridge that has not read the record: it serves
@@ -155,6 +158,18 @@ func StateOf(r *Record) State {
 			st.Side = SideV3
 		}
 	}
+	return st
+}
+
+// Vanished is what a bridge that applied st does once the record is
+// deleted: it keeps its side, its watch bounds and its generation, and
+// refuses writes until an operator writes a record. Only a bridge that
+// never applied a record takes an absent one for passthrough: one that
+// served etcd v3 must not go back to the old server because the
+// bookkeeping was cleaned up, and no side may take writes while nothing
+// says which is the authority.
+func Vanished(st State) State {
+	st.Mode, st.Writes, st.Vanished = ModeFencing, false, true
 	return st
 }
 

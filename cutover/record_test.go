@@ -111,3 +111,26 @@ func TestKeysAvoidTheBookkeepingTags(t *testing.T) {
 		}
 	}
 }
+
+func TestAVanishedRecordKeepsTheSideAndFencesWrites(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rec  *Record
+	}{
+		{"etcd v3", &Record{Mode: ModeV3, Generation: 2, WatchFloor: 100}},
+		{"the old server after a rollback", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6, WatchCeiling: 100}},
+		{"fencing a cutover", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := StateOf(c.rec)
+			v := Vanished(st)
+			if v.Side != st.Side || v.Writes || !v.Vanished || v.Mode != ModeFencing || v.Generation != st.Generation ||
+				v.WatchFloor != st.WatchFloor || v.WatchCeiling != st.WatchCeiling {
+				t.Errorf("vanished %+v from %+v", v, st)
+			}
+			if Vanished(v) != v {
+				t.Errorf("vanishing twice changes the state: %+v", Vanished(v))
+			}
+		})
+	}
+}

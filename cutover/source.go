@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/v2bridge/v2bridge/translate"
@@ -165,12 +166,20 @@ func (s *Source) Caught(ctx context.Context, prefix string, from uint64) (bool, 
 	if err != nil {
 		return false, 0, err
 	}
-	quiet := time.AfterFunc(s.Quiet, cancel)
+	// parked says the quiet timer, not the caller, ended the watch.
+	var parked atomic.Bool
+	quiet := time.AfterFunc(s.Quiet, func() {
+		parked.Store(true)
+		cancel()
+	})
 	defer quiet.Stop()
 	body, rerr := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if len(strings.TrimSpace(string(body))) == 0 {
-		if rerr != nil && ctx.Err() != nil {
+		if rerr != nil && parked.Load() {
 			return true, at, nil // parked: nothing in [from, at]
+		}
+		if err := context.Cause(hctx); err != nil && !parked.Load() {
+			return false, 0, fmt.Errorf("probing the old v2 server: %w", err)
 		}
 		return false, 0, errors.New("the old v2 server ended the probe's watch without an event; probing again")
 	}

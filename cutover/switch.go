@@ -28,6 +28,10 @@ type Backend struct {
 	Probes http.Handler
 	// Ready reports whether the side can serve now.
 	Ready func() bool
+	// Index is the last X-Etcd-Index the side answered with (the
+	// passthrough's; nil: unknown). A waitIndex at or below it was issued
+	// by this side even above a rollback's watch ceiling.
+	Index func() uint64
 }
 
 // SwitchConfig configures a Switch.
@@ -53,18 +57,25 @@ type Switch struct {
 	lg  *zap.Logger
 	now func() time.Time
 	v3  atomic.Pointer[Backend] // nil until the v3 side is connected
-	// writeUntil (unix ns) is until when the bridge's registration is
-	// surely alive in etcd v3; a write is served only before it.
-	writeUntil atomic.Int64
+	// writeUntil is until when the bridge's registration is surely alive
+	// in etcd v3 (nil: not at all); a write is served only before it. It
+	// keeps the monotonic clock reading of the time.Now it was computed
+	// from, so a step of the wall clock cannot stretch it.
+	writeUntil atomic.Pointer[time.Time]
 	fenced     atomic.Int64 // writes refused, for the metric
+	// ceilingWarned is how far the old server's index has come towards the
+	// watch ceiling, as last logged (ceilingNear, ceilingPassed); Apply
+	// resets it.
+	ceilingWarned atomic.Int32
 
 	mu    sync.Mutex // guards everything below
 	st    State
 	since time.Time
-	// open says writes may start; inflight counts the writes started and
-	// not finished; drained is closed when inflight reaches 0 after a
-	// close.
+	// open says writes may start; closed that they never will again (the
+	// bridge is shutting down); inflight counts the writes started and not
+	// finished; drained is closed when inflight reaches 0 after a close.
 	open     bool
+	closed   bool
 	inflight int
 	drained  chan struct{}
 	// watches are the watches in flight, each with the side serving it.
@@ -92,18 +103,57 @@ func NewSwitch(cfg SwitchConfig) *Switch {
 func (s *Switch) SetV3(b Backend) { s.v3.Store(&b) }
 
 // ExtendWrites lets writes be served until t: the bridge's registration
-// lease is alive in etcd v3 at least until then.
+// lease is alive in etcd v3 at least until then. t must come from time.Now
+// (plus a duration), so that it keeps the monotonic clock reading.
 func (s *Switch) ExtendWrites(t time.Time) {
 	for {
 		old := s.writeUntil.Load()
-		if t.UnixNano() <= old || s.writeUntil.CompareAndSwap(old, t.UnixNano()) {
+		if old != nil && !t.After(*old) || s.writeUntil.CompareAndSwap(old, &t) {
 			return
 		}
 	}
 }
 
 // RevokeWrites stops writes at once (the registration is gone).
-func (s *Switch) RevokeWrites() { s.writeUntil.Store(0) }
+func (s *Switch) RevokeWrites() { s.writeUntil.Store(nil) }
+
+// WritesUntil is until when writes may be served (zero: not now).
+func (s *Switch) WritesUntil() time.Time {
+	if t := s.writeUntil.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
+}
+
+// CloseWrites closes the write gate for good (the bridge is shutting down)
+// and waits until the writes in flight have finished or ctx ends.
+func (s *Switch) CloseWrites(ctx context.Context) error {
+	s.mu.Lock()
+	s.open, s.closed = false, true
+	wait := s.drainedLocked()
+	s.mu.Unlock()
+	if wait == nil {
+		return nil
+	}
+	select {
+	case <-wait:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the writes in flight to finish: %w", ctx.Err())
+	}
+}
+
+// drainedLocked is a channel closed once no write is in flight, nil if
+// none is now. s.mu must be held.
+func (s *Switch) drainedLocked() chan struct{} {
+	if s.inflight == 0 {
+		return nil
+	}
+	if s.drained == nil {
+		s.drained = make(chan struct{})
+	}
+	return s.drained
+}
 
 // State is the state the switch serves in, and since when it serves from
 // its side.
@@ -129,13 +179,7 @@ func (s *Switch) Apply(ctx context.Context, st State) error {
 		return nil
 	}
 	s.open = false
-	var wait chan struct{}
-	if s.inflight > 0 {
-		if s.drained == nil {
-			s.drained = make(chan struct{})
-		}
-		wait = s.drained
-	}
+	wait := s.drainedLocked()
 	s.mu.Unlock()
 	if wait != nil {
 		select {
@@ -143,14 +187,14 @@ func (s *Switch) Apply(ctx context.Context, st State) error {
 		case <-ctx.Done():
 			// Put back what was: the caller did not change state.
 			s.mu.Lock()
-			s.open = prev.Writes
+			s.open = prev.Writes && !s.closed
 			s.mu.Unlock()
 			return fmt.Errorf("waiting for the writes in flight to finish: %w", ctx.Err())
 		}
 	}
 	s.mu.Lock()
 	s.st = st
-	s.open = st.Writes
+	s.open = st.Writes && !s.closed
 	if prev.Side != st.Side {
 		s.since = s.now()
 	}
@@ -166,6 +210,7 @@ func (s *Switch) Apply(ctx context.Context, st State) error {
 	for _, w := range ended {
 		w.cancel()
 	}
+	s.ceilingWarned.Store(0)
 	s.lg.Info("serving mode changed", zap.String("mode", st.Mode), zap.String("side", st.Side.String()),
 		zap.Bool("writes", st.Writes), zap.Uint64("generation", st.Generation), zap.Uint64("watch-floor", st.WatchFloor),
 		zap.String("previous-mode", prev.Mode), zap.Int("watches-ended", len(ended)))
@@ -225,6 +270,7 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.API.ServeHTTP(w, r)
 		return
 	}
+	s.checkCeiling(st)
 	switch r.Method {
 	case http.MethodPut, http.MethodPost, http.MethodDelete:
 		s.serveWrite(w, r, st, b)
@@ -237,6 +283,78 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		b.API.ServeHTTP(w, r)
 	}
+}
+
+func sideIndex(b *Backend) uint64 {
+	if b.Index == nil {
+		return 0
+	}
+	return b.Index()
+}
+
+// Levels of ceilingWarned.
+const (
+	ceilingNear   = 1
+	ceilingPassed = 2
+)
+
+// CeilingHeadroom is how many more indexes the old server can take before
+// its index reaches the watch ceiling of a rollback (0 once it has), and
+// whether a ceiling applies now (serving the old server under one, its
+// index known).
+func (s *Switch) CeilingHeadroom() (uint64, bool) {
+	st, _ := s.State()
+	if st.Side != SidePassthrough || st.WatchCeiling == 0 {
+		return 0, false
+	}
+	idx := sideIndex(&s.cfg.Passthrough)
+	if idx == 0 {
+		return 0, false
+	}
+	if idx >= st.WatchCeiling {
+		return 0, true
+	}
+	return st.WatchCeiling - idx, true
+}
+
+// checkCeiling warns, once per state, when the old server's index comes
+// within a tenth of the room a rollback left below its watch ceiling, and
+// again when it passes it: from then on an index etcd v3 gave a client
+// before the rollback may name a moment of the old server's.
+func (s *Switch) checkCeiling(st State) {
+	if st.Side != SidePassthrough || st.WatchCeiling == 0 || s.ceilingWarned.Load() == ceilingPassed {
+		return
+	}
+	idx := sideIndex(&s.cfg.Passthrough)
+	if idx == 0 {
+		return
+	}
+	level := int32(0)
+	switch room := (st.WatchCeiling - min(st.WatchFloor, st.WatchCeiling)) / 10; {
+	case idx >= st.WatchCeiling:
+		level = ceilingPassed
+	case st.WatchCeiling-idx <= room:
+		level = ceilingNear
+	}
+	for {
+		old := s.ceilingWarned.Load()
+		if level <= old {
+			return
+		}
+		if s.ceilingWarned.CompareAndSwap(old, level) {
+			break
+		}
+	}
+	if level == ceilingPassed {
+		s.lg.Warn("the old v2 server's index has passed the watch ceiling the rollback set: a waitIndex at or below "+
+			"its index is passed through, and one etcd v3 gave a client before the rollback may now name a moment "+
+			"of the old server's; run the next cutover",
+			zap.Uint64("index", idx), zap.Uint64("watch-ceiling", st.WatchCeiling), zap.Uint64("generation", st.Generation))
+		return
+	}
+	s.lg.Warn("the old v2 server's index nears the watch ceiling the rollback set: run the next cutover before it "+
+		"passes it", zap.Uint64("index", idx), zap.Uint64("watch-ceiling", st.WatchCeiling),
+		zap.Uint64("headroom", st.WatchCeiling-idx), zap.Uint64("generation", st.Generation))
 }
 
 func (s *Switch) unavailable(st State) string {
@@ -252,19 +370,27 @@ func (s *Switch) unavailable(st State) string {
 // alive, bounding it by the registration's lease, and counts it in flight so
 // a fence waits for it.
 func (s *Switch) serveWrite(w http.ResponseWriter, r *http.Request, st State, b *Backend) {
-	until := time.Unix(0, s.writeUntil.Load())
+	until := s.WritesUntil()
 	now := s.now()
 	s.mu.Lock()
 	ok := s.open && s.st == st && now.Before(until)
 	if ok {
 		s.inflight++
 	}
+	closed := s.closed
 	s.mu.Unlock()
 	if !ok {
 		s.fenced.Add(1)
 		cause := "v2bridge: a migration cutover is in progress: writes are refused until every bridge has " +
 			"switched (mode record generation " + strconv.FormatUint(st.Generation, 10) + "); retry"
-		if st.Writes && !now.Before(until) {
+		switch {
+		case closed:
+			cause = "v2bridge: this bridge is shutting down: writes are refused; retry on another bridge"
+		case st.Vanished:
+			cause = "v2bridge: the mode record (generation " + strconv.FormatUint(st.Generation, 10) + ") was deleted " +
+				"from etcd v3, so nothing says which side is the authority: writes are refused until an operator " +
+				"writes a mode record; retry"
+		case st.Writes && !now.Before(until):
 			cause = "v2bridge: this bridge cannot renew its registration in etcd v3, so a cutover may have " +
 				"fenced writes without it: writes are refused until it reaches etcd v3 again; retry"
 		}
@@ -289,10 +415,14 @@ func (s *Switch) doneWrite() {
 }
 
 // serveWatch refuses a waitIndex from the other side's index space and
-// tracks the watch so a change of side ends it.
+// tracks the watch so a change of side ends it. A waitIndex above the watch
+// ceiling but at or below the last index the side itself answered with is
+// the side's own: once the old server's index has passed the ceiling, its
+// clients' watches must go on (and the ceiling no longer tells the two
+// index spaces apart, which checkCeiling warns about beforehand).
 func (s *Switch) serveWatch(w http.ResponseWriter, r *http.Request, st State, b *Backend) {
 	if wi, err := strconv.ParseUint(r.URL.Query().Get("waitIndex"), 10, 64); err == nil && wi > 0 &&
-		(wi <= st.WatchFloor || st.WatchCeiling > 0 && wi > st.WatchCeiling) {
+		(wi <= st.WatchFloor || st.WatchCeiling > 0 && wi > st.WatchCeiling && wi > sideIndex(b)) {
 		writeV2Error(w, translate.NewError(translate.EcodeEventIndexCleared,
 			fmt.Sprintf("the requested history has been cleared [%d/%d]", st.WatchFloor+1, wi), st.WatchFloor))
 		return

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // fakeSide answers every request with its name, and parks watches until
@@ -250,5 +253,98 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSwitchWriteWindowKeepsTheMonotonicClock: a step of the wall clock
+// cannot be faked in a test, but it cannot move a bound that carries the
+// monotonic clock reading of the time.Now it came from (String shows it as
+// m=); a bound rebuilt from Unix nanoseconds has none.
+func TestSwitchWriteWindowKeepsTheMonotonicClock(t *testing.T) {
+	s, _, _ := newTestSwitch(t)
+	until := s.WritesUntil()
+	if !strings.Contains(until.String(), " m=") {
+		t.Errorf("the write window's bound %v lost the monotonic clock reading", until)
+	}
+	s.ExtendWrites(time.Now().Add(-time.Minute)) // never shortens it
+	if got := s.WritesUntil(); !got.Equal(until) || !strings.Contains(got.String(), " m=") {
+		t.Errorf("the bound after an earlier extension: %v, want %v", got, until)
+	}
+	s.RevokeWrites()
+	if got := s.WritesUntil(); !got.IsZero() {
+		t.Errorf("the bound after a revocation: %v", got)
+	}
+}
+
+func TestSwitchClosedForShutdownStaysClosed(t *testing.T) {
+	s, pass, _ := newTestSwitch(t)
+	pass.release = make(chan struct{})
+	apply(t, s, nil)
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		serve(s, "PUT", "/v2/keys/a")
+	}()
+	waitUntil(t, func() bool { return pass.writes.Load() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.CloseWrites(ctx); err == nil {
+		t.Error("CloseWrites returned with a write in flight")
+	}
+	close(pass.release)
+	<-wrote
+	if err := s.CloseWrites(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, &Record{Mode: ModeV3, Generation: 2})
+	if r := serve(s, "PUT", "/v2/keys/a"); r.Code != 500 {
+		t.Errorf("a write after the gate was closed for good: %d %s", r.Code, r.Body)
+	}
+}
+
+func TestSwitchPassesTheOldServersOwnIndexAboveTheCeiling(t *testing.T) {
+	var idx atomic.Uint64
+	core, logs := observer.New(zap.WarnLevel)
+	pass, v3 := &fakeSide{name: "old"}, &fakeSide{name: "v3"}
+	ok := func() bool { return true }
+	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: pass, Probes: pass, Ready: ok, Index: idx.Load},
+		Metrics: http.NotFoundHandler(), Logger: zap.New(core)})
+	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok})
+	apply(t, s, &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 1000, WatchCeiling: 11000})
+	for _, c := range []struct {
+		name    string
+		index   uint64 // the old server's last X-Etcd-Index
+		query   string
+		refused bool
+		room    uint64
+		warned  int
+	}{
+		{"well below the ceiling: an index above it is etcd v3's", 5000, "wait=true&waitIndex=11001", true, 6000, 0},
+		{"near the ceiling: warned once", 10500, "wait=true&waitIndex=10501", false, 500, 1},
+		{"still near it: not warned again", 10600, "wait=true&waitIndex=10601", false, 400, 1},
+		{"past the ceiling: its own index goes through", 11500, "wait=true&waitIndex=11200", false, 0, 2},
+		{"past the ceiling: an index above its own is etcd v3's", 11500, "wait=true&waitIndex=11501", true, 0, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			idx.Store(c.index)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, httptest.NewRequest("GET", "/v2/keys/a?"+c.query, nil).WithContext(ctx))
+			refused := rec.Code == 400 && strings.Contains(rec.Body.String(), `"errorCode":401`)
+			if refused != c.refused {
+				t.Errorf("%d %s; want refused=%v", rec.Code, rec.Body, c.refused)
+			}
+			if room, ok := s.CeilingHeadroom(); !ok || room != c.room {
+				t.Errorf("headroom %d (%v), want %d", room, ok, c.room)
+			}
+			if n := logs.Len(); n != c.warned {
+				t.Errorf("%d warnings, want %d: %v", n, c.warned, logs.All())
+			}
+		})
+	}
+	apply(t, s, &Record{Mode: ModeV3, Generation: 5, WatchFloor: 20000})
+	if _, ok := s.CeilingHeadroom(); ok {
+		t.Error("a ceiling reported while serving etcd v3")
 	}
 }

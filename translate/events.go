@@ -58,6 +58,25 @@ func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Tim
 	return out, sweeps, forged
 }
 
+// IsSweep reports whether the changes of a revision are a sweep of a
+// directory whose TTL ran out (SweepTxn) and nothing else: its journal
+// record, believed, says so. A sweep is no client's write: the expire event
+// of the directory, at the lease's revision, told what it removes.
+func (l Layout) IsSweep(evs []V3Event) bool {
+	jk := l.JournalKey()
+	for i := range evs {
+		if evs[i].KV.Key != jk || evs[i].Delete {
+			continue
+		}
+		var j Journal
+		if json.Unmarshal(evs[i].KV.Value, &j) != nil || j.Node == nil || j.DataPrefix != l.DataPrefix {
+			continue
+		}
+		return j.Sweep && l.journalMatches(&j, evs)
+	}
+	return false
+}
+
 // journalMatches reports whether the changes of a revision are what a
 // bridge write of j makes: the node's own key put (a set, create, update,
 // compare-and-swap or refresh — a refresh keeps the value) or removed (a

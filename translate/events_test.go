@@ -140,6 +140,37 @@ func TestJournalIsBelievedOnlyWhenItMatchesItsRevision(t *testing.T) {
 	}
 }
 
+// TestOnlyABelievedSweepIsASweep: a rollback skips sweeps when it looks for
+// clients' writes, so a sweep record must not hide a write.
+func TestOnlyABelievedSweepIsASweep(t *testing.T) {
+	l, _ := NewLayout("", "_v2bridge/")
+	rec := func(j Journal) V3Event {
+		b, _ := json.Marshal(j)
+		return V3Event{KV: KV{Key: l.JournalKey(), Value: b}}
+	}
+	del := func(k string) V3Event {
+		return V3Event{Delete: true, KV: KV{Key: k}, Prev: &KV{Key: k, CreateRevision: 2}}
+	}
+	sweep := Journal{Action: ActionExpire, Node: &Node{Key: "/d", Dir: true}, Sweep: true}
+	for _, c := range []struct {
+		name  string
+		evs   []V3Event
+		sweep bool
+	}{
+		{"the contents of an expired directory removed", []V3Event{del("/d/a"), del(l.MarkerKey("/d/e")), rec(sweep)}, true},
+		{"a sweep hiding a put", []V3Event{del("/d/a"), {KV: KV{Key: "/d/b", Value: []byte("v")}}, rec(sweep)}, false},
+		{"a sweep hiding a delete elsewhere", []V3Event{del("/x"), rec(sweep)}, false},
+		{"a sweep of another data prefix", []V3Event{del("/d/a"), rec(Journal{Action: ActionExpire, Node: sweep.Node, Sweep: true,
+			DataPrefix: "/other"})}, false},
+		{"a bridge's delete", []V3Event{del("/d/a"), rec(Journal{Action: ActionDelete, Node: &Node{Key: "/d/a"}})}, false},
+		{"no journal record", []V3Event{del("/d/a")}, false},
+	} {
+		if got := l.IsSweep(c.evs); got != c.sweep {
+			t.Errorf("%s: sweep %v, want %v", c.name, got, c.sweep)
+		}
+	}
+}
+
 // TestExpireEventsHaveNoTTLLeft: v2 took an expired node's prevNode at the
 // moment of expiry; decoding the event later (a replay from history) must
 // not count its ttl from now.

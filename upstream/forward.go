@@ -39,14 +39,21 @@ func forwarded(path string) bool {
 
 // isWatch reports whether r is a v2 watch (wait=true on the keys), which
 // has no deadline of its own: the liveness of the upstream and the client
-// bound it.
+// bound it. A quorum wait is not one: v2 serves wait=true&quorum=true as a
+// plain (linearizable) GET.
 func isWatch(r *http.Request) bool {
 	if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/v2/keys") {
 		return false
 	}
-	wait, err := strconv.ParseBool(r.URL.Query().Get("wait"))
-	return err == nil && wait
+	q := r.URL.Query()
+	wait, err := strconv.ParseBool(q.Get("wait"))
+	quorum, _ := strconv.ParseBool(q.Get("quorum"))
+	return err == nil && wait && !quorum
 }
+
+// LastIndex is the last X-Etcd-Index an upstream answered with (0: none
+// yet).
+func (p *Passthrough) LastIndex() uint64 { return p.lastIndex.Load() }
 
 // hopHeaders are connection-level headers, not forwarded either way.
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",

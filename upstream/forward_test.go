@@ -40,7 +40,8 @@ func TestOnlyWaitingGetsOnTheKeysAreWatches(t *testing.T) {
 	}{
 		{"GET", "/v2/keys/a?wait=true", true},
 		{"GET", "/v2/keys/a?wait=1&stream=true", true},
-		{"GET", "/v2/keys/a?wait=true&quorum=true", true},
+		{"GET", "/v2/keys/a?wait=true&quorum=true", false}, // v2 serves a quorum wait as a plain GET
+		{"GET", "/v2/keys/a?wait=true&quorum=false", true},
 		{"GET", "/v2/keys/a", false},
 		{"GET", "/v2/keys/a?wait=false", false},
 		{"GET", "/v2/keys/a?wait=bogus", false},

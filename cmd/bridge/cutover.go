@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -186,19 +188,8 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return err
 	}
 	defer cli.Close()
-	be, err := newMigrateBackend(ctx, &c, endpoints, layout, lg)
-	if err != nil {
-		return err
-	}
-	defer be.Close()
 	o := cutover.Options{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Layout: layout, Source: src,
-		V3Index: func(ctx context.Context) (uint64, error) {
-			ev, _, err := be.Get(ctx, &translate.Request{Method: "GET", Path: "/", Quorum: true})
-			if err != nil {
-				return 0, err
-			}
-			return ev.EtcdIndex, nil
-		},
+		V3Index:      v3Index(cli, layout, c.requestTimeout),
 		SourcePadKey: path.Join("/", cf.fromPrefix, "_v2bridge_rollback_pad"),
 		AckTimeout:   cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
 		By: whoRuns(), RequestTimeout: c.requestTimeout,
@@ -222,6 +213,21 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 			res.Duration.Round(time.Millisecond), res.Bridges, res.Record.Mode, res.Record.Generation)
 	}
 	return nil
+}
+
+// v3Index is the v2 index the v3 side gives clients now: that of the
+// revision a linearizable read sees (what a quorum GET through a bridge
+// reports), read without a value, one key at most.
+func v3Index(kv clientv3.KV, layout translate.Layout, timeout time.Duration) func(context.Context) (uint64, error) {
+	return func(ctx context.Context) (uint64, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		resp, err := kv.Get(ctx, layout.MetaPrefix, clientv3.WithCountOnly(), clientv3.WithLimit(1))
+		if err != nil {
+			return 0, fmt.Errorf("reading the etcd v3 revision: %w", err)
+		}
+		return translate.Index(resp.Header.Revision), nil
+	}
 }
 
 // whoRuns names the operator for the mode record: user@host.

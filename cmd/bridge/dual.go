@@ -125,12 +125,13 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		d.shadow.set(obs, stop)
 	}
 	sw := cutover.NewSwitch(cutover.SwitchConfig{
-		Passthrough: cutover.Backend{API: d.pass, Probes: d.pass.MetricsHandler(), Ready: d.pass.Ready},
-		Metrics:     promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}),
-		Logger:      lg.Named("mode"),
-		OnChange:    mm.set,
+		Passthrough: cutover.Backend{API: d.pass, Probes: d.pass.MetricsHandler(), Ready: d.pass.Ready,
+			Index: d.pass.LastIndex},
+		Metrics:  promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}),
+		Logger:   lg.Named("mode"),
+		OnChange: mm.set,
 	})
-	mm.fenced = sw.FencedWrites
+	mm.fenced, mm.headroom = sw.FencedWrites, sw.CeilingHeadroom
 	cli, err := newControlClient(c, bcfg, lg)
 	if err != nil {
 		return err
@@ -182,8 +183,12 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 	}
 	shutdown := func() error {
 		// The registration goes first (a cutover stops waiting for this
-		// bridge), then watches end (clients re-issue them elsewhere) and
-		// in-flight requests finish within their deadlines.
+		// bridge), but only once the agent has closed the write gate and
+		// the writes in flight have finished (within the request timeout;
+		// else the lease is left to expire): a cutover that no longer
+		// lists the bridge must not see one of its writes land. Then
+		// watches end (clients re-issue them elsewhere) and the other
+		// requests in flight finish within their deadlines.
 		bgcancel()
 		bg.Wait()
 		d.pass.Close()

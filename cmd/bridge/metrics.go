@@ -3,6 +3,7 @@
 package main
 
 import (
+	"math"
 	"runtime"
 	"time"
 
@@ -55,12 +56,15 @@ type dualModeMetrics struct {
 	generation prometheus.Gauge
 	// fenced reads the switch's count of refused writes.
 	fenced func() int64
+	// headroom reads how far the old server's index is below a rollback's
+	// watch ceiling, and whether one applies.
+	headroom func() (uint64, bool)
 }
 
 // registerDualMode adds v2bridge_mode (with a "fencing" value besides
 // "passthrough" and "v3"; all 0 until the record is read),
-// v2bridge_mode_since_seconds, v2bridge_mode_generation and
-// v2bridge_writes_fenced_total.
+// v2bridge_mode_since_seconds, v2bridge_mode_generation,
+// v2bridge_writes_fenced_total and v2bridge_mode_watch_ceiling_headroom.
 func registerDualMode(reg prometheus.Registerer) *dualModeMetrics {
 	m := &dualModeMetrics{
 		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -88,7 +92,19 @@ func registerDualMode(reg prometheus.Registerer) *dualModeMetrics {
 		}
 		return float64(m.fenced())
 	})
-	reg.MustRegister(m.mode, m.since, m.generation, fenced)
+	headroom := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "v2bridge_mode_watch_ceiling_headroom",
+		Help: "After a rollback that set a watch ceiling: how many more indexes the old v2 server can take before its own index reaches the ceiling (0: it has; run the next cutover well before). +Inf when no ceiling applies.",
+	}, func() float64 {
+		if m.headroom == nil {
+			return math.Inf(1)
+		}
+		if room, ok := m.headroom(); ok {
+			return float64(room)
+		}
+		return math.Inf(1)
+	})
+	reg.MustRegister(m.mode, m.since, m.generation, fenced, headroom)
 	return m
 }
 
