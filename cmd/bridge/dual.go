@@ -153,33 +153,15 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		d.buildV3(bgctx, c, bcfg, endpoints, lg, sw, &v3reg)
 	}()
 
-	limits := server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
-		MaxConnections: c.maxConnections}
-	var (
-		servers []*http.Server
-		wg      sync.WaitGroup // one per Serve goroutine
-	)
-	errc := make(chan error, len(lns.client)+len(lns.metrics))
-	serveOn := func(l urlListener, h http.Handler) {
-		srv := server.NewHTTPServer(h, limits, zap.NewStdLog(lg.Named("http")))
-		servers = append(servers, srv)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Serve(limitListener(l, limits)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
-	}
-	lns.served = true
+	hs := newHTTPServers(c, lg, lns)
 	for _, l := range lns.client {
 		lg.Info("serving in dual mode: from the side the mode record names", zap.String("url", l.url),
 			zap.Strings("v2-upstream", splitList(c.v2Upstream)), zap.Strings("backend", endpoints))
-		serveOn(l, v2api.RequestLog(sw, lg.Named("request")))
+		hs.serve(l, v2api.RequestLog(sw, lg.Named("request")))
 	}
 	for _, l := range lns.metrics {
 		lg.Info("serving metrics", zap.String("url", l.url))
-		serveOn(l, sw.MetricsHandler())
+		hs.serve(l, sw.MetricsHandler())
 	}
 	shutdown := func() error {
 		// The registration goes first (a cutover stops waiting for this
@@ -195,20 +177,16 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		d.shadow.close() // after the passthrough: no request observes it any more
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		var errs []error
 		if br := d.v3.Load(); br != nil {
 			br.Backend.Hub().EndAll("bridge shutting down")
 		}
-		for _, srv := range servers {
-			errs = append(errs, srv.Shutdown(sctx))
-		}
-		wg.Wait()
+		errs := []error{hs.shutdown(sctx)}
 		if br := d.v3.Load(); br != nil {
 			errs = append(errs, br.Close(sctx))
 		}
 		return errors.Join(errs...)
 	}
-	return runUntilDone(ctx, lg, sw.Ready, errc, shutdown)
+	return runUntilDone(ctx, lg, sw.Ready, hs.errc, shutdown)
 }
 
 // buildV3 connects the v3 side, retrying until it answers or ctx ends, and

@@ -39,33 +39,14 @@ func servePassthrough(ctx context.Context, c *config, lg *zap.Logger, lns *liste
 		return err
 	}
 	defer p.Close()
-	limits := server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
-		MaxConnections: c.maxConnections}
-
-	var (
-		servers []*http.Server
-		wg      sync.WaitGroup // one per Serve goroutine
-	)
-	errc := make(chan error, len(lns.client)+len(lns.metrics))
-	serveOn := func(l urlListener, h http.Handler) {
-		srv := server.NewHTTPServer(h, limits, zap.NewStdLog(lg.Named("http")))
-		servers = append(servers, srv)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Serve(limitListener(l, limits)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
-	}
-	lns.served = true
+	hs := newHTTPServers(c, lg, lns)
 	for _, l := range lns.client {
 		lg.Info("serving in passthrough mode", zap.String("url", l.url), zap.Strings("v2-upstream", urls))
-		serveOn(l, v2api.RequestLog(p, lg.Named("request")))
+		hs.serve(l, v2api.RequestLog(p, lg.Named("request")))
 	}
 	for _, l := range lns.metrics {
 		lg.Info("serving metrics", zap.String("url", l.url))
-		serveOn(l, p.MetricsHandler())
+		hs.serve(l, p.MetricsHandler())
 	}
 	shutdown := func() error {
 		// Watches end first (clients re-issue them elsewhere), then
@@ -73,14 +54,53 @@ func servePassthrough(ctx context.Context, c *config, lg *zap.Logger, lns *liste
 		p.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		var errs []error
-		for _, srv := range servers {
-			errs = append(errs, srv.Shutdown(sctx))
-		}
-		wg.Wait()
-		return errors.Join(errs...)
+		return hs.shutdown(sctx)
 	}
-	return runUntilDone(ctx, lg, p.Ready, errc, shutdown)
+	return runUntilDone(ctx, lg, p.Ready, hs.errc, shutdown)
+}
+
+// httpServers serves the passthrough's and dual mode's handlers, one HTTP
+// server per listener, and shuts them all down together (the v3 mode's
+// server.Bridge does the same for its own).
+type httpServers struct {
+	limits  server.HTTPLimits
+	lg      *zap.Logger
+	servers []*http.Server
+	wg      sync.WaitGroup // one per Serve goroutine
+	errc    chan error     // a Serve that failed; room for one per listener
+}
+
+// newHTTPServers takes over lns: from now on the servers own and close its
+// listeners.
+func newHTTPServers(c *config, lg *zap.Logger, lns *listeners) *httpServers {
+	lns.served = true
+	return &httpServers{lg: lg, errc: make(chan error, len(lns.client)+len(lns.metrics)),
+		limits: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
+			MaxConnections: c.maxConnections}}
+}
+
+// serve serves h on l until shutdown.
+func (hs *httpServers) serve(l urlListener, h http.Handler) {
+	srv := server.NewHTTPServer(h, hs.limits, zap.NewStdLog(hs.lg.Named("http")))
+	hs.servers = append(hs.servers, srv)
+	hs.wg.Add(1)
+	go func() {
+		defer hs.wg.Done()
+		if err := srv.Serve(limitListener(l, hs.limits)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			hs.errc <- err
+		}
+	}()
+}
+
+// shutdown lets the requests in flight finish within ctx, closes every
+// server and waits for their Serve goroutines.
+func (hs *httpServers) shutdown(ctx context.Context) error {
+	var errs []error
+	for _, srv := range hs.servers {
+		errs = append(errs, srv.Shutdown(ctx))
+	}
+	hs.wg.Wait()
+	return errors.Join(errs...)
 }
 
 // limitListener caps the connections served at once on l, as the v3 mode's
