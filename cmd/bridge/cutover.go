@@ -25,29 +25,20 @@ import (
 // cutoverFlags are the settings of `v2bridge migrate cutover` and `migrate
 // rollback`.
 type cutoverFlags struct {
-	from, fromPrefix              string
-	fromCACert, fromCert, fromKey string
-	fromInsecure                  bool
-	fromUser                      string
-	fromTimeout                   time.Duration
-	ackTimeout, followTimeout     time.Duration
-	indexMargin                   uint64
-	force                         bool
-	output                        string
+	oldServerFlags
+	ackTimeout, followTimeout time.Duration
+	indexMargin               uint64
+	force                     bool
+	output                    string
 }
 
 func newCutoverFlagSet(cmd string, c *config, cf *cutoverFlags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(progName+" migrate "+cmd, flag.ContinueOnError)
 	fs.SetOutput(out)
 	addBackendFlags(fs, c)
-	fs.StringVar(&cf.from, "from", "", "client URL(s) of the old etcd v2 server the bridges forward to (required), comma-separated")
-	fs.StringVar(&cf.fromPrefix, "from-prefix", "/", "the migrated v2 directory (a rollback writes a hidden pad key below it)")
-	fs.StringVar(&cf.fromCACert, "from-cacert", "", "CA bundle to verify the old server's certificate")
-	fs.StringVar(&cf.fromCert, "from-cert", "", "client certificate for the old server")
-	fs.StringVar(&cf.fromKey, "from-key", "", "client key for the old server")
-	fs.BoolVar(&cf.fromInsecure, "from-insecure-skip-tls-verify", false, "do not verify the old server's certificate")
-	fs.StringVar(&cf.fromUser, "from-user", "", "old server user as name:password (v2 auth)")
-	fs.DurationVar(&cf.fromTimeout, "from-timeout", 5*time.Second, "deadline of each request to the old server")
+	cf.add(fs, "the old server", "client URL(s) of the old etcd v2 server the bridges forward to (required), comma-separated",
+		"the migrated v2 directory (a rollback writes a hidden pad key below it)",
+		"deadline of each request to the old server", 5*time.Second)
 	fs.DurationVar(&cf.ackTimeout, "ack-timeout", 30*time.Second, "how long to wait for every live bridge to acknowledge the fence (then the fence is lifted)")
 	fs.Uint64Var(&cf.indexMargin, "index-margin", 1000, "how far the index of the side taking over must be ahead of the other side's (raised by writing a pad key when it is not)")
 	if cmd == "cutover" {
@@ -56,15 +47,16 @@ func newCutoverFlagSet(cmd string, c *config, cf *cutoverFlags, out io.Writer) *
 		fs.BoolVar(&cf.force, "force", false, "roll back even though writes were made through etcd v3 since the cutover (they are lost: nothing copies them back)")
 	}
 	fs.StringVar(&cf.output, "output", "text", "result on stdout: text, or json (one object, for scripts; the steps go to stderr)")
-	shown := map[string]bool{}
-	for _, n := range backendFlagNames {
-		shown[n] = true
-	}
-	server := newFlagSet(&config{}, io.Discard)
-	fs.Usage = func() {
-		o := fs.Output()
-		if cmd == "cutover" {
-			fmt.Fprint(o, `Usage: v2bridge migrate cutover --from URL --endpoints URLS [flags]
+	intro := `Usage: v2bridge migrate rollback --from URL --endpoints URLS [flags]
+
+Switches every dual-mode bridge back to the old v2 server, which must be
+intact. Writes made through etcd v3 since the cutover are not copied back:
+it refuses when there are any, unless --force. Steps: fence writes and wait
+for the bridges; raise the old server's index past etcd v3's; switch.
+Already in passthrough mode: nothing to do.
+`
+	if cmd == "cutover" {
+		intro = `Usage: v2bridge migrate cutover --from URL --endpoints URLS [flags]
 
 Switches every dual-mode bridge (started with --v2-upstream and --endpoints)
 from the old v2 server to etcd v3 at once, by rewriting the mode record in
@@ -73,30 +65,9 @@ etcd v3 that they all watch:
   2. wait until "migrate --follow" has applied the old server's last change
   3. raise the v3 index past the old server's if needed, then switch to v3
 A failure before step 3 lifts the fence. Already in v3 mode: nothing to do.
-`)
-		} else {
-			fmt.Fprint(o, `Usage: v2bridge migrate rollback --from URL --endpoints URLS [flags]
-
-Switches every dual-mode bridge back to the old v2 server, which must be
-intact. Writes made through etcd v3 since the cutover are not copied back:
-it refuses when there are any, unless --force. Steps: fence writes and wait
-for the bridges; raise the old server's index past etcd v3's; switch.
-Already in passthrough mode: nothing to do.
-`)
-		}
-		fmt.Fprintln(o, "\nThe old server and the command:")
-		fs.VisitAll(func(f *flag.Flag) {
-			if !shown[f.Name] && server.Lookup(f.Name) == nil {
-				printFlag(o, f)
-			}
-		})
-		fmt.Fprintln(o, "\nThe etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
-		fs.VisitAll(func(f *flag.Flag) {
-			if shown[f.Name] {
-				printFlag(o, f)
-			}
-		})
+`
 	}
+	setCommandUsage(fs, intro, "The old server and the command:", "The etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
 	return fs
 }
 
@@ -169,12 +140,11 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return err
 	}
 	defer func() { _ = lg.Sync() }()
-	so, err := sourceOptions(&migrateFlags{from: cf.from, fromCACert: cf.fromCACert, fromCert: cf.fromCert,
-		fromKey: cf.fromKey, fromInsecure: cf.fromInsecure, fromUser: cf.fromUser})
+	srcTLS, err := cf.tls()
 	if err != nil {
 		return err
 	}
-	src, err := cutover.NewSource(splitList(cf.from), so.SourceTLS, cf.fromUser, cf.fromTimeout)
+	src, err := cutover.NewSource(splitList(cf.from), srcTLS, cf.fromUser, cf.fromTimeout)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,20 +35,85 @@ var backendFlagNames = []string{
 
 // migrateFlags are the settings of `v2bridge migrate` and `v2bridge verify`.
 type migrateFlags struct {
-	from, fromPrefix, hidden      string
-	noDiscovery                   bool
+	oldServerFlags
+	hidden                    string
+	noDiscovery               bool
+	dryRun, follow, overwrite bool
+	prune                     bool
+	concurrency               int
+	ttlTolerance, ttlResync   time.Duration
+	progress                  string
+	maxDiffs                  int
+	compareExpiration         bool
+	output                    string
+}
+
+// oldServerFlags are the --from* flags of the commands that talk to an old
+// etcd v2 server: migrate, verify, and migrate cutover and rollback.
+type oldServerFlags struct {
+	from, fromPrefix              string
 	fromCACert, fromCert, fromKey string
 	fromInsecure                  bool
 	fromUser                      string
 	fromTimeout                   time.Duration
-	dryRun, follow, overwrite     bool
-	prune                         bool
-	concurrency                   int
-	ttlTolerance, ttlResync       time.Duration
-	progress                      string
-	maxDiffs                      int
-	compareExpiration             bool
-	output                        string
+}
+
+// add registers the flags on fs; server names the old server in their usage
+// ("the v2 source"), and timeout is --from-timeout's default.
+func (f *oldServerFlags) add(fs *flag.FlagSet, server, fromUsage, prefixUsage, timeoutUsage string, timeout time.Duration) {
+	fs.StringVar(&f.from, "from", "", fromUsage)
+	fs.StringVar(&f.fromPrefix, "from-prefix", "/", prefixUsage)
+	fs.StringVar(&f.fromCACert, "from-cacert", "", "CA bundle to verify "+server+"'s certificate")
+	fs.StringVar(&f.fromCert, "from-cert", "", "client certificate for "+server)
+	fs.StringVar(&f.fromKey, "from-key", "", "client key for "+server)
+	fs.BoolVar(&f.fromInsecure, "from-insecure-skip-tls-verify", false, "do not verify "+server+"'s certificate")
+	fs.StringVar(&f.fromUser, "from-user", "", strings.TrimPrefix(server, "the ")+" user as name:password (v2 auth)")
+	fs.DurationVar(&f.fromTimeout, "from-timeout", timeout, timeoutUsage)
+}
+
+// tls is the client TLS for the old server (nil: its system defaults), and
+// checks --from-user.
+func (f *oldServerFlags) tls() (*tls.Config, error) {
+	if f.fromUser != "" && !strings.Contains(f.fromUser, ":") {
+		return nil, errors.New("--from-user must be name:password")
+	}
+	if f.fromCACert == "" && f.fromCert == "" && !f.fromInsecure {
+		return nil, nil
+	}
+	ti := transport.TLSInfo{CertFile: f.fromCert, KeyFile: f.fromKey, TrustedCAFile: f.fromCACert,
+		InsecureSkipVerify: f.fromInsecure}
+	c, err := ti.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("source TLS: %w", err)
+	}
+	return c, nil
+}
+
+// setCommandUsage makes fs's usage intro, then the command's own flags
+// under own, then the server flags it shares (backendFlagNames) under
+// backend; the other server flags work but are not shown.
+func setCommandUsage(fs *flag.FlagSet, intro, own, backend string) {
+	shown := map[string]bool{}
+	for _, n := range backendFlagNames {
+		shown[n] = true
+	}
+	server := newFlagSet(&config{}, io.Discard)
+	fs.Usage = func() {
+		o := fs.Output()
+		fmt.Fprint(o, intro)
+		fmt.Fprintln(o, "\n"+own)
+		fs.VisitAll(func(f *flag.Flag) {
+			if !shown[f.Name] && server.Lookup(f.Name) == nil {
+				printFlag(o, f)
+			}
+		})
+		fmt.Fprintln(o, "\n"+backend)
+		fs.VisitAll(func(f *flag.Flag) {
+			if shown[f.Name] {
+				printFlag(o, f)
+			}
+		})
+	}
 }
 
 // addBackendFlags registers every server flag on fs (so V2BRIDGE_* variables
@@ -75,16 +141,11 @@ func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *
 	fs := flag.NewFlagSet(progName+" "+cmd, flag.ContinueOnError)
 	fs.SetOutput(out)
 	addBackendFlags(fs, c)
-	fs.StringVar(&mf.from, "from", "", "client URL of the etcd v2 server to copy from (required), e.g. http://old-etcd:2379")
-	fs.StringVar(&mf.fromPrefix, "from-prefix", "/", "v2 directory to migrate; keys keep their v2 paths")
+	mf.add(fs, "the v2 source", "client URL of the etcd v2 server to copy from (required), e.g. http://old-etcd:2379",
+		"v2 directory to migrate; keys keep their v2 paths",
+		"deadline of each read of the v2 source (the snapshot of a big tree is one answer)", 2*time.Minute)
 	fs.StringVar(&mf.hidden, "hidden", "", "comma-separated hidden nodes ('_' names) to include: v2 never lists them")
 	fs.BoolVar(&mf.noDiscovery, "no-hidden-discovery", false, "do not search the source's recent event history for hidden nodes")
-	fs.StringVar(&mf.fromCACert, "from-cacert", "", "CA bundle to verify the v2 source's certificate")
-	fs.StringVar(&mf.fromCert, "from-cert", "", "client certificate for the v2 source")
-	fs.StringVar(&mf.fromKey, "from-key", "", "client key for the v2 source")
-	fs.BoolVar(&mf.fromInsecure, "from-insecure-skip-tls-verify", false, "do not verify the v2 source's certificate")
-	fs.StringVar(&mf.fromUser, "from-user", "", "v2 source user as name:password (v2 auth)")
-	fs.DurationVar(&mf.fromTimeout, "from-timeout", 2*time.Minute, "deadline of each read of the v2 source (the snapshot of a big tree is one answer)")
 	fs.DurationVar(&mf.ttlTolerance, "ttl-tolerance", 5*time.Second, "how far apart two expirations of the same TTL node may be and still agree")
 	fs.StringVar(&mf.output, "output", "text", "summary on stdout: text, or json (one object, for scripts)")
 	fs.StringVar(&mf.progress, "progress", "auto", "progress on stderr: auto (a live line on a terminal, else a line every 10s), tty, lines or none")
@@ -99,44 +160,24 @@ func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *
 		fs.IntVar(&mf.maxDiffs, "max-differences", 100, "differences to print (all are counted)")
 		fs.BoolVar(&mf.compareExpiration, "compare-expiration", false, "also report TTL nodes expiring more than --ttl-tolerance apart (by default TTL presence is compared: renewals made through the bridge move expirations)")
 	}
-	shown := map[string]bool{}
-	for _, n := range backendFlagNames {
-		shown[n] = true
-	}
-	server := newFlagSet(&config{}, io.Discard)
-	fs.Usage = func() {
-		o := fs.Output()
-		if cmd == "migrate" {
-			fmt.Fprint(o, `Usage: v2bridge migrate --from URL --endpoints URLS [flags]
+	intro := `Usage: v2bridge verify --from URL --endpoints URLS [flags]
+
+Compares an etcd v2 server's tree with the bridge's view of it, node by node
+(kind, value, TTL), and exits non-zero on any difference. Then it prints what
+bridges in passthrough mode report of their shadow comparison (their answers
+checked against etcd v3 as they serve), which does not change the exit status.
+`
+	if cmd == "migrate" {
+		intro = `Usage: v2bridge migrate --from URL --endpoints URLS [flags]
 
 Copies a running etcd v2 server's tree (files, empty directories, hidden nodes,
 TTLs as leases) into the bridge's etcd v3 layout, through the bridge's own
 write path. Running it again changes nothing; nodes the bridge holds
 differently are reported as conflicts and left alone unless --overwrite.
 With --follow it keeps applying the source's changes until interrupted.
-`)
-		} else {
-			fmt.Fprint(o, `Usage: v2bridge verify --from URL --endpoints URLS [flags]
-
-Compares an etcd v2 server's tree with the bridge's view of it, node by node
-(kind, value, TTL), and exits non-zero on any difference. Then it prints what
-bridges in passthrough mode report of their shadow comparison (their answers
-checked against etcd v3 as they serve), which does not change the exit status.
-`)
-		}
-		fmt.Fprintln(o, "\nSource and behaviour:")
-		fs.VisitAll(func(f *flag.Flag) {
-			if !shown[f.Name] && server.Lookup(f.Name) == nil {
-				printFlag(o, f)
-			}
-		})
-		fmt.Fprintln(o, "\nTarget etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
-		fs.VisitAll(func(f *flag.Flag) {
-			if shown[f.Name] {
-				printFlag(o, f)
-			}
-		})
+`
 	}
+	setCommandUsage(fs, intro, "Source and behaviour:", "Target etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
 	return fs
 }
 
@@ -294,18 +335,9 @@ func sourceOptions(mf *migrateFlags) (migrate.Options, error) {
 	if mf.ttlResync == 0 {
 		o.TTLResync = -1 // the flag's 0 disables; the option's 0 is the default
 	}
-	if mf.fromUser != "" && !strings.Contains(mf.fromUser, ":") {
-		return o, errors.New("--from-user must be name:password")
-	}
-	if mf.fromCACert != "" || mf.fromCert != "" || mf.fromInsecure {
-		ti := transport.TLSInfo{CertFile: mf.fromCert, KeyFile: mf.fromKey, TrustedCAFile: mf.fromCACert,
-			InsecureSkipVerify: mf.fromInsecure}
-		var err error
-		if o.SourceTLS, err = ti.ClientConfig(); err != nil {
-			return o, fmt.Errorf("source TLS: %w", err)
-		}
-	}
-	return o, nil
+	var err error
+	o.SourceTLS, err = mf.tls()
+	return o, err
 }
 
 // newProgressPrinter is the progress output --progress asks for; nil for
