@@ -157,8 +157,8 @@ type Plan struct {
 	layout  Layout
 	lease   int64
 	// prevLeased: the node at the path carried a lease (a watcher
-	// decoding a delete of it by rule would take it for an expiry, and
-	// could not tell its TTL later).
+	// decoding by rule could not tell its TTL later, and would take its
+	// delete for an expiry).
 	prevLeased bool
 }
 
@@ -541,7 +541,7 @@ func (p *Plan) decodesByRule() bool {
 	if p.Refresh || ev.Node == nil || ev.Node.Dir || (ev.PrevNode != nil && ev.PrevNode.Dir) {
 		return false
 	}
-	if p.TTL > 0 || p.lease != 0 || (ev.PrevNode != nil && ev.PrevNode.Expiration != nil) || p.prevLeased {
+	if p.TTL > 0 || p.prevLeased {
 		// A TTL is known for sure only at the write: decoded later (from
 		// history, by another bridge, after its lease ran out) the node
 		// would show none.
@@ -557,7 +557,7 @@ func (p *Plan) decodesByRule() bool {
 			return false
 		}
 	case ActionDelete:
-		if ev.PrevNode == nil || p.prevLeased {
+		if ev.PrevNode == nil {
 			return false
 		}
 	default:
