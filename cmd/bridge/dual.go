@@ -73,14 +73,6 @@ func (l *lateObserver) close() {
 	}
 }
 
-// V3Store is the v3 side's v2 store, nil until it is connected.
-func (d *dualSides) V3Store() v2api.Store {
-	if br := d.v3.Load(); br != nil {
-		return server.Store{B: br.Backend}
-	}
-	return nil
-}
-
 // serveDual runs a bridge with both --v2-upstream and an etcd v3 cluster
 // until ctx ends: it serves from the side the mode record in etcd v3 names,
 // and switches every bridge at once when `migrate cutover` or `migrate
