@@ -374,13 +374,20 @@ func (b *Backend) sweepOrphans(s *session) {
 }
 
 // commitSweep sends the sweep transaction of the expired directory dir; it
-// reports whether the transaction went through (a failure is logged).
+// reports whether the transaction went through (a failure is logged). Its
+// revision counts as acknowledged, like a write's: the expire event reaches
+// watchers after the sweep, and a read a watcher sends then must not find
+// the directory's remains in a mirror that has not applied the sweep yet.
+// (When another bridge swept first, the compare fails and the header's
+// revision, which follows that sweep, is the one to wait for.)
 func (b *Backend) commitSweep(ctx context.Context, s *session, dir string) bool {
 	cmps, ops := b.layout.SweepTxn(dir)
-	if _, err := s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit(); err != nil {
+	resp, err := s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit()
+	if err != nil {
 		b.lg.Warn("sweeping an expired directory failed", zap.String("dir", dir), zap.Error(err))
 		return false
 	}
+	b.noteAcked(ops, resp.Header.Revision)
 	return true
 }
 
