@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -442,6 +443,42 @@ func TestV3NativeInterop(t *testing.T) {
 	}
 	if g, err := k.Get(ctx, "/net/config", nil); err != nil || g.Node.Value != "cfg" {
 		t.Fatalf("file-and-prefix: %+v %v", g, err)
+	}
+}
+
+// TestConcurrentQuorumGetsSeeEveryEarlierWrite: quorum GETs sent by many
+// clients at once (which share their linearizable reads) each see every v3
+// write acknowledged before they were sent, though the bridge did not make
+// those writes.
+func TestConcurrentQuorumGetsSeeEveryEarlierWrite(t *testing.T) {
+	e := newEnv(t, v2bridgetest.Options{})
+	v3 := e.cluster.Client(t)
+	ctx := ctxT(t, time.Minute)
+	k := v2client(t, e.url)
+	const clients, rounds = 16, 25
+	errs := make(chan error, clients)
+	for c := range clients {
+		go func() {
+			key := fmt.Sprintf("/quorum/k%d", c)
+			for n := range rounds {
+				want := strconv.Itoa(n)
+				if _, err := v3.Put(ctx, key, want); err != nil {
+					errs <- err
+					return
+				}
+				g, err := k.Get(ctx, key, &client.GetOptions{Quorum: true})
+				if err != nil || g.Node.Value != want {
+					errs <- fmt.Errorf("quorum GET %s after the v3 put of %s: %+v, %v", key, want, g, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
 

@@ -155,6 +155,7 @@ type Backend struct {
 	pool    *leasePool // the leases TTL writes share
 	hub     *hub.Hub
 	cur     curRev // shares the current-revision reads of watch requests
+	quorum  curRev // shares the linearizable reads of quorum GETs
 	mirror  *mirror
 	// shared is the shared feed now open (nil between feeds), for progress
 	// requests.
@@ -212,6 +213,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.leases = newLeaseCache()
 	b.pool = newLeasePool()
 	b.mirror = newMirror(cfg.Layout)
+	b.quorum.linearizable = true
 	for i := range b.writeSlots {
 		b.writeSlots[i] = make(chan struct{}, 1)
 	}

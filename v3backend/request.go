@@ -151,7 +151,7 @@ const mirrorWait = 100 * time.Millisecond
 func (b *Backend) readMirrored(ctx context.Context, s *session, reads []translate.Read, linearizable bool) ([][]*translate.KV, int64, error) {
 	need := b.acked.Load()
 	if linearizable {
-		resp, err := s.cli.Get(ctx, b.layout.JournalKey(), clientv3.WithCountOnly())
+		resp, err := b.quorum.get(ctx, b, s)
 		if err != nil {
 			return nil, 0, err
 		}
