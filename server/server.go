@@ -41,6 +41,10 @@ type Config struct {
 	Name          string
 	AdvertiseURLs []string
 	EnablePprof   bool
+	// DetachAfter is how long a one-shot watch waits inside net/http
+	// before it leaves it for a cheaper wait (0: v2api.DefaultDetachAfter;
+	// negative: never).
+	DetachAfter time.Duration
 
 	Logger *zap.Logger
 	// Registry receives every metric and is served on /metrics; nil means a
@@ -112,8 +116,9 @@ type Bridge struct {
 	cfg Config
 	lg  *zap.Logger
 
-	mu      sync.Mutex // guards servers and closed
+	mu      sync.Mutex // guards servers, homes and closed
 	servers []*http.Server
+	homes   []*v2api.Home // one per Serve: where its detached watches hand connections back
 	closed  bool
 	wg      sync.WaitGroup // one per Serve goroutine
 }
@@ -151,8 +156,34 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 		return nil, err
 	}
 	api := v2api.New(v2api.Config{Store: Store{be}, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
-		Logger: cfg.Logger.Named("v2api"), Registry: reg, Gatherer: reg, EnablePprof: cfg.EnablePprof})
-	return &Bridge{Backend: be, API: api, Registry: reg, cfg: cfg, lg: cfg.Logger}, nil
+		Logger: cfg.Logger.Named("v2api"), Registry: reg, Gatherer: reg, EnablePprof: cfg.EnablePprof,
+		DetachAfter: detachAfter(cfg.DetachAfter)})
+	b := &Bridge{Backend: be, API: api, Registry: reg, cfg: cfg, lg: cfg.Logger}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "v2bridge_watches_detached",
+		Help: "v2 watches waiting outside net/http (one connection and two small goroutines each)."}, b.detached))
+	return b, nil
+}
+
+func detachAfter(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return v2api.DefaultDetachAfter
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
+// detached is the number of watches detached now, over every listener.
+func (b *Bridge) detached() float64 {
+	b.mu.Lock()
+	homes := b.homes
+	b.mu.Unlock()
+	n := 0
+	for _, h := range homes {
+		n += h.Detached()
+	}
+	return float64(n)
 }
 
 // WaitReady waits until the backend answers and the hub's shared watch is
@@ -180,15 +211,20 @@ func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
 		_ = ln.Close()
 		return
 	}
-	b.servers = append(b.servers, srv)
-	b.wg.Add(1)
-	b.mu.Unlock()
 	if b.cfg.HTTP.MaxConnections > 0 {
+		// A watch's connection counts until it is closed, detached or
+		// not: the limit wraps the listener its Home hands them back to.
 		ln = netutil.LimitListener(ln, b.cfg.HTTP.MaxConnections)
 	}
+	home := v2api.NewHome(ln)
+	srv.ConnContext = home.Context
+	b.servers = append(b.servers, srv)
+	b.homes = append(b.homes, home)
+	b.wg.Add(1)
+	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && errc != nil {
+		if err := srv.Serve(home); err != nil && !errors.Is(err, http.ErrServerClosed) && errc != nil {
 			errc <- err
 		}
 	}()
@@ -246,7 +282,7 @@ func (b *Bridge) Close(ctx context.Context) error {
 		return nil
 	}
 	b.closed = true
-	servers := b.servers
+	servers, homes := b.servers, b.homes
 	b.mu.Unlock()
 	b.Backend.Hub().EndAll("bridge shutting down")
 	var errs []error
@@ -254,6 +290,10 @@ func (b *Bridge) Close(ctx context.Context) error {
 		errs = append(errs, srv.Shutdown(ctx))
 	}
 	b.wg.Wait()
+	for _, h := range homes {
+		_ = h.Close() // Serve has closed it; a Serve that failed early may not have
+		errs = append(errs, h.Wait(ctx))
+	}
 	errs = append(errs, b.Backend.Close())
 	return errors.Join(errs...)
 }

@@ -79,6 +79,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// EnablePprof serves runtime profiles at /debug/pprof/.
 	EnablePprof bool
+	// DetachAfter is how long a one-shot watch served from a Home waits
+	// inside net/http before it detaches from it (0: never).
+	DetachAfter time.Duration
 }
 
 // Server serves the v2 API.
@@ -256,7 +259,12 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Re
 	if err != nil {
 		return writeError(w, err)
 	}
-	defer wa.Cancel()
+	detached := false
+	defer func() {
+		if !detached {
+			wa.Cancel()
+		}
+	}()
 	setEventHeaders(w, wa.StartIndex(), meta)
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
@@ -283,10 +291,20 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Re
 		}
 		return true
 	}
+	var detachC <-chan time.Time
+	if fl != nil && s.cfg.DetachAfter > 0 && detachable(r, req) {
+		t := time.NewTimer(s.cfg.DetachAfter)
+		defer t.Stop()
+		detachC = t.C
+	}
 	for {
 		select {
 		case <-r.Context().Done():
 			return http.StatusOK
+		case <-detachC:
+			if detached = s.detach(w, r, wa); detached {
+				return http.StatusOK
+			}
 		case ev := <-wa.Events():
 			if !send(ev) {
 				return http.StatusOK

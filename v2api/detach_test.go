@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package v2api
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// homeServer serves st over a real listener wrapped in a Home, with watches
+// detaching after d, and returns the base URL and the Home.
+func homeServer(t testing.TB, st *fakeStore, d time.Duration) (string, *Home) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := NewHome(ln)
+	srv := &http.Server{Handler: newTestServer(t, st, func(c *Config) { c.DetachAfter = d }), ConnContext: home.Context}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(home)
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-served
+		if err := home.Wait(ctx); err != nil {
+			t.Errorf("detached watches still running after the server closed: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String(), home
+}
+
+// waitDetached waits until n watches are detached.
+func waitDetached(t *testing.T, h *Home, n int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for h.Detached() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d watches detached, want %d", h.Detached(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// getReused sends GET url on c and reports the body and whether the
+// connection was one used before.
+func getReused(t *testing.T, c *http.Client, url string) (status int, body string, reused bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b), reused
+}
+
+func TestDetachedWatchAnswersAndItsConnectionServesTheNextRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(w *fakeWatch)
+		want string
+	}{
+		{"event", func(w *fakeWatch) { w.events <- encoded(watchEvent("set", "/dir/a", "1", 7)) }, ""},
+		{"event not encoded by the store", func(w *fakeWatch) { w.events <- watchEvent("set", "/dir/a", "1", 7) }, ""},
+		{"ended without an event", func(w *fakeWatch) { w.end() }, "empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newFakeWatch(5, 1)
+			st := &fakeStore{watch: w, getEv: watchEvent("get", "/dir/a", "0", 3)}
+			base, home := homeServer(t, st, time.Millisecond)
+			c := &http.Client{Transport: &http.Transport{}}
+			defer c.CloseIdleConnections()
+			type answer struct {
+				status int
+				body   string
+				hdr    http.Header
+			}
+			got := make(chan answer, 1)
+			go func() {
+				resp, err := c.Get(base + "/v2/keys/dir?wait=true&recursive=true")
+				if err != nil {
+					got <- answer{body: err.Error()}
+					return
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				got <- answer{resp.StatusCode, string(b), resp.Header}
+			}()
+			waitDetached(t, home, 1)
+			tc.end(w)
+			a := <-got
+			want := eventLine(t, watchEvent("set", "/dir/a", "1", 7))
+			if tc.want == "empty" {
+				want = ""
+			}
+			if a.status != 200 || a.body != want {
+				t.Fatalf("answer %d %q, want 200 %q", a.status, a.body, want)
+			}
+			for k, v := range map[string]string{"X-Etcd-Index": "5", "Content-Type": "application/json", "X-Raft-Term": "0"} {
+				if a.hdr.Get(k) != v {
+					t.Errorf("header %s = %q, want %q", k, a.hdr.Get(k), v)
+				}
+			}
+			w.waitCancelled(t)
+			waitDetached(t, home, 0)
+			status, _, reused := getReused(t, c, base+"/v2/keys/dir/a")
+			if status != 200 || !reused {
+				t.Fatalf("next request: %d, reused connection %v; want 200 on the same connection", status, reused)
+			}
+		})
+	}
+}
+
+func TestDetachedWatchOfAClientThatLeavesIsCancelled(t *testing.T) {
+	w := newFakeWatch(5, 1)
+	base, home := homeServer(t, &fakeStore{watch: w}, time.Millisecond)
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitDetached(t, home, 1)
+	_ = c.Close()
+	w.waitCancelled(t)
+	waitDetached(t, home, 0)
+}
+
+func TestDetachedWatchWithAPipelinedRequestEndsAndClosesTheConnection(t *testing.T) {
+	w := newFakeWatch(5, 1)
+	base, home := homeServer(t, &fakeStore{watch: w}, time.Millisecond)
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitDetached(t, home, 1)
+	if _, err := io.WriteString(c, "GET /version HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || len(b) != 0 {
+		t.Fatalf("answer %d %q, want the empty end of a watch", resp.StatusCode, b)
+	}
+	w.waitCancelled(t)
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the answer: %v, want the connection closed (EOF)", err)
+	}
+}
+
+func TestClosingTheHomeEndsDetachedWatches(t *testing.T) {
+	w := newFakeWatch(5, 1)
+	st := &fakeStore{watch: w}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := NewHome(ln)
+	srv := &http.Server{Handler: newTestServer(t, st, func(c *Config) { c.DetachAfter = time.Millisecond }),
+		ConnContext: home.Context}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(home)
+	}()
+	got := make(chan string, 1)
+	go func() {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/v2/keys/dir?wait=true")
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- "200 " + string(b)
+	}()
+	waitDetached(t, home, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-served
+	if err := home.Wait(ctx); err != nil {
+		t.Fatalf("detached watch still running: %v", err)
+	}
+	if a := <-got; a != "200 " {
+		t.Fatalf("client got %q, want the empty end of a watch", a)
+	}
+	w.waitCancelled(t)
+}
+
+func TestWatchesDetachOnlyWhenTheyMay(t *testing.T) {
+	for _, tc := range []struct {
+		name, query, proto string
+	}{
+		{"stream", "wait=true&stream=true", "HTTP/1.1"},
+		{"HTTP/1.0", "wait=true", "HTTP/1.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newFakeWatch(5, 1)
+			base, home := homeServer(t, &fakeStore{watch: w}, time.Millisecond)
+			c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, "GET /v2/keys/dir?"+tc.query+" "+tc.proto+"\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond) // 20 times DetachAfter
+			if n := home.Detached(); n != 0 {
+				t.Fatalf("%d detached, want none", n)
+			}
+			w.end()
+		})
+	}
+}
+
+// BenchmarkWatchCycle is one watch answered by an event that comes after
+// the watch registered, as a busy watcher sees it, by 32 clients on a
+// keep-alive connection each; cpu-µs/op is the whole process's (the clients'
+// included, the same in both cases).
+func BenchmarkWatchCycle(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		detach time.Duration
+	}{{"in-net-http", 0}, {"detached", time.Nanosecond}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ev := encoded(watchEvent("set", "/dir/a", "1", 7))
+			st := &fakeStore{newWatch: func() *fakeWatch {
+				w := newFakeWatch(5, 1)
+				time.AfterFunc(200*time.Microsecond, func() { w.events <- ev })
+				return w
+			}}
+			base, _ := homeServer(b, st, bc.detach)
+			url := base + "/v2/keys/dir?wait=true"
+			var before, after syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			b.ResetTimer()
+			b.SetParallelism(16) // 32 clients on 2 CPUs
+			b.RunParallel(func(pb *testing.PB) {
+				c := &http.Client{Transport: &http.Transport{}}
+				defer c.CloseIdleConnections()
+				for pb.Next() {
+					resp, err := c.Get(url)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+			})
+			b.StopTimer()
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+			cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
