@@ -41,10 +41,9 @@ type Config struct {
 	Name          string
 	AdvertiseURLs []string
 	EnablePprof   bool
-	// DetachAfter is how long a one-shot watch waits inside net/http
-	// before it leaves it for a cheaper wait (0: v2api.DefaultDetachAfter;
-	// negative: never).
-	DetachAfter time.Duration
+	// KeepWatchesInHTTPServer keeps waiting one-shot watches inside
+	// net/http instead of on detached connections (see v2api's detach.go).
+	KeepWatchesInHTTPServer bool
 
 	Logger *zap.Logger
 	// Registry receives every metric and is served on /metrics; nil means a
@@ -157,21 +156,11 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 	}
 	api := v2api.New(v2api.Config{Store: Store{be}, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
 		Logger: cfg.Logger.Named("v2api"), Registry: reg, Gatherer: reg, EnablePprof: cfg.EnablePprof,
-		DetachAfter: detachAfter(cfg.DetachAfter)})
+		DetachWatches: !cfg.KeepWatchesInHTTPServer})
 	b := &Bridge{Backend: be, API: api, Registry: reg, cfg: cfg, lg: cfg.Logger}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "v2bridge_watches_detached",
-		Help: "v2 watches waiting outside net/http (one connection and two small goroutines each)."}, b.detached))
+		Help: "v2 watches waiting on detached connections, outside net/http."}, b.detached))
 	return b, nil
-}
-
-func detachAfter(d time.Duration) time.Duration {
-	switch {
-	case d == 0:
-		return v2api.DefaultDetachAfter
-	case d < 0:
-		return 0
-	}
-	return d
 }
 
 // detached is the number of watches detached now, over every listener.
@@ -216,7 +205,9 @@ func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
 		// not: the limit wraps the listener its Home hands them back to.
 		ln = netutil.LimitListener(ln, b.cfg.HTTP.MaxConnections)
 	}
-	home := v2api.NewHome(ln)
+	lim := b.cfg.HTTP
+	home := v2api.NewHome(ln, v2api.HomeConfig{Handler: srv.Handler, ReadHeaderTimeout: lim.ReadHeaderTimeout,
+		IdleTimeout: lim.IdleTimeout})
 	srv.ConnContext = home.Context
 	b.servers = append(b.servers, srv)
 	b.homes = append(b.homes, home)

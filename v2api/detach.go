@@ -3,9 +3,12 @@
 package v2api
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -15,44 +18,67 @@ import (
 	"github.com/v2bridge/v2bridge/translate"
 )
 
-// A one-shot v2 watch spends nearly all its life waiting. Waiting inside
-// net/http it holds the connection's goroutine, grown deep by the request it
-// serves, plus the connection's read and write buffers and a background-read
-// goroutine: about 25 KiB per watch, 250 MiB for 10,000 flannel nodes. A
-// detached watch holds only the connection, the watch and two goroutines with
-// shallow stacks: once it has waited DetachAfter with nothing to send, the
-// handler takes the connection over from net/http and returns; the answer
-// is written when an event (or the end) comes, and the connection goes back
-// to the listener it came from (its Home), whose server reads the next
-// request on it as usual. Watches answered sooner never detach: a connection
-// handed back starts over in net/http with a new goroutine and buffers,
-// which costs more CPU than the wait it saves on a busy watch.
+// A one-shot v2 watch spends nearly all its life waiting, and its client
+// re-issues it the moment it is answered. Inside net/http each waiting watch
+// holds the connection's goroutine, grown deep by the request it serves,
+// the connection's read and write buffers and a background-read goroutine:
+// about 25 KiB a watch, 250 MiB for 10,000 flannel nodes. And every
+// re-issued watch pays net/http's per-request machinery again.
+//
+// So a watch with nothing to send yet leaves net/http: the handler takes its
+// connection over (Hijack) and the connection becomes detached. A detached
+// connection has one reader goroutine, blocked in a one-byte read while a
+// watch waits (that read also tells when the client goes away), and one
+// small goroutine per waiting watch that writes the answer. The client's
+// next request is read and served on the reader itself, through the same
+// handler, with no buffer kept while nothing is read. A request that is not
+// a one-shot watch (or that the detached reader cannot take whole) goes back
+// to the listener the connection came from (its Home), with the bytes read
+// so far, and net/http serves it as any other.
 
-// DefaultDetachAfter is how long a one-shot watch waits inside net/http
-// before it detaches.
-const DefaultDetachAfter = 250 * time.Millisecond
+const (
+	// detachWriteTimeout bounds writing an answer on a detached connection:
+	// a client that does not read loses its connection instead of holding
+	// a goroutine.
+	detachWriteTimeout = 10 * time.Second
+	// closeUnreadDelay is how long a connection the client sent more on is
+	// kept half-closed before it is closed (net/http waits as long).
+	closeUnreadDelay = 500 * time.Millisecond
+	// detachedHeadMax is the largest request head a detached connection
+	// reads itself; a larger one goes back to net/http.
+	detachedHeadMax = 4096
+)
 
-// detachWriteTimeout bounds writing a detached watch's answer: a
-// client that does not read them loses its connection instead of holding a
-// goroutine.
-const detachWriteTimeout = 10 * time.Second
+// HomeConfig configures a Home.
+type HomeConfig struct {
+	// Handler serves the requests read on detached connections: the same
+	// handler the http.Server serving the Home has.
+	Handler http.Handler
+	// ReadHeaderTimeout bounds reading a request's head on a detached
+	// connection; IdleTimeout closes one idle between requests (as the
+	// http.Server's limits of the same names do).
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+}
 
 // Home is a listener that also accepts connections handed back by detached
-// watches. Serve v2 requests on a Home (with its Context installed as the
-// server's ConnContext) to let their watches detach; a request from any other
-// listener keeps its watch inside net/http.
+// readers. Serve the v2 API on a Home, with its Context as the server's
+// ConnContext, to let watches detach; a request from any other listener keeps
+// its watch inside net/http.
 type Home struct {
 	net.Listener
+	cfg HomeConfig
 
 	accepted chan accepted // from the accept goroutine
-	back     chan net.Conn // connections of answered detached watches
+	back     chan net.Conn // connections handed back to net/http
 	done     chan struct{} // closed by Close
 	once     sync.Once
-	wg       sync.WaitGroup // the accept goroutine and every detached watch's goroutines
+	wg       sync.WaitGroup // the accept goroutine, every detached reader and waiter
 
-	mu       sync.Mutex // guards detached and closed
-	detached map[*detachedWatch]struct{}
-	closed   bool
+	mu      sync.Mutex // guards conns, waiting and closed
+	conns   map[*detachedConn]struct{}
+	waiting int // watches waiting on detached connections
+	closed  bool
 }
 
 type accepted struct {
@@ -61,10 +87,10 @@ type accepted struct {
 }
 
 // NewHome wraps l; the caller closes it (http.Server does) and then waits
-// for its detached watches with Wait.
-func NewHome(l net.Listener) *Home {
-	h := &Home{Listener: l, accepted: make(chan accepted), back: make(chan net.Conn),
-		done: make(chan struct{}), detached: map[*detachedWatch]struct{}{}}
+// for its detached connections with Wait.
+func NewHome(l net.Listener, cfg HomeConfig) *Home {
+	h := &Home{Listener: l, cfg: cfg, accepted: make(chan accepted), back: make(chan net.Conn),
+		done: make(chan struct{}), conns: map[*detachedConn]struct{}{}}
 	h.wg.Add(1)
 	go h.acceptLoop()
 	return h
@@ -100,23 +126,35 @@ func (h *Home) Accept() (net.Conn, error) {
 	}
 }
 
-// Close stops accepting and ends every detached watch: each answers with the
-// empty end of a lost watch, which clients re-issue, and closes its
-// connection.
+// Close stops accepting and ends every detached connection: a waiting
+// watch answers with the empty end of a lost watch, which clients re-issue,
+// and every connection closes.
 func (h *Home) Close() error {
 	err := h.Listener.Close()
 	h.once.Do(func() { close(h.done) })
 	h.mu.Lock()
 	h.closed = true
+	conns := make([]*detachedConn, 0, len(h.conns))
+	for dc := range h.conns {
+		conns = append(conns, dc)
+	}
 	h.mu.Unlock()
+	for _, dc := range conns {
+		dc.mu.Lock()
+		idle := dc.w == nil
+		dc.mu.Unlock()
+		if idle { // a waiter closes its own connection once it has answered
+			_ = dc.c.Close()
+		}
+	}
 	if errors.Is(err, net.ErrClosed) {
 		return nil // closed twice: by Shutdown and by Serve's return
 	}
 	return err
 }
 
-// Wait waits until the accept goroutine and every detached watch are done
-// (after Close), or ctx ends.
+// Wait waits until the accept goroutine and every detached connection are
+// done (after Close), or ctx ends.
 func (h *Home) Wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
@@ -131,11 +169,11 @@ func (h *Home) Wait(ctx context.Context) error {
 	}
 }
 
-// Detached is the number of watches detached now.
+// Detached is the number of watches waiting on detached connections.
 func (h *Home) Detached() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.detached)
+	return h.waiting
 }
 
 type homeKey struct{}
@@ -151,7 +189,7 @@ func homeOf(r *http.Request) *Home {
 	return h
 }
 
-// handBack returns an answered watch's connection to the server.
+// handBack returns a connection to net/http.
 func (h *Home) handBack(c net.Conn) {
 	select {
 	case h.back <- c:
@@ -160,37 +198,106 @@ func (h *Home) handBack(c net.Conn) {
 	}
 }
 
-// detachable reports whether a watch may leave net/http: a one-shot GET over
-// HTTP/1.1 that keeps its connection, served from a Home.
-func detachable(r *http.Request, req *translate.Request) bool {
-	return !req.Stream && r.Method == http.MethodGet && r.ProtoMajor == 1 && r.ProtoMinor == 1 && !r.Close &&
-		homeOf(r) != nil
+func (h *Home) addWaiting(n int) {
+	h.mu.Lock()
+	h.waiting += n
+	h.mu.Unlock()
 }
 
-// detachedWatch is a watch answered outside net/http.
-type detachedWatch struct {
+// detachedConn is a connection taken over from net/http.
+type detachedConn struct {
 	h *Home
 	c net.Conn
-	w Watch
-	// gone is closed by the reader when its read returns: the client closed
-	// the connection, sent something (pipelined: see extra), or the waiter
-	// stopped the read to answer.
-	gone  chan struct{}
-	extra bool // the client sent bytes while detached; written before gone is closed
+	// gone is closed when the reader stops while a watch waits: the client
+	// closed the connection or sent a request behind the watch (extra).
+	gone     chan struct{}
+	first    byte // read by the reader's one-byte read: the next request's first
+	hasFirst bool // first is still to be read (by the request reader)
+	finished sync.Once
+
+	// mu guards w and extra. The waiter holds it while it writes the
+	// answer, so the reader sees the watch answered before it reads what
+	// the client sends next.
+	mu    sync.Mutex
+	w     Watch // the watch waiting on the connection; nil between watches
+	extra bool  // the client sent bytes while a watch waited
 }
 
-// detach takes r's connection from net/http, which has sent the headers of a
-// chunked 200 (HTTP/1.1, no Content-Length, flushed before the handler
-// ended), and answers w on it. It returns false when the connection cannot
-// be taken; the caller then goes on serving the watch itself.
+// Read feeds the request reader: the byte the one-byte read got, then the
+// connection.
+func (dc *detachedConn) Read(b []byte) (int, error) {
+	if dc.hasFirst && len(b) > 0 {
+		b[0], dc.hasFirst = dc.first, false
+		return 1, nil
+	}
+	return dc.c.Read(b)
+}
+
+// finish closes the connection, or hands it back to net/http with the bytes
+// read from it so far (back != nil), once.
+func (dc *detachedConn) finish(back []byte) {
+	dc.finished.Do(func() {
+		dc.h.mu.Lock()
+		delete(dc.h.conns, dc)
+		dc.h.mu.Unlock()
+		if back == nil {
+			_ = dc.c.Close()
+			return
+		}
+		_ = dc.c.SetDeadline(time.Time{})
+		var c net.Conn = dc.c
+		if len(back) > 0 {
+			c = &prefixConn{Conn: dc.c, pre: back}
+		}
+		dc.h.handBack(c)
+	})
+}
+
+// closeUnread closes a connection the client has sent more on: closed with
+// unread data, it would be reset, and the reset can reach the client before
+// the answer does. As net/http does, it shuts the sending side first and
+// gives the client a moment to read.
+func (dc *detachedConn) closeUnread() {
+	if cw, ok := dc.c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		t := time.NewTimer(closeUnreadDelay)
+		select {
+		case <-t.C:
+		case <-dc.h.done:
+			t.Stop()
+		}
+	}
+	dc.finish(nil)
+}
+
+// prefixConn is a connection handed back with bytes already read from it.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.pre) > 0 {
+		n := copy(b, p.pre)
+		p.pre = p.pre[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// detach takes r's connection from net/http, before any header is written,
+// and leaves wa waiting on it. It returns false when the connection cannot be
+// taken; the caller then serves the watch itself.
 func (s *Server) detach(w http.ResponseWriter, r *http.Request, wa Watch) bool {
 	h := homeOf(r)
 	c, rw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return false
 	}
+	if pc, ok := c.(*prefixConn); ok && len(pc.pre) == 0 {
+		c = pc.Conn // handed back before, every prefix byte read since
+	}
 	_ = c.SetDeadline(time.Time{}) // the server's request deadlines, if any
-	p := &detachedWatch{h: h, c: c, w: wa, gone: make(chan struct{}), extra: rw.Reader.Buffered() > 0}
+	dc := &detachedConn{h: h, c: c, gone: make(chan struct{}), extra: rw.Reader.Buffered() > 0}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -198,92 +305,307 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, wa Watch) bool {
 		_ = c.Close()
 		return true
 	}
-	h.detached[p] = struct{}{}
-	h.wg.Add(2)
+	h.conns[dc] = struct{}{}
+	h.wg.Add(1)
 	h.mu.Unlock()
-	go p.read()
-	go p.wait()
+	dw := &detachedWriter{dc: dc, hdr: w.Header()}
+	dw.wait(wa, detachObservers(w))
+	go dc.readLoop()
 	return true
 }
 
-// read watches the connection for the client going away.
-func (p *detachedWatch) read() {
-	defer p.h.wg.Done()
-	defer close(p.gone)
+// readLoop reads the connection one byte at a time while a watch waits, and
+// reads and serves the next request when the client sends one.
+func (dc *detachedConn) readLoop() {
+	defer dc.h.wg.Done()
 	var b [1]byte
-	if n, _ := p.c.Read(b[:]); n > 0 {
-		// A request pipelined behind the watch: the byte cannot be put
-		// back. The watch ends at once with the empty end (clients re-issue
-		// it) and the connection closes after it, which HTTP/1.1 clients
-		// take as a cue to resend what was not answered.
-		p.extra = true
+	for {
+		n, err := dc.c.Read(b[:])
+		dc.mu.Lock()
+		waiting := dc.w != nil
+		if waiting {
+			// The client went away, or pipelined a request behind the
+			// watch: the watch ends at once (with the empty end, which
+			// clients re-issue) and the connection closes after it, which
+			// HTTP/1.1 clients take as a cue to resend what was not
+			// answered. The waiter does both; gone is closed under mu so
+			// that it sees the reader gone before it leaves the
+			// connection to it.
+			dc.extra = n > 0
+			close(dc.gone)
+		}
+		dc.mu.Unlock()
+		if waiting {
+			return
+		}
+		if n == 0 || err != nil { // gone, idle too long, or the Home closed it
+			dc.finish(nil)
+			return
+		}
+		dc.first, dc.hasFirst = b[0], true
+		if !dc.serve() {
+			return
+		}
 	}
 }
 
-// wait answers the watch with its event, or with an empty body when it ends
-// without one, then hands the connection back (or closes it when the client
-// went away or pipelined a request).
-func (p *detachedWatch) wait() {
-	defer p.h.wg.Done()
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, detachedHeadMax) }}
+
+// headReader parses a request head already in memory.
+type headReader struct {
+	b  bytes.Reader
+	br *bufio.Reader
+}
+
+var heads = sync.Pool{New: func() any { return &headReader{br: bufio.NewReaderSize(nil, detachedHeadMax)} }}
+
+// serve reads a request and serves it if it is a one-shot watch; anything
+// else goes back to net/http. It reports whether the connection stays
+// detached.
+func (dc *detachedConn) serve() bool {
+	h := dc.h
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(dc)
+	defer func() {
+		br.Reset(nil)
+		readers.Put(br)
+	}()
+	_ = dc.c.SetReadDeadline(time.Now().Add(h.cfg.ReadHeaderTimeout))
+	if err := peekHead(br); err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			dc.finish(buffered(br)) // a large head: net/http's to read
+		} else {
+			dc.finish(nil)
+		}
+		return false
+	}
+	// The head is parsed from a view of br's buffer, which a request that
+	// goes back to net/http leaves unconsumed.
+	head, _ := br.Peek(br.Buffered())
+	hr := heads.Get().(*headReader)
+	hr.b.Reset(head)
+	hr.br.Reset(&hr.b)
+	req, err := http.ReadRequest(hr.br)
+	n := len(head) - hr.b.Len() - hr.br.Buffered()
+	hr.br.Reset(nil)
+	heads.Put(hr)
+	if err != nil || n != len(head) || !detachedWatchRequest(req) {
+		// Not a watch, or more than one request's head (pipelined).
+		dc.finish(buffered(br))
+		return false
+	}
+	_, _ = br.Discard(n)
+	_ = dc.c.SetReadDeadline(time.Time{})
+	// The watch's context has no cancellation of its own: a watch waits
+	// past its handler, and a cancelable parent would cost every
+	// derived context a registration.
+	req = req.WithContext(context.WithValue(context.Background(), homeKey{}, h))
+	req.RemoteAddr = dc.c.RemoteAddr().String()
+	dw := &detachedWriter{dc: dc, hdr: make(http.Header, 8)}
+	h.cfg.Handler.ServeHTTP(dw, req)
+	if dw.waiting {
+		return true
+	}
+	if err := dw.finish(); err != nil {
+		dc.finish(nil)
+		return false
+	}
+	_ = dc.c.SetReadDeadline(time.Now().Add(h.cfg.IdleTimeout))
+	return true
+}
+
+// peekHead buffers a request's head (through its blank line) without
+// consuming it.
+func peekHead(br *bufio.Reader) error {
+	for {
+		b, _ := br.Peek(br.Buffered())
+		if bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\n\n")) {
+			return nil
+		}
+		// Wait for more (ErrBufferFull at once when the buffer is full).
+		if _, err := br.Peek(br.Buffered() + 1); err != nil {
+			return err
+		}
+	}
+}
+
+// buffered copies what br holds.
+func buffered(br *bufio.Reader) []byte {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.Clone(b)
+}
+
+// detachedWatchRequest reports whether a detached connection serves req
+// itself: a bodiless one-shot HTTP/1.1 watch that keeps the connection, as
+// v2 clients send them; net/http serves the rest.
+func detachedWatchRequest(r *http.Request) bool {
+	if r.Method != http.MethodGet || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close || r.Host == "" ||
+		r.ContentLength != 0 || len(r.TransferEncoding) > 0 || r.Header.Get("Expect") != "" ||
+		(r.URL.Path != "/v2/keys" && !bytes.HasPrefix([]byte(r.URL.Path), []byte("/v2/keys/"))) {
+		return false
+	}
+	q := r.URL.Query()
+	return q.Get("wait") == "true" && q.Get("stream") != "true"
+}
+
+// detachedWriter is the ResponseWriter of a request served on a detached
+// connection (or of the watch that detached it).
+type detachedWriter struct {
+	dc      *detachedConn
+	hdr     http.Header
+	code    int
+	flushed bool // the head went out, chunked
+	waiting bool // a watch was left waiting on the connection
+	body    []byte
+	err     error
+}
+
+func (w *detachedWriter) Header() http.Header { return w.hdr }
+
+func (w *detachedWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+func (w *detachedWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	w.body = append(w.body, b...)
+	return len(b), nil
+}
+
+// Flush sends the head (chunked) and the body so far.
+func (w *detachedWriter) Flush() {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	var out []byte
+	if !w.flushed {
+		out = w.head(-1)
+		w.flushed = true
+	}
+	if len(w.body) > 0 {
+		out = appendChunk(out, w.body)
+		w.body = w.body[:0]
+	}
+	w.write(out)
+}
+
+func (w *detachedWriter) write(b []byte) {
+	if w.err != nil || len(b) == 0 {
+		return
+	}
+	_ = w.dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
+	_, w.err = w.dc.c.Write(b)
+}
+
+// head is the status line and headers; contentLength < 0: chunked.
+func (w *detachedWriter) head(contentLength int) []byte {
+	b := make([]byte, 0, 256)
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(w.code), 10)
+	b = append(b, ' ')
+	b = append(b, http.StatusText(w.code)...)
+	b = append(b, "\r\n"...)
+	var hb bytes.Buffer
+	_ = w.hdr.Write(&hb)
+	b = append(b, hb.Bytes()...)
+	b = append(b, "Date: "...)
+	b = time.Now().UTC().AppendFormat(b, http.TimeFormat)
+	if contentLength < 0 {
+		b = append(b, "\r\nTransfer-Encoding: chunked\r\n\r\n"...)
+	} else {
+		b = append(b, "\r\nContent-Length: "...)
+		b = strconv.AppendInt(b, int64(contentLength), 10)
+		b = append(b, "\r\n\r\n"...)
+	}
+	return b
+}
+
+// finish sends what the handler wrote, as a whole answer.
+func (w *detachedWriter) finish() error {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if w.flushed {
+		w.write(append(appendChunk(nil, w.body), "0\r\n\r\n"...))
+	} else {
+		w.write(append(w.head(len(w.body)), w.body...))
+	}
+	return w.err
+}
+
+// wait sends the head of a 200 and leaves wa waiting on the connection, to
+// be answered by a goroutine of its own.
+func (w *detachedWriter) wait(wa Watch, ends []func(bytes int, gone bool)) {
+	dc := w.dc
+	w.code = http.StatusOK
+	w.Flush()
+	w.waiting = true
+	dc.mu.Lock()
+	dc.w = wa
+	dc.mu.Unlock()
+	dc.h.addWaiting(1)
+	dc.h.wg.Add(1)
+	go dc.answer(wa, w.err, ends)
+}
+
+// answer waits for wa's event or end and writes it, then leaves the
+// connection to the reader for the next request (or closes it).
+func (dc *detachedConn) answer(wa Watch, headErr error, ends []func(bytes int, gone bool)) {
+	defer dc.h.wg.Done()
 	var body []byte
-	clientGone := false
+	var gone bool
+	defer func() {
+		for _, f := range ends {
+			f(len(body), gone)
+		}
+	}()
 	select {
-	case ev := <-p.w.Events():
+	case ev := <-wa.Events():
 		body = encodeEvent(ev)
-	case <-p.w.Done():
+	case <-wa.Done():
 		select {
-		case ev := <-p.w.Events():
+		case ev := <-wa.Events():
 			body = encodeEvent(ev)
 		default:
 		}
-	case <-p.gone:
-		clientGone = true
-	case <-p.h.done: // the server is closing: the empty end, which clients re-issue
+	case <-dc.gone:
+	case <-dc.h.done: // the server is closing: the empty end, which clients re-issue
 	}
-	p.w.Cancel()
-	p.h.mu.Lock()
-	delete(p.h.detached, p)
-	p.h.mu.Unlock()
-	if clientGone && !p.extra {
-		_ = p.c.Close()
+	wa.Cancel()
+	dc.h.addWaiting(-1)
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	dc.w = nil
+	select {
+	case <-dc.gone: // the reader stopped, maybe as the event came
+		gone = true
+	default:
+	}
+	if headErr != nil || (gone && !dc.extra) {
+		dc.finish(nil)
 		return
 	}
-	// Stop the reader (as net/http does its background read) before the
-	// connection is written and handed back.
-	_ = p.c.SetReadDeadline(time.Unix(1, 0))
-	<-p.gone
-	_ = p.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
-	_, err := p.c.Write(chunked(body))
-	if err != nil {
-		_ = p.c.Close()
+	_ = dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
+	if _, err := dc.c.Write(append(appendChunk(nil, body), "0\r\n\r\n"...)); err != nil {
+		dc.finish(nil)
 		return
 	}
-	if p.extra {
-		p.closeUnread()
+	select {
+	case <-dc.h.done:
+		dc.finish(nil)
+		return
+	default:
+	}
+	if gone { // with a request pipelined behind the watch
+		dc.closeUnread()
 		return
 	}
-	_ = p.c.SetDeadline(time.Time{})
-	p.h.handBack(p.c)
+	_ = dc.c.SetReadDeadline(time.Now().Add(dc.h.cfg.IdleTimeout))
 }
-
-// closeUnread closes a connection the client has sent more on: closed with
-// unread data, it would be reset, and the reset can reach the client before
-// the answer does. As net/http does, it shuts the sending side first and
-// gives the client a moment to read.
-func (p *detachedWatch) closeUnread() {
-	if cw, ok := p.c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		t := time.NewTimer(closeUnreadDelay)
-		select {
-		case <-t.C:
-		case <-p.h.done:
-			t.Stop()
-		}
-	}
-	_ = p.c.Close()
-}
-
-// closeUnreadDelay is how long closeUnread waits (net/http waits as long).
-const closeUnreadDelay = 500 * time.Millisecond
 
 func encodeEvent(ev *translate.Event) []byte {
 	if ev.Encoded != nil {
@@ -296,15 +618,60 @@ func encodeEvent(ev *translate.Event) []byte {
 	return append(b, '\n')
 }
 
-// chunked is body as the rest of a chunked HTTP/1.1 response: one chunk (if
-// any) and the last, empty one.
-func chunked(body []byte) []byte {
-	out := make([]byte, 0, len(body)+16)
-	if len(body) > 0 {
-		out = strconv.AppendUint(out, uint64(len(body)), 16)
-		out = append(out, "\r\n"...)
-		out = append(out, body...)
-		out = append(out, "\r\n"...)
+// appendChunk appends body as one chunk of a chunked HTTP/1.1 body.
+func appendChunk(out, body []byte) []byte {
+	if len(body) == 0 {
+		return out
 	}
-	return append(out, "0\r\n\r\n"...)
+	out = strconv.AppendUint(out, uint64(len(body)), 16)
+	out = append(out, "\r\n"...)
+	out = append(out, body...)
+	return append(out, "\r\n"...)
+}
+
+// detachObserver is a ResponseWriter wrapper that wants to hear how a watch
+// ended after it left the handler (the request log).
+type detachObserver interface {
+	watchDetached() func(bytes int, gone bool)
+}
+
+// detachObservers tells every detachObserver in w's chain that its watch
+// detaches, and returns what to call when it ends.
+func detachObservers(w http.ResponseWriter) []func(int, bool) {
+	var fs []func(int, bool)
+	for {
+		if o, ok := w.(detachObserver); ok {
+			if f := o.watchDetached(); f != nil {
+				fs = append(fs, f)
+			}
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return fs
+		}
+		w = u.Unwrap()
+	}
+}
+
+// asDetached is the detachedWriter under w, if any (a logging wrapper may
+// stand between).
+func asDetached(w http.ResponseWriter) *detachedWriter {
+	for {
+		switch x := w.(type) {
+		case *detachedWriter:
+			return x
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
+var _ io.Reader = (*detachedConn)(nil)
+
+// detachable reports whether r's connection may leave net/http: HTTP/1.1
+// that keeps the connection, from a Home.
+func detachable(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.ProtoMajor == 1 && r.ProtoMinor == 1 && !r.Close && homeOf(r) != nil
 }

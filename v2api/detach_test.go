@@ -15,16 +15,17 @@ import (
 	"time"
 )
 
-// homeServer serves st over a real listener wrapped in a Home, with watches
-// detaching after d, and returns the base URL and the Home.
-func homeServer(t testing.TB, st *fakeStore, d time.Duration) (string, *Home) {
+// homeServer serves st over a real listener wrapped in a Home (watches
+// detaching unless keep), and returns the base URL and the Home.
+func homeServer(t testing.TB, st *fakeStore, keep bool) (string, *Home) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := NewHome(ln)
-	srv := &http.Server{Handler: newTestServer(t, st, func(c *Config) { c.DetachAfter = d }), ConnContext: home.Context}
+	h := newTestServer(t, st, func(c *Config) { c.DetachWatches = !keep })
+	home := NewHome(ln, HomeConfig{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute})
+	srv := &http.Server{Handler: h, ConnContext: home.Context}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -36,7 +37,7 @@ func homeServer(t testing.TB, st *fakeStore, d time.Duration) (string, *Home) {
 		_ = srv.Shutdown(ctx)
 		<-served
 		if err := home.Wait(ctx); err != nil {
-			t.Errorf("detached watches still running after the server closed: %v", err)
+			t.Errorf("detached connections still served after the server closed: %v", err)
 		}
 	})
 	return "http://" + ln.Addr().String(), home
@@ -87,7 +88,7 @@ func TestDetachedWatchAnswersAndItsConnectionServesTheNextRequest(t *testing.T) 
 		t.Run(tc.name, func(t *testing.T) {
 			w := newFakeWatch(5, 1)
 			st := &fakeStore{watch: w, getEv: watchEvent("get", "/dir/a", "0", 3)}
-			base, home := homeServer(t, st, time.Millisecond)
+			base, home := homeServer(t, st, false)
 			c := &http.Client{Transport: &http.Transport{}}
 			defer c.CloseIdleConnections()
 			type answer struct {
@@ -133,7 +134,7 @@ func TestDetachedWatchAnswersAndItsConnectionServesTheNextRequest(t *testing.T) 
 
 func TestDetachedWatchOfAClientThatLeavesIsCancelled(t *testing.T) {
 	w := newFakeWatch(5, 1)
-	base, home := homeServer(t, &fakeStore{watch: w}, time.Millisecond)
+	base, home := homeServer(t, &fakeStore{watch: w}, false)
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +150,7 @@ func TestDetachedWatchOfAClientThatLeavesIsCancelled(t *testing.T) {
 
 func TestDetachedWatchWithAPipelinedRequestEndsAndClosesTheConnection(t *testing.T) {
 	w := newFakeWatch(5, 1)
-	base, home := homeServer(t, &fakeStore{watch: w}, time.Millisecond)
+	base, home := homeServer(t, &fakeStore{watch: w}, false)
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -184,9 +185,9 @@ func TestClosingTheHomeEndsDetachedWatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := NewHome(ln)
-	srv := &http.Server{Handler: newTestServer(t, st, func(c *Config) { c.DetachAfter = time.Millisecond }),
-		ConnContext: home.Context}
+	h := newTestServer(t, st, func(c *Config) { c.DetachWatches = true })
+	home := NewHome(ln, HomeConfig{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute})
+	srv := &http.Server{Handler: h, ConnContext: home.Context}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -232,7 +233,7 @@ func TestWatchesDetachOnlyWhenTheyMay(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newFakeWatch(5, 1)
-			base, home := homeServer(t, &fakeStore{watch: w}, time.Millisecond)
+			base, home := homeServer(t, &fakeStore{watch: w}, false)
 			c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 			if err != nil {
 				t.Fatal(err)
@@ -245,7 +246,7 @@ func TestWatchesDetachOnlyWhenTheyMay(t *testing.T) {
 			if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(20 * time.Millisecond) // 20 times DetachAfter
+			time.Sleep(20 * time.Millisecond) // a detach would take microseconds
 			if n := home.Detached(); n != 0 {
 				t.Fatalf("%d detached, want none", n)
 			}
@@ -260,9 +261,9 @@ func TestWatchesDetachOnlyWhenTheyMay(t *testing.T) {
 // included, the same in both cases).
 func BenchmarkWatchCycle(b *testing.B) {
 	for _, bc := range []struct {
-		name   string
-		detach time.Duration
-	}{{"in-net-http", 0}, {"detached", time.Nanosecond}} {
+		name string
+		keep bool
+	}{{"in-net-http", true}, {"detached", false}} {
 		b.Run(bc.name, func(b *testing.B) {
 			ev := encoded(watchEvent("set", "/dir/a", "1", 7))
 			st := &fakeStore{newWatch: func() *fakeWatch {
@@ -270,7 +271,7 @@ func BenchmarkWatchCycle(b *testing.B) {
 				time.AfterFunc(200*time.Microsecond, func() { w.events <- ev })
 				return w
 			}}
-			base, _ := homeServer(b, st, bc.detach)
+			base, _ := homeServer(b, st, bc.keep)
 			url := base + "/v2/keys/dir?wait=true"
 			var before, after syscall.Rusage
 			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
@@ -294,5 +295,164 @@ func BenchmarkWatchCycle(b *testing.B) {
 			cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 		})
+	}
+}
+
+// rawConn opens a connection to base with a deadline on everything.
+func rawConn(t *testing.T, base string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+func readAnswer(t *testing.T, br *bufio.Reader) (int, http.Header, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// TestDetachedConnectionServesWhatItsClientSendsNext: after its first watch
+// detached a connection, whatever the client sends next on it is answered
+// as net/http would answer it: watches by the detached reader (waiting,
+// ready, refused), anything else by net/http once handed back.
+func TestDetachedConnectionServesWhatItsClientSendsNext(t *testing.T) {
+	ready := encoded(watchEvent("set", "/dir/a", "2", 9))
+	var watches []*fakeWatch
+	st := &fakeStore{getEv: watchEvent("get", "/dir/a", "0", 3), newWatch: func() *fakeWatch {
+		w := newFakeWatch(5, 1)
+		if len(watches) == 2 { // the third watch finds its event waiting
+			w.events <- ready
+		}
+		watches = append(watches, w)
+		return w
+	}}
+	base, home := homeServer(t, st, false)
+	c, br := rawConn(t, base)
+	send := func(req string) {
+		t.Helper()
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch := "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"
+	send(watch) // detaches the connection
+	waitDetached(t, home, 1)
+	watches[0].events <- encoded(watchEvent("set", "/dir/a", "1", 7))
+	if code, _, body := readAnswer(t, br); code != 200 || body != eventLine(t, watchEvent("set", "/dir/a", "1", 7)) {
+		t.Fatalf("first watch: %d %q", code, body)
+	}
+	send(watch) // served by the detached reader, and waits there
+	waitDetached(t, home, 1)
+	watches[1].end()
+	if code, _, body := readAnswer(t, br); code != 200 || body != "" {
+		t.Fatalf("second watch: %d %q, want the empty end", code, body)
+	}
+	send(watch) // its event is there: answered at once, with a length
+	code, hdr, body := readAnswer(t, br)
+	if code != 200 || body != eventLine(t, ready) || hdr.Get("Content-Length") == "" || hdr.Get("X-Etcd-Index") != "5" {
+		t.Fatalf("ready watch: %d %v %q", code, hdr, body)
+	}
+	send("GET /v2/keys/dir?wait=true&waitIndex=x HTTP/1.1\r\nHost: x\r\n\r\n") // refused before any watch
+	if code, _, body := readAnswer(t, br); code != 400 || !strings.Contains(body, `"errorCode":203`) {
+		t.Fatalf("bad waitIndex: %d %q", code, body)
+	}
+	send("GET /v2/keys/dir/a HTTP/1.1\r\nHost: x\r\n\r\n") // not a watch: net/http's
+	if code, _, body := readAnswer(t, br); code != 200 || !strings.Contains(body, `"action":"get"`) {
+		t.Fatalf("GET after the watches: %d %q", code, body)
+	}
+	send(watch) // and a watch after that detaches again
+	waitDetached(t, home, 1)
+	if n := len(st.recorded()); n != 5 { // the refused watch never reached the store
+		t.Fatalf("%d store calls, want 5", n)
+	}
+}
+
+func TestDetachedConnectionHandsBackWhatItCannotTakeWhole(t *testing.T) {
+	watch := "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, tc := range []struct {
+		name, next string
+		answers    int
+	}{
+		{"two watches in one write", watch + watch, 2},
+		{"a head larger than the reader's buffer", "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\nX-Pad: " +
+			strings.Repeat("p", 2*detachedHeadMax) + "\r\n\r\n", 1},
+		{"a watch that closes its connection", "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 1},
+		{"a stream", "GET /v2/keys/dir?wait=true&stream=true HTTP/1.1\r\nHost: x\r\n\r\n", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var watches []*fakeWatch
+			st := &fakeStore{newWatch: func() *fakeWatch {
+				w := newFakeWatch(5, 1)
+				if len(watches) > 0 { // every later watch is answered at once
+					w.events <- encoded(watchEvent("set", "/dir/a", "1", 7))
+				}
+				watches = append(watches, w)
+				return w
+			}}
+			base, home := homeServer(t, st, false)
+			c, br := rawConn(t, base)
+			if _, err := io.WriteString(c, watch); err != nil {
+				t.Fatal(err)
+			}
+			waitDetached(t, home, 1)
+			watches[0].end()
+			if code, _, _ := readAnswer(t, br); code != 200 {
+				t.Fatalf("first watch: %d", code)
+			}
+			if _, err := io.WriteString(c, tc.next); err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.answers {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				line, _ := bufio.NewReader(resp.Body).ReadString('\n') // a stream does not end
+				if resp.StatusCode != 200 || !strings.Contains(line, `"modifiedIndex":7`) {
+					t.Fatalf("answer %d: %d %q", i, resp.StatusCode, line)
+				}
+				if i < tc.answers-1 {
+					_, _ = io.ReadAll(resp.Body)
+				}
+			}
+		})
+	}
+}
+
+func TestIdleDetachedConnectionIsClosed(t *testing.T) {
+	w := newFakeWatch(5, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestServer(t, &fakeStore{watch: w}, func(c *Config) { c.DetachWatches = true })
+	home := NewHome(ln, HomeConfig{Handler: h, ReadHeaderTimeout: time.Second, IdleTimeout: 50 * time.Millisecond})
+	srv := &http.Server{Handler: h, ConnContext: home.Context}
+	go func() { _ = srv.Serve(home) }()
+	defer srv.Close()
+	c, br := rawConn(t, "http://"+ln.Addr().String())
+	if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitDetached(t, home, 1)
+	time.Sleep(100 * time.Millisecond) // twice the idle timeout: a waiting watch is not idle
+	w.end()
+	if code, _, _ := readAnswer(t, br); code != 200 {
+		t.Fatalf("watch: %d", code)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle after the answer: %v, want the connection closed", err)
 	}
 }

@@ -30,7 +30,20 @@ func RequestLog(h http.Handler, lg *zap.Logger) http.Handler {
 			lg.Debug("watch started", append(fields, zap.String("waitIndex", q.Get("waitIndex")),
 				zap.Bool("recursive", q.Get("recursive") == "true"), zap.Bool("stream", q.Get("stream") == "true"))...)
 		}
+		if watch {
+			// A watch that detaches ends after the handler returns.
+			rw.onDetachedEnd = func(bytes int, gone bool) {
+				reason := endReason(gone, http.StatusOK, int64(bytes)) // r's context ended with the handler
+
+				lg.Debug("watch ended", append(fields, zap.Int("status", http.StatusOK),
+					zap.Duration("duration", time.Since(start)), zap.Int("bytes", bytes), zap.Bool("detached", true),
+					zap.String("reason", reason))...)
+			}
+		}
 		h.ServeHTTP(rw, r)
+		if rw.detached {
+			return
+		}
 		status := rw.status
 		if status == 0 {
 			status = http.StatusOK
@@ -48,8 +61,12 @@ func RequestLog(h http.Handler, lg *zap.Logger) http.Handler {
 // handler ends a watch with an empty 200 when the backend is lost or the
 // bridge shuts down, which clients answer by re-issuing it.
 func watchEndReason(r *http.Request, status int, bytes int64) string {
+	return endReason(r.Context().Err() != nil, status, bytes)
+}
+
+func endReason(gone bool, status int, bytes int64) string {
 	switch {
-	case r.Context().Err() != nil:
+	case gone:
 		return "client went away"
 	case status != http.StatusOK:
 		return "refused (see status)"
@@ -66,6 +83,18 @@ type loggingWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	// onDetachedEnd logs the end of a watch that detached (detached).
+	onDetachedEnd func(bytes int, gone bool)
+	detached      bool
+}
+
+// watchDetached is told by the watch handler that the watch left it.
+func (w *loggingWriter) watchDetached() func(bytes int, gone bool) {
+	if w.onDetachedEnd == nil {
+		return nil
+	}
+	w.detached = true
+	return w.onDetachedEnd
 }
 
 func (w *loggingWriter) WriteHeader(code int) {

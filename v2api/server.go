@@ -79,9 +79,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// EnablePprof serves runtime profiles at /debug/pprof/.
 	EnablePprof bool
-	// DetachAfter is how long a one-shot watch served from a Home waits
-	// inside net/http before it detaches from it (0: never).
-	DetachAfter time.Duration
+	// DetachWatches lets one-shot watches served from a Home wait outside
+	// net/http, on connections of their own (see detach.go).
+	DetachWatches bool
 }
 
 // Server serves the v2 API.
@@ -259,13 +259,19 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Re
 	if err != nil {
 		return writeError(w, err)
 	}
-	detached := false
-	defer func() {
-		if !detached {
-			wa.Cancel()
-		}
-	}()
 	setEventHeaders(w, wa.StartIndex(), meta)
+	if !req.Stream && len(wa.Events()) == 0 && s.cfg.DetachWatches {
+		// Nothing to send yet: the watch waits outside net/http (see
+		// detach.go).
+		if dw := asDetached(w); dw != nil {
+			dw.wait(wa, detachObservers(w))
+			return http.StatusOK
+		}
+		if detachable(r) && s.detach(w, r, wa) {
+			return http.StatusOK
+		}
+	}
+	defer wa.Cancel()
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
 	// The headers go out at once, as v2 sends them; a one-shot watch whose
@@ -291,20 +297,10 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Re
 		}
 		return true
 	}
-	var detachC <-chan time.Time
-	if fl != nil && s.cfg.DetachAfter > 0 && detachable(r, req) {
-		t := time.NewTimer(s.cfg.DetachAfter)
-		defer t.Stop()
-		detachC = t.C
-	}
 	for {
 		select {
 		case <-r.Context().Done():
 			return http.StatusOK
-		case <-detachC:
-			if detached = s.detach(w, r, wa); detached {
-				return http.StatusOK
-			}
 		case ev := <-wa.Events():
 			if !send(ev) {
 				return http.StatusOK

@@ -25,7 +25,7 @@ var flagGroups = []flagGroup{
 		[]string{"v2-upstream", "mode-lease-ttl"}},
 	{"Shadow comparison in dual mode (while it passes through, reads and writes are checked against etcd v3, off the request path)",
 		[]string{"shadow-sample-rate", "shadow-queue", "shadow-prefix"}},
-	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions", "watch-detach-after"}},
+	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions", "watch-detach"}},
 	{"The etcd v3 cluster", []string{"endpoints", "discovery-srv", "discovery-srv-name", "endpoints-auto-sync-interval",
 		"cacert", "cert", "key", "insecure-skip-tls-verify", "user",
 		"dial-timeout", "dial-keepalive-time", "dial-keepalive-timeout", "request-timeout",

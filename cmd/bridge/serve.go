@@ -71,7 +71,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	registerMode(reg, false)
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
 	br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
-		EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true, DetachAfter: flagDetachAfter(c),
+		EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true, KeepWatchesInHTTPServer: !c.watchDetach,
 		HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
 			MaxConnections: c.maxConnections}})
 	cancel()
@@ -147,13 +147,4 @@ func runUntilDone(ctx context.Context, lg *zap.Logger, ready func() bool, errc <
 		return err
 	}
 	return shutdown()
-}
-
-// flagDetachAfter maps --watch-detach-after (0: never) to the server's
-// setting (0: the default, negative: never).
-func flagDetachAfter(c *config) time.Duration {
-	if c.watchDetachAfter <= 0 {
-		return -1
-	}
-	return c.watchDetachAfter
 }
