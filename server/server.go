@@ -207,7 +207,7 @@ func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
 	}
 	lim := b.cfg.HTTP
 	home := v2api.NewHome(ln, v2api.HomeConfig{Handler: srv.Handler, ReadHeaderTimeout: lim.ReadHeaderTimeout,
-		IdleTimeout: lim.IdleTimeout})
+		IdleTimeout: lim.IdleTimeout, ErrorLog: srv.ErrorLog})
 	srv.ConnContext = home.Context
 	b.servers = append(b.servers, srv)
 	b.homes = append(b.homes, home)

@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -59,6 +61,9 @@ type HomeConfig struct {
 	// http.Server's limits of the same names do).
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	// ErrorLog receives the panics of handlers run on detached connections
+	// (nil: the log package's standard logger), as http.Server's does.
+	ErrorLog *log.Logger
 }
 
 // Home is a listener that also accepts connections handed back by detached
@@ -402,7 +407,10 @@ func (dc *detachedConn) serve() bool {
 	req = req.WithContext(context.WithValue(context.Background(), homeKey{}, h))
 	req.RemoteAddr = dc.c.RemoteAddr().String()
 	dw := &detachedWriter{dc: dc, hdr: make(http.Header, 8)}
-	h.cfg.Handler.ServeHTTP(dw, req)
+	if !h.run(dw, req) {
+		dc.finish(nil)
+		return false
+	}
 	if dw.waiting {
 		return true
 	}
@@ -411,6 +419,25 @@ func (dc *detachedConn) serve() bool {
 		return false
 	}
 	_ = dc.c.SetReadDeadline(time.Now().Add(h.cfg.IdleTimeout))
+	return true
+}
+
+// run serves req, recovering a panic as net/http does: the connection
+// closes and the panic is logged.
+func (h *Home) run(w *detachedWriter, req *http.Request) (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				return
+			}
+			lg := h.cfg.ErrorLog
+			if lg == nil {
+				lg = log.Default()
+			}
+			lg.Printf("http: panic serving %v on a detached connection: %v\n%s", req.RemoteAddr, p, debug.Stack())
+		}
+	}()
+	h.cfg.Handler.ServeHTTP(w, req)
 	return true
 }
 

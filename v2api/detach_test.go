@@ -6,10 +6,12 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -455,4 +457,78 @@ func TestIdleDetachedConnectionIsClosed(t *testing.T) {
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("idle after the answer: %v, want the connection closed", err)
 	}
+}
+
+func TestPanicOnADetachedConnectionClosesItOnly(t *testing.T) {
+	var first *fakeWatch
+	calls := 0
+	st := &fakeStore{newWatch: func() *fakeWatch {
+		calls++
+		switch calls {
+		case 1:
+			first = newFakeWatch(5, 1)
+			return first
+		case 2:
+			panic("store bug")
+		}
+		w := newFakeWatch(5, 1)
+		w.events <- encoded(watchEvent("set", "/dir/a", "1", 7))
+		return w
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestServer(t, st, func(c *Config) { c.DetachWatches = true })
+	var logged syncBuffer
+	home := NewHome(ln, HomeConfig{Handler: h, ReadHeaderTimeout: time.Second, IdleTimeout: time.Minute,
+		ErrorLog: log.New(&logged, "", 0)})
+	srv := &http.Server{Handler: h, ConnContext: home.Context}
+	go func() { _ = srv.Serve(home) }()
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+	watch := "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"
+	c, br := rawConn(t, base)
+	if _, err := io.WriteString(c, watch); err != nil {
+		t.Fatal(err)
+	}
+	waitDetached(t, home, 1)
+	first.end()
+	if code, _, _ := readAnswer(t, br); code != 200 {
+		t.Fatalf("first watch: %d", code)
+	}
+	if _, err := io.WriteString(c, watch); err != nil { // served detached: the store panics
+		t.Fatal(err)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the panic: %v, want the connection closed", err)
+	}
+	if !strings.Contains(logged.String(), "panic serving") || !strings.Contains(logged.String(), "store bug") {
+		t.Errorf("panic not logged: %q", logged.String())
+	}
+	c2, br2 := rawConn(t, base) // the server goes on
+	if _, err := io.WriteString(c2, watch); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := readAnswer(t, br2); code != 200 || body == "" {
+		t.Fatalf("a watch after the panic: %d %q", code, body)
+	}
+}
+
+// syncBuffer is a strings.Builder safe for a logger on another goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
