@@ -32,7 +32,13 @@ func (b *Backend) Watch(ctx context.Context, r *translate.Request) (*hub.Watcher
 	if err != nil {
 		return nil, b.Meta(), err
 	}
-	rctx, cancel := b.reqCtx(ctx, s)
+	// Registering makes no call on s itself (the shared read of the
+	// current revision has a deadline and a session of its own), so the
+	// deadline bounds every wait without tying the request to s: a watch
+	// registration is the one request every event brings back from every
+	// watcher at once, and binding each to the session's context
+	// serialised them on its lock.
+	rctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
 	defer cancel()
 	var cur int64
 	meta := b.Meta()
