@@ -605,33 +605,36 @@ func (dc *detachedConn) answer(wa Watch, headErr error, ends []func(bytes int, g
 	wa.Cancel()
 	dc.h.addWaiting(-1)
 	dc.mu.Lock()
-	defer dc.mu.Unlock()
 	dc.w = nil
 	select {
 	case <-dc.gone: // the reader stopped, maybe as the event came
 		gone = true
 	default:
 	}
-	if headErr != nil || (gone && !dc.extra) {
-		dc.finish(nil)
-		return
+	answered := false
+	if headErr == nil && (!gone || dc.extra) {
+		_ = dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
+		_, err := dc.c.Write(append(appendChunk(nil, body), "0\r\n\r\n"...))
+		answered = err == nil
 	}
-	_ = dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
-	if _, err := dc.c.Write(append(appendChunk(nil, body), "0\r\n\r\n"...)); err != nil {
-		dc.finish(nil)
-		return
-	}
+	closing := false
 	select {
 	case <-dc.h.done:
-		dc.finish(nil)
-		return
+		closing = true
 	default:
 	}
-	if gone { // with a request pipelined behind the watch
-		dc.closeUnread()
-		return
+	if answered && !gone && !closing {
+		_ = dc.c.SetReadDeadline(time.Now().Add(dc.h.cfg.IdleTimeout))
 	}
-	_ = dc.c.SetReadDeadline(time.Now().Add(dc.h.cfg.IdleTimeout))
+	dc.mu.Unlock()
+	switch {
+	case !answered || closing:
+		dc.finish(nil)
+	case gone: // with a request pipelined behind the watch
+		dc.closeUnread()
+	}
+	// Otherwise the reader, still reading, serves what the client sends
+	// next.
 }
 
 func encodeEvent(ev *translate.Event) []byte {

@@ -346,6 +346,7 @@ func (h *Hub) addedLocked(*Watcher) {
 
 // removeLocked takes w out of wherever it is registered.
 func (h *Hub) removeLocked(w *Watcher) {
+	w.removed.Store(true)
 	switch w.where {
 	case placeNone:
 		return

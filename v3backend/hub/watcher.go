@@ -4,6 +4,7 @@ package hub
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -36,6 +37,12 @@ type Watcher struct {
 
 	once   sync.Once
 	reason string // set once, before done is closed
+
+	// removed is set once the hub has let go of the watcher for good
+	// (every removal is final): Cancel then needs no lock. After one event
+	// 10,000 answered watchers cancel at once, and would otherwise queue
+	// on Hub.mu behind the feed delivering to the rest.
+	removed atomic.Bool
 }
 
 // StartIndex is the store index when the watch was created (X-Etcd-Index).
@@ -54,9 +61,11 @@ func (w *Watcher) Reason() string { return w.reason }
 
 // Cancel releases the watcher (the client went away or it was answered).
 func (w *Watcher) Cancel() {
-	w.hub.mu.Lock()
-	w.hub.removeLocked(w)
-	w.hub.mu.Unlock()
+	if !w.removed.Load() {
+		w.hub.mu.Lock()
+		w.hub.removeLocked(w)
+		w.hub.mu.Unlock()
+	}
 	w.finish("canceled")
 }
 
