@@ -14,7 +14,9 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/v2bridge/v2bridge/translate"
@@ -80,10 +82,11 @@ type Home struct {
 	once     sync.Once
 	wg       sync.WaitGroup // the accept goroutine, every detached reader and waiter
 
-	mu      sync.Mutex // guards conns, waiting and closed
-	conns   map[*detachedConn]struct{}
-	waiting int // watches waiting on detached connections
-	closed  bool
+	waiting atomic.Int64 // watches waiting on detached connections
+
+	mu     sync.Mutex // guards conns and closed
+	conns  map[*detachedConn]struct{}
+	closed bool
 }
 
 type accepted struct {
@@ -175,11 +178,7 @@ func (h *Home) Wait(ctx context.Context) error {
 }
 
 // Detached is the number of watches waiting on detached connections.
-func (h *Home) Detached() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.waiting
-}
+func (h *Home) Detached() int { return int(h.waiting.Load()) }
 
 type homeKey struct{}
 
@@ -201,12 +200,6 @@ func (h *Home) handBack(c net.Conn) {
 	case <-h.done:
 		_ = c.Close()
 	}
-}
-
-func (h *Home) addWaiting(n int) {
-	h.mu.Lock()
-	h.waiting += n
-	h.mu.Unlock()
 }
 
 // detachedConn is a connection taken over from net/http.
@@ -401,10 +394,11 @@ func (dc *detachedConn) serve() bool {
 	}
 	_, _ = br.Discard(n)
 	_ = dc.c.SetReadDeadline(time.Time{})
-	// The watch's context has no cancellation of its own: a watch waits
-	// past its handler, and a cancelable parent would cost every
-	// derived context a registration.
-	req = req.WithContext(context.WithValue(context.Background(), homeKey{}, h))
+	// The request keeps ReadRequest's background context: it has no
+	// cancellation (a watch waits past its handler, and a cancelable parent
+	// would cost every derived context a registration), and a watch on a
+	// detached connection needs no Home from it (its writer says where it
+	// runs).
 	req.RemoteAddr = dc.c.RemoteAddr().String()
 	dw := &detachedWriter{dc: dc, hdr: make(http.Header, 8)}
 	if !h.run(dw, req) {
@@ -471,8 +465,10 @@ func detachedWatchRequest(r *http.Request) bool {
 		(r.URL.Path != "/v2/keys" && !bytes.HasPrefix([]byte(r.URL.Path), []byte("/v2/keys/"))) {
 		return false
 	}
-	q := r.URL.Query()
-	return q.Get("wait") == "true" && q.Get("stream") != "true"
+	if r.ParseForm() != nil { // parsed once: the handler's ParseForm keeps it
+		return false
+	}
+	return r.Form.Get("wait") == "true" && r.Form.Get("stream") != "true"
 }
 
 // detachedWriter is the ResponseWriter of a request served on a detached
@@ -536,9 +532,17 @@ func (w *detachedWriter) head(contentLength int) []byte {
 	b = append(b, ' ')
 	b = append(b, http.StatusText(w.code)...)
 	b = append(b, "\r\n"...)
-	var hb bytes.Buffer
-	_ = w.hdr.Write(&hb)
-	b = append(b, hb.Bytes()...)
+	for k, vs := range w.hdr { // in any order, as HTTP allows
+		for _, v := range vs {
+			if strings.ContainsAny(v, "\r\n") { // as net/http does: no header splitting
+				v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+			}
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
+		}
+	}
 	b = append(b, "Date: "...)
 	b = time.Now().UTC().AppendFormat(b, http.TimeFormat)
 	if contentLength < 0 {
@@ -574,7 +578,7 @@ func (w *detachedWriter) wait(wa Watch, ends []func(bytes int, gone bool)) {
 	dc.mu.Lock()
 	dc.w = wa
 	dc.mu.Unlock()
-	dc.h.addWaiting(1)
+	dc.h.waiting.Add(1)
 	dc.h.wg.Add(1)
 	go dc.answer(wa, w.err, ends)
 }
@@ -603,7 +607,7 @@ func (dc *detachedConn) answer(wa Watch, headErr error, ends []func(bytes int, g
 	case <-dc.h.done: // the server is closing: the empty end, which clients re-issue
 	}
 	wa.Cancel()
-	dc.h.addWaiting(-1)
+	dc.h.waiting.Add(-1)
 	dc.mu.Lock()
 	dc.w = nil
 	select {
