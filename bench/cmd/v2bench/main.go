@@ -342,31 +342,38 @@ func runWatch(cfg *config, res *results) {
 	}
 }
 
-// profileBridge fetches a CPU profile of the bridge child over secs seconds
-// into the profile directory; the returned func waits for it.
+// profileBridge fetches a CPU profile and an allocation profile (what was
+// allocated during the window: a delta) of the bridge child over secs
+// seconds into the profile directory; the returned func waits for both.
 func profileBridge(cfg *config, in *instance, name string, secs int) func() {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
-		resp, err := c.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", in.v2URL, secs))
-		if err != nil {
-			warnf("profile: %v", err)
-			return
-		}
-		defer resp.Body.Close()
-		_ = os.MkdirAll(cfg.profileDir, 0o755)
-		p := filepath.Join(cfg.profileDir, name+".pprof")
-		fh, err := os.Create(p)
-		if err != nil {
-			warnf("profile: %v", err)
-			return
-		}
-		defer fh.Close()
-		_, _ = io.Copy(fh, resp.Body)
-		logf("  wrote CPU profile of the bridge to %s", p)
-	}()
-	return func() { <-done }
+	var wg sync.WaitGroup
+	for _, p := range []struct{ path, file, what string }{
+		{"/debug/pprof/profile", name + ".pprof", "CPU"},
+		{"/debug/pprof/allocs", name + ".allocs.pprof", "allocation"},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
+			resp, err := c.Get(fmt.Sprintf("%s%s?seconds=%d", in.v2URL, p.path, secs))
+			if err != nil {
+				warnf("profile: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			_ = os.MkdirAll(cfg.profileDir, 0o755)
+			f := filepath.Join(cfg.profileDir, p.file)
+			fh, err := os.Create(f)
+			if err != nil {
+				warnf("profile: %v", err)
+				return
+			}
+			defer fh.Close()
+			_, _ = io.Copy(fh, resp.Body)
+			logf("  wrote %s profile of the bridge to %s", p.what, f)
+		}()
+	}
+	return wg.Wait
 }
 
 // snapshotBridge saves a heap profile (after a GC) and the goroutine dump
