@@ -550,7 +550,10 @@ func (p *Plan) Bind(lease int64, exp time.Time, now time.Time, leaseRecorded boo
 	}
 	j := Journal{Action: p.event.Action, Node: stripValue(p.event.Node), PrevNode: stripValue(p.event.PrevNode),
 		Refresh: p.Refresh, DataPrefix: p.layout.DataPrefix}
-	b, _ := json.Marshal(j) // plain fields: cannot fail
+	b, err := j.appendJSON(make([]byte, 0, 256))
+	if err != nil {
+		b, _ = json.Marshal(j) // what the record always was, even then
+	}
 	p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.JournalKey(), Value: b})
 }
 

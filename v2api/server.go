@@ -308,7 +308,26 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 		ev.Action == translate.ActionCreate || ev.Action == translate.ActionUpdate) {
 		ev = &translate.Event{Action: ev.Action}
 	}
-	_ = json.NewEncoder(w).Encode(ev)
+	writeEvent(w, ev)
+}
+
+// eventBufs recycles the buffers answers are encoded into.
+var eventBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// writeEvent writes ev's JSON and a newline, as json.Encoder does (nothing
+// if it cannot be encoded).
+func writeEvent(w http.ResponseWriter, ev *translate.Event) {
+	bp := eventBufs.Get().(*[]byte)
+	b, err := ev.AppendJSON((*bp)[:0])
+	if err != nil {
+		eventBufs.Put(bp)
+		return
+	}
+	_, _ = w.Write(append(b, '\n'))
+	if cap(b) <= 64<<10 { // a large listing's buffer is not kept
+		*bp = b[:0]
+		eventBufs.Put(bp)
+	}
 }
 
 // watch serves wait=true: any 401 is decided before the headers go out;

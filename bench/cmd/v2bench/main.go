@@ -57,7 +57,8 @@ type config struct {
 	jsonlName  string
 	profile    string
 	profileDir string
-	hist       *histConfig // nil: no history section
+	hist       *histConfig     // nil: no history section
+	workloads  map[string]bool // nil: every key-value workload
 }
 
 func main() {
@@ -79,6 +80,7 @@ func main() {
 	dur := fs.Duration("dur", 0, "override the measured time of each key-value load")
 	fs.DurationVar(&bridgeHeartbeatTimeout, "bridge-heartbeat-timeout", 0, "run the bridge with this --heartbeat-timeout (0: its default)")
 	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history (comma-separated)")
+	workloads := fs.String("workloads", "", "run only these key-value workloads: put-seq, put-64, cas-16, ttl-cycle-64, ... (comma-separated)")
 	_ = fs.Parse(os.Args[1:])
 
 	switch cfg.mode {
@@ -113,6 +115,12 @@ func main() {
 	}
 	if *runs > 0 {
 		cfg.runs = *runs
+	}
+	if *workloads != "" {
+		cfg.workloads = map[string]bool{}
+		for _, w := range strings.Split(*workloads, ",") {
+			cfg.workloads[strings.TrimSpace(w)] = true
+		}
 	}
 	if *only != "" {
 		sec := map[string]bool{}
@@ -270,6 +278,9 @@ func runKV(cfg *config, res *results) {
 	for run := 1; run <= cfg.runs; run++ {
 		logf("  kv run %d", run)
 		for wi := range kvWorkloads {
+			if cfg.workloads != nil && !cfg.workloads[kvWorkloads[wi].name] {
+				continue
+			}
 			for i := range cfg.systems {
 				// Rotate the order so no system always runs first.
 				sys := cfg.systems[(i+run-1+wi)%len(cfg.systems)]
