@@ -3,7 +3,9 @@
 package translate
 
 import (
+	"encoding/json"
 	"strconv"
+	"time"
 	"unicode/utf8"
 )
 
@@ -179,4 +181,167 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// decodeJournal decodes a journal record as json.Unmarshal does. A record
+// as bridges write it (json.Marshal's form: no spaces, fields in order,
+// strings without escapes) is read directly; anything else goes to
+// json.Unmarshal. Every revision of a bridge's write that keeps the
+// record is decoded by every bridge's shared watch.
+func decodeJournal(data []byte, j *Journal) error {
+	if fastJournal(data, j) {
+		return nil
+	}
+	*j = Journal{}
+	return json.Unmarshal(data, j)
+}
+
+// jsonScan reads json.Marshal's compact form of the bridge's own types.
+type jsonScan struct {
+	b []byte
+	i int
+}
+
+func (s *jsonScan) lit(l string) bool {
+	if len(s.b)-s.i >= len(l) && string(s.b[s.i:s.i+len(l)]) == l {
+		s.i += len(l)
+		return true
+	}
+	return false
+}
+
+// str reads a string with no escapes, no control characters and valid
+// UTF-8 (the ones json.Unmarshal returns as they are).
+func (s *jsonScan) str() (string, bool) {
+	if !s.lit(`"`) {
+		return "", false
+	}
+	start := s.i
+	for ; s.i < len(s.b); s.i++ {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			v := s.b[start:s.i]
+			s.i++
+			if !utf8.Valid(v) {
+				return "", false
+			}
+			return string(v), true
+		case c == '\\' || c < 0x20:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// num reads the digits of an integer (with a sign if signed).
+func (s *jsonScan) num(signed bool) (string, bool) {
+	start := s.i
+	if signed && s.i < len(s.b) && s.b[s.i] == '-' {
+		s.i++
+	}
+	d := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	if s.i == d || (s.b[d] == '0' && s.i-d > 1) {
+		return "", false
+	}
+	return string(s.b[start:s.i]), true
+}
+
+// node reads a Node without children.
+func (s *jsonScan) node() (*Node, bool) {
+	if !s.lit("{") {
+		return nil, false
+	}
+	n := &Node{}
+	if s.lit("}") {
+		return n, true
+	}
+	sep := ""
+	ok := true
+	if s.lit(sep + `"key":`) {
+		n.Key, ok = s.str()
+		sep = ","
+	}
+	if ok && s.lit(sep+`"value":`) {
+		var v string
+		v, ok = s.str()
+		n.Value, sep = &v, ","
+	}
+	if ok && s.lit(sep+`"dir":true`) {
+		n.Dir, sep = true, ","
+	}
+	if ok && s.lit(sep+`"expiration":`) {
+		start := s.i
+		if _, ok = s.str(); ok {
+			t := new(time.Time)
+			ok = t.UnmarshalJSON(s.b[start:s.i]) == nil
+			n.Expiration = t
+		}
+		sep = ","
+	}
+	if ok && s.lit(sep+`"ttl":`) {
+		var v string
+		if v, ok = s.num(true); ok {
+			var err error
+			n.TTL, err = strconv.ParseInt(v, 10, 64)
+			ok = err == nil
+		}
+		sep = ","
+	}
+	if ok && s.lit(sep+`"modifiedIndex":`) {
+		var v string
+		if v, ok = s.num(false); ok {
+			var err error
+			n.ModifiedIndex, err = strconv.ParseUint(v, 10, 64)
+			ok = err == nil
+		}
+		sep = ","
+	}
+	if ok && s.lit(sep+`"createdIndex":`) {
+		var v string
+		if v, ok = s.num(false); ok {
+			var err error
+			n.CreatedIndex, err = strconv.ParseUint(v, 10, 64)
+			ok = err == nil
+		}
+	}
+	return n, ok && s.lit("}")
+}
+
+// fastJournal decodes data into j if it is in json.Marshal's form, and
+// reports whether it did (j is then what json.Unmarshal would make).
+func fastJournal(data []byte, j *Journal) bool {
+	s := &jsonScan{b: data}
+	var r Journal
+	var ok bool
+	if !s.lit(`{"a":`) {
+		return false
+	}
+	if r.Action, ok = s.str(); !ok {
+		return false
+	}
+	if s.lit(`,"n":`) {
+		if r.Node, ok = s.node(); !ok {
+			return false
+		}
+	}
+	if s.lit(`,"p":`) {
+		if r.PrevNode, ok = s.node(); !ok {
+			return false
+		}
+	}
+	r.Refresh = s.lit(`,"r":true`)
+	r.Sweep = s.lit(`,"s":true`)
+	if s.lit(`,"dp":`) {
+		if r.DataPrefix, ok = s.str(); !ok {
+			return false
+		}
+	}
+	if !s.lit("}") || s.i != len(s.b) {
+		return false
+	}
+	*j = r
+	return true
 }

@@ -5,6 +5,7 @@ package translate
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -93,4 +94,71 @@ func TestJournalJSONIsWhatJSONMarshalWrites(t *testing.T) {
 			t.Errorf("%s: got %s (%v), want %s", name, got, err, want)
 		}
 	}
+}
+
+// journalSamples are records as bridges write them, and near misses.
+var journalSamples = []string{
+	`{"a":"set"}`,
+	`{"a":"compareAndSwap","n":{"key":"/a","value":"","expiration":"2026-11-30T23:29:21.123456789Z","ttl":60,"createdIndex":5},"p":{"key":"/a","value":"","expiration":"2026-11-30T23:29:20Z","ttl":1,"modifiedIndex":7,"createdIndex":5},"dp":"/x"}`,
+	`{"a":"update","n":{"key":"/d","dir":true},"r":true}`,
+	`{"a":"expire","n":{"key":"/d","dir":true},"s":true,"dp":"/p"}`,
+	`{"a":"delete","n":{},"p":{"key":"/k","value":"","modifiedIndex":18446744073709551615}}`,
+	`{"a":"set","n":{"key":"/k","ttl":-9223372036854775808}}`,
+	`{"a":"set","n":{"key":"/k","ttl":9223372036854775808}}`,
+	`{"a":"set","n":{"key":"/k","modifiedIndex":-1}}`,
+	`{"a":"set","n":{"key":"/k","modifiedIndex":01}}`,
+	`{"a":"set","n":{"key":"/\u00e9"}}`,
+	`{"a":"set","n":{"key":"/é\""}}`,
+	`{"a":"set","n":{"key":"/a","nodes":[{"key":"/a/b"}]}}`,
+	`{"a":"set","n":null}`,
+	`{"a":"set","A":"x"}`,
+	`{"a":"set","a":"get"}`,
+	`{"a":"set"} `,
+	`{"a":"set"}x`,
+	`{ "a":"set"}`,
+	`{"a":"set","n":{"key":"/k","expiration":"2026-13-30T23:29:21Z"}}`,
+	`{"a":"set","n":{"key":"/k","expiration":"yesterday"}}`,
+	`{"a":"\xff"}`,
+	`{"a":"set","r":false}`,
+	`{"a":"set","n":{"key":"/k"},"dp":""}`,
+	`{"a":5}`,
+	``,
+}
+
+// TestJournalDecodingIsJSONUnmarshal: a record decodes to exactly what
+// json.Unmarshal makes of it, and fails where it fails.
+func TestJournalDecodingIsJSONUnmarshal(t *testing.T) {
+	for _, s := range journalSamples {
+		checkJournalDecoding(t, []byte(s))
+	}
+	if !fastJournal([]byte(journalSamples[1]), &Journal{}) {
+		t.Fatal("a record as bridges write it was not read directly")
+	}
+}
+
+func checkJournalDecoding(t *testing.T, data []byte) {
+	t.Helper()
+	var want, got Journal
+	werr := json.Unmarshal(data, &want)
+	gerr := decodeJournal(data, &got)
+	if (werr == nil) != (gerr == nil) || (werr == nil && !reflect.DeepEqual(got, want)) {
+		t.Fatalf("%q: got %+v (%v), want %+v (%v)", data, got, gerr, want, werr)
+	}
+}
+
+func FuzzJournalDecoding(f *testing.F) {
+	for _, s := range journalSamples {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkJournalDecoding(t, data)
+		// And every record a bridge writes is read directly.
+		var j Journal
+		if json.Unmarshal(data, &j) == nil && (j.Node == nil || j.Node.Nodes == nil) && (j.PrevNode == nil || j.PrevNode.Nodes == nil) {
+			b, err := j.appendJSON(nil)
+			if err == nil && !fastJournal(b, &Journal{}) && !strings.ContainsAny(string(b), "\\") {
+				t.Fatalf("%s was not read directly", b)
+			}
+		}
+	})
 }
