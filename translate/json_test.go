@@ -82,9 +82,9 @@ func TestJournalJSONIsWhatJSONMarshalWrites(t *testing.T) {
 		"action only": {Action: ActionSet},
 		"compare-and-swap with TTL": {Action: ActionCompareAndSwap, Node: &Node{Key: "/a", Value: strPtr(""), Expiration: &exp, TTL: 60, CreatedIndex: 5},
 			PrevNode: &Node{Key: "/a", Value: strPtr(""), Expiration: &exp, TTL: 1, ModifiedIndex: 7, CreatedIndex: 5}, DataPrefix: "/x<y>"},
-		"refresh":  {Action: ActionUpdate, Node: &Node{Key: "/d", Dir: true}, Refresh: true},
-		"sweep":    {Action: ActionExpire, Node: &Node{Key: "/d", Dir: true}, Sweep: true, DataPrefix: "/p"},
-		"escapes":  {Action: "\x01\"", Node: &Node{Key: "/\u2028&"}},
+		"refresh": {Action: ActionUpdate, Node: &Node{Key: "/d", Dir: true}, Refresh: true},
+		"sweep":   {Action: ActionExpire, Node: &Node{Key: "/d", Dir: true}, Sweep: true, DataPrefix: "/p"},
+		"escapes": {Action: "\x01\"", Node: &Node{Key: "/\u2028&"}},
 	} {
 		want, err := json.Marshal(j)
 		if err != nil {
