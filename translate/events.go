@@ -3,7 +3,6 @@
 package translate
 
 import (
-	"encoding/json"
 	"path"
 	"strings"
 	"time"
@@ -37,7 +36,7 @@ func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Tim
 			continue
 		}
 		var j Journal
-		if err := json.Unmarshal(evs[i].KV.Value, &j); err != nil || j.Node == nil {
+		if err := decodeJournal(evs[i].KV.Value, &j); err != nil || j.Node == nil {
 			forged = true
 			continue
 		}
@@ -69,7 +68,7 @@ func (l Layout) IsSweep(evs []V3Event) bool {
 			continue
 		}
 		var j Journal
-		if json.Unmarshal(evs[i].KV.Value, &j) != nil || j.Node == nil || j.DataPrefix != l.DataPrefix {
+		if decodeJournal(evs[i].KV.Value, &j) != nil || j.Node == nil || j.DataPrefix != l.DataPrefix {
 			continue
 		}
 		return j.Sweep && l.journalMatches(&j, evs)

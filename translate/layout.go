@@ -97,19 +97,73 @@ func (l Layout) JournalKey() string { return l.MetaPrefix + journalTag }
 
 // PathOfData returns the v2 path of a data key.
 func (l Layout) PathOfData(key string) (string, bool) {
-	if !strings.HasPrefix(key, l.DataPrefix+"/") {
+	if !l.inDataSpace(key) {
 		return "", false
 	}
 	return key[len(l.DataPrefix):], true
 }
 
-// PathOfMarker returns the v2 directory a marker key records.
+// PathOfMarker returns the v2 directory a marker key records. (It runs for
+// every operation of a write and every key of a decoded revision, so it
+// matches the prefix piece by piece rather than build it.)
 func (l Layout) PathOfMarker(key string) (string, bool) {
-	pfx := l.MetaPrefix + markerTag + l.DataPrefix + "/"
-	if !strings.HasPrefix(key, pfx) {
+	rest, ok := strings.CutPrefix(key, l.MetaPrefix)
+	if !ok {
 		return "", false
 	}
-	return key[len(pfx)-1:], true
+	if rest, ok = strings.CutPrefix(rest, markerTag); !ok || !l.inDataSpace(rest) {
+		return "", false
+	}
+	return rest[len(l.DataPrefix):], true
+}
+
+// pathKeys are the keys a write's snapshot reads and its guards compare
+// for a path p, built once: p's data child prefix (DataPrefix + p + "/")
+// and marker child prefix. p's own keys and those of every ancestor of p
+// are prefixes of these, so they are slices of the same strings rather
+// than a string each.
+type pathKeys struct {
+	root                   bool
+	dataChild, markerChild string
+	dataStart, markerStart int // where the v2 path starts in each
+}
+
+func (l Layout) keysOf(p string) pathKeys {
+	k := pathKeys{root: p == "/", dataChild: l.DataChildPrefix(p), markerChild: l.MarkerChildPrefix(p)}
+	k.dataStart, k.markerStart = len(l.DataPrefix), len(l.MetaPrefix)+len(markerTag)+len(l.DataPrefix)
+	return k
+}
+
+// data is DataKey(p) (the root's is its child prefix).
+func (k *pathKeys) data() string {
+	if k.root {
+		return k.dataChild
+	}
+	return k.dataChild[:len(k.dataChild)-1]
+}
+
+// marker is MarkerKey(p).
+func (k *pathKeys) marker() string {
+	if k.root {
+		return k.markerChild
+	}
+	return k.markerChild[:len(k.markerChild)-1]
+}
+
+// dataAt and markerAt are DataKey(a) and MarkerKey(a) for an ancestor a of p.
+func (k *pathKeys) dataAt(a string) string   { return k.dataChild[:k.dataStart+len(a)] }
+func (k *pathKeys) markerAt(a string) string { return k.markerChild[:k.markerStart+len(a)] }
+
+// childEnd is PrefixEnd of a child prefix, which ends in "/": the same
+// string with "0", the byte after '/'.
+func childEnd(pfx string) string { return pfx[:len(pfx)-1] + "0" }
+
+// countAncestors is len(Ancestors(p)), without building them.
+func countAncestors(p string) int {
+	if len(p) < 2 {
+		return 0
+	}
+	return strings.Count(p[1:], "/")
 }
 
 // inDataSpace reports whether key starts with DataPrefix + "/" (without

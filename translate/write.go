@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -38,10 +39,19 @@ type Snapshot struct {
 // SnapshotReads lists the reads of a snapshot of p, in the order NewSnapshot
 // expects their results.
 func (l Layout) SnapshotReads(p string, withSeq bool) []Read {
-	dc, mc := l.DataChildPrefix(p), l.MarkerChildPrefix(p)
-	rs := []Read{{Key: l.DataKey(p)}, {Key: l.MarkerKey(p)}, {Key: dc, End: PrefixEnd(dc)}, {Key: mc, End: PrefixEnd(mc)}}
-	for _, a := range Ancestors(p) {
-		rs = append(rs, Read{Key: l.DataKey(a)}, Read{Key: l.MarkerKey(a)})
+	k := l.keysOf(p)
+	n := 4 + 2*countAncestors(p)
+	if withSeq {
+		n++
+	}
+	rs := make([]Read, 0, n)
+	rs = append(rs, Read{Key: k.data()}, Read{Key: k.marker()},
+		Read{Key: k.dataChild, End: childEnd(k.dataChild)}, Read{Key: k.markerChild, End: childEnd(k.markerChild)})
+	for i := 1; i < len(p); i++ {
+		if p[i] == '/' {
+			a := p[:i]
+			rs = append(rs, Read{Key: k.dataAt(a)}, Read{Key: k.markerAt(a)})
+		}
 	}
 	if withSeq {
 		rs = append(rs, Read{Key: l.SeqKey(p)})
@@ -52,10 +62,15 @@ func (l Layout) SnapshotReads(p string, withSeq bool) []Read {
 // NewSnapshot assembles the results of SnapshotReads (nil for absent).
 func (l Layout) NewSnapshot(p string, rev int64, withSeq bool, kvs []*KV) *Snapshot {
 	s := &Snapshot{Path: p, Rev: rev, File: kvs[0], Marker: kvs[1], DataChild: kvs[2], MarkerChild: kvs[3]}
+	if n := countAncestors(p); n > 0 {
+		s.Ancestors = make([]Ancestor, 0, n)
+	}
 	i := 4
-	for _, a := range Ancestors(p) {
-		s.Ancestors = append(s.Ancestors, Ancestor{Path: a, File: kvs[i], Marker: kvs[i+1]})
-		i += 2
+	for j := 1; j < len(p); j++ {
+		if p[j] == '/' {
+			s.Ancestors = append(s.Ancestors, Ancestor{Path: p[:j], File: kvs[i], Marker: kvs[i+1]})
+			i += 2
+		}
 	}
 	if withSeq {
 		s.Seq = kvs[i]
@@ -162,9 +177,15 @@ type Plan struct {
 	prevLeased bool
 }
 
-// Guards are the compares that hold while nothing read by s has changed.
+// Guards are the compares that hold while nothing the decision on s
+// depends on has changed. A file at the path shadows whatever else is at or
+// below it (a marker, keys below it written by v3 clients): while the file
+// and the ancestors are unchanged, every v2 decision on s is the same
+// whatever those do, so they are not guarded then.
 func (l Layout) Guards(s *Snapshot) []Cmp {
-	var cs []Cmp
+	k := l.keysOf(s.Path)
+	// One more for a POST's sequence key (planCreate).
+	cs := make([]Cmp, 0, 5+2*len(s.Ancestors))
 	single := func(key string, kv *KV) {
 		var rev int64
 		if kv != nil {
@@ -174,20 +195,29 @@ func (l Layout) Guards(s *Snapshot) []Cmp {
 	}
 	prefix := func(pfx string, kv *KV) {
 		if kv == nil {
-			cs = append(cs, Cmp{Key: pfx, End: PrefixEnd(pfx), Target: CmpCreate, Result: "=", Value: 0})
+			cs = append(cs, Cmp{Key: pfx, End: childEnd(pfx), Target: CmpCreate, Result: "=", Value: 0})
 		} else {
 			cs = append(cs, Cmp{Key: kv.Key, Target: CmpMod, Result: "=", Value: kv.ModRevision})
 		}
 	}
 	if !s.isRoot() {
-		single(l.DataKey(s.Path), s.File)
-		single(l.MarkerKey(s.Path), s.Marker)
+		single(k.data(), s.File)
 	}
-	prefix(l.DataChildPrefix(s.Path), s.DataChild)
-	prefix(l.MarkerChildPrefix(s.Path), s.MarkerChild)
+	if s.File == nil {
+		if !s.isRoot() {
+			single(k.marker(), s.Marker)
+		}
+		prefix(k.dataChild, s.DataChild)
+		prefix(k.markerChild, s.MarkerChild)
+	}
 	for _, a := range s.Ancestors {
-		single(l.DataKey(a.Path), a.File)
-		single(l.MarkerKey(a.Path), a.Marker)
+		if !strings.HasPrefix(s.Path, a.Path) { // not built by NewSnapshot
+			single(l.DataKey(a.Path), a.File)
+			single(l.MarkerKey(a.Path), a.Marker)
+			continue
+		}
+		single(k.dataAt(a.Path), a.File)
+		single(k.markerAt(a.Path), a.Marker)
 	}
 	return cs
 }
@@ -520,7 +550,10 @@ func (p *Plan) Bind(lease int64, exp time.Time, now time.Time, leaseRecorded boo
 	}
 	j := Journal{Action: p.event.Action, Node: stripValue(p.event.Node), PrevNode: stripValue(p.event.PrevNode),
 		Refresh: p.Refresh, DataPrefix: p.layout.DataPrefix}
-	b, _ := json.Marshal(j) // plain fields: cannot fail
+	b, err := j.appendJSON(make([]byte, 0, 256))
+	if err != nil {
+		b, _ = json.Marshal(j) // what the record always was, even then
+	}
 	p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.JournalKey(), Value: b})
 }
 

@@ -12,8 +12,10 @@ import (
 	"hash/fnv"
 	"net/http"
 	"net/http/pprof"
+	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -92,7 +94,39 @@ type Server struct {
 	stats    storeStats
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	// children caches the metrics of each (method, action, code) seen,
+	// a requestMetrics: looking them up in the vectors hashes the labels
+	// and takes a lock on every request.
+	children sync.Map
 	router   *mux.Router
+}
+
+// requestLabels names the children of the request metrics.
+type requestLabels struct {
+	method, action string
+	code           int
+}
+
+// requestMetrics are the children of the request metrics for one
+// requestLabels.
+type requestMetrics struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
+
+// metricsFor returns the metrics of a request (a handful of distinct
+// labels: the methods keys allows, v2's actions and status codes).
+func (s *Server) metricsFor(method, action string, code int) *requestMetrics {
+	k := requestLabels{method, action, code}
+	if m, ok := s.children.Load(k); ok {
+		return m.(*requestMetrics)
+	}
+	m := &requestMetrics{requests: s.requests.WithLabelValues(method, action, strconv.Itoa(code))}
+	if action != "watch" { // watches are not timed: no latency series for them
+		m.latency = s.latency.WithLabelValues(method, action)
+	}
+	got, _ := s.children.LoadOrStore(k, m)
+	return got.(*requestMetrics)
 }
 
 // New builds the v2 HTTP handler.
@@ -155,7 +189,36 @@ func (s *Server) MetricsHandler() http.Handler {
 	return r
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Nearly every request is for /v2/keys: one the router would hand to
+	// keys as it is (a clean path: the router redirects any other) goes
+	// there directly, without the router's matching and the two copies of
+	// the request it makes to carry its route.
+	if p := r.URL.Path; isKeysPath(p) && isCleanPath(p) {
+		s.keys(w, r)
+		return
+	}
+	s.router.ServeHTTP(w, r)
+}
+
+// isKeysPath reports whether the router sends p to keys: /v2/keys itself or
+// anything below /v2/keys/.
+func isKeysPath(p string) bool {
+	const keys = "/v2/keys"
+	return strings.HasPrefix(p, keys) && (len(p) == len(keys) || p[len(keys)] == '/')
+}
+
+// isCleanPath reports whether the router leaves p as it is rather than
+// redirect to its clean form: path.Clean(p), with p's trailing slash kept.
+func isCleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	if p != "/" && p[len(p)-1] == '/' {
+		return path.Clean(p) == p[:len(p)-1]
+	}
+	return path.Clean(p) == p
+}
 
 // ID is the member id the bridge reports for itself.
 func (s *Server) ID() uint64 { return s.id }
@@ -202,9 +265,10 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	action, code := "error", 0
 	defer func() {
-		s.requests.WithLabelValues(r.Method, action, strconv.Itoa(code)).Inc()
+		m := s.metricsFor(r.Method, action, code)
+		m.requests.Inc()
 		if action != "watch" {
-			s.latency.WithLabelValues(r.Method, action).Observe(time.Since(start).Seconds())
+			m.latency.Observe(time.Since(start).Seconds())
 		}
 	}()
 	w.Header().Set("X-Etcd-Cluster-Id", strconv.FormatUint(s.cfg.Store.Meta().ClusterID, 16))
@@ -247,7 +311,26 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 		ev.Action == translate.ActionCreate || ev.Action == translate.ActionUpdate) {
 		ev = &translate.Event{Action: ev.Action}
 	}
-	_ = json.NewEncoder(w).Encode(ev)
+	writeEvent(w, ev)
+}
+
+// eventBufs recycles the buffers answers are encoded into.
+var eventBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// writeEvent writes ev's JSON and a newline, as json.Encoder does (nothing
+// if it cannot be encoded).
+func writeEvent(w http.ResponseWriter, ev *translate.Event) {
+	bp := eventBufs.Get().(*[]byte)
+	b, err := ev.AppendJSON((*bp)[:0])
+	if err != nil {
+		eventBufs.Put(bp)
+		return
+	}
+	_, _ = w.Write(append(b, '\n'))
+	if cap(b) <= 64<<10 { // a large listing's buffer is not kept
+		*bp = b[:0]
+		eventBufs.Put(bp)
+	}
 }
 
 // watch serves wait=true: any 401 is decided before the headers go out;

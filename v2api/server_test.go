@@ -465,3 +465,22 @@ func TestNonCleanPathsAreRedirected(t *testing.T) {
 		t.Fatalf("store got %d calls for redirected requests", n)
 	}
 }
+
+// TestKeysShortcutAnswersAsTheRouter: /v2/keys requests skip the router;
+// every path answers as the router alone would answer it.
+func TestKeysShortcutAnswersAsTheRouter(t *testing.T) {
+	ev := &translate.Event{Action: "get", Node: &translate.Node{Key: "/a", Value: strp("v"), ModifiedIndex: 5, CreatedIndex: 5}, EtcdIndex: 5}
+	for _, target := range []string{"/v2/keys", "/v2/keys/", "/v2/keys/a", "/v2/keys/a/", "/v2/keys/a/b?recursive=true",
+		"/v2/keysa", "/v2/key", "/v2/keys//a", "/v2/keys/a/./b", "/v2/keys/../keys/a", "/v2/keys/a/..", "/v2/keys/.",
+		"/v2/keys/%2F", "/v2/members", "/v2/../v2/keys/a"} {
+		direct, routed := &fakeStore{getEv: ev}, &fakeStore{getEv: ev}
+		w1 := serve(newTestServer(t, direct), "GET", target, "")
+		w2 := httptest.NewRecorder()
+		newTestServer(t, routed).router.ServeHTTP(w2, httptest.NewRequest("GET", target, nil))
+		if w1.Code != w2.Code || w1.Header().Get("Location") != w2.Header().Get("Location") || w1.Body.String() != w2.Body.String() ||
+			len(direct.recorded()) != len(routed.recorded()) {
+			t.Errorf("%s: %d %q %q (store calls %d), the router %d %q %q (%d)", target, w1.Code, w1.Header().Get("Location"), w1.Body,
+				len(direct.recorded()), w2.Code, w2.Header().Get("Location"), w2.Body, len(routed.recorded()))
+		}
+	}
+}

@@ -230,3 +230,28 @@ func (m *mirror) read(reads []translate.Read, first bool) ([][]*translate.KV, in
 	}
 	return out, m.rev, true
 }
+
+// firsts answers a write's snapshot reads (SnapshotReads) as read(reads,
+// true) would, with only the first key of each: what a snapshot keeps.
+func (m *mirror) firsts(reads []translate.Read) ([]*translate.KV, int64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if !m.valid {
+		return nil, 0, false
+	}
+	out := make([]*translate.KV, len(reads))
+	probe, end := &translate.KV{}, &translate.KV{}
+	for i, r := range reads {
+		probe.Key = r.Key
+		if r.End == "" {
+			out[i], _ = m.kvs.Get(probe)
+			continue
+		}
+		end.Key = r.End
+		m.kvs.AscendRange(probe, end, func(kv *translate.KV) bool {
+			out[i] = kv
+			return false
+		})
+	}
+	return out, m.rev, true
+}

@@ -9,11 +9,11 @@ package v3backend
 import (
 	"context"
 	"errors"
-	"hash/fnv"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -91,11 +91,11 @@ func (b *Backend) mirroredSnapshot(ctx context.Context, p string, withSeq bool, 
 	if !b.mirror.waitFor(ctx, need, mirrorWait, b.nudge) {
 		return nil
 	}
-	lists, rev, ok := b.mirror.read(b.layout.SnapshotReads(p, withSeq), true)
+	kvs, rev, ok := b.mirror.firsts(b.layout.SnapshotReads(p, withSeq))
 	if !ok {
 		return nil
 	}
-	return b.layout.NewSnapshot(p, rev, withSeq, firsts(lists))
+	return b.layout.NewSnapshot(p, rev, withSeq, kvs)
 }
 
 func firsts(lists [][]*translate.KV) []*translate.KV {
@@ -319,21 +319,40 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 	return nil, errors.New("v2bridge: write gave up after too many conflicting concurrent writes")
 }
 
+// toCmps builds the v3 compares (as clientv3.Compare would, without boxing
+// each value in an interface: a write sends one per key it read).
 func toCmps(cs []translate.Cmp) []clientv3.Cmp {
 	out := make([]clientv3.Cmp, len(cs))
 	for i, c := range cs {
-		var cmp clientv3.Cmp
-		if c.Target == translate.CmpCreate {
-			cmp = clientv3.Compare(clientv3.CreateRevision(c.Key), c.Result, c.Value)
-		} else {
-			cmp = clientv3.Compare(clientv3.ModRevision(c.Key), c.Result, c.Value)
-		}
+		cmp := &out[i]
+		cmp.Key = []byte(c.Key)
 		if c.End != "" {
-			cmp = cmp.WithRange(c.End)
+			cmp.RangeEnd = []byte(c.End)
 		}
-		out[i] = cmp
+		cmp.Result = cmpResult(c.Result)
+		if c.Target == translate.CmpCreate {
+			cmp.Target = pb.Compare_CREATE
+			cmp.TargetUnion = &pb.Compare_CreateRevision{CreateRevision: c.Value}
+		} else {
+			cmp.Target = pb.Compare_MOD
+			cmp.TargetUnion = &pb.Compare_ModRevision{ModRevision: c.Value}
+		}
 	}
 	return out
+}
+
+func cmpResult(r string) pb.Compare_CompareResult {
+	switch r {
+	case "=":
+		return pb.Compare_EQUAL
+	case "!=":
+		return pb.Compare_NOT_EQUAL
+	case ">":
+		return pb.Compare_GREATER
+	case "<":
+		return pb.Compare_LESS
+	}
+	panic("v2bridge: unknown compare result " + r)
 }
 
 func toOps(ops []translate.Op, lease clientv3.LeaseID) []clientv3.Op {
@@ -372,18 +391,25 @@ func (b *Backend) noteAcked(ops []translate.Op, rev int64) {
 // ancestors (or to a path sharing their slots), for a decision about p.
 func (b *Backend) recentAt(p string) int64 {
 	need := b.recent[recentSlot(p)].Load()
-	for _, a := range translate.Ancestors(p) {
-		need = max(need, b.recent[recentSlot(a)].Load())
+	for i := 1; i < len(p); i++ {
+		if p[i] == '/' { // the ancestor p[:i]
+			need = max(need, b.recent[recentSlot(p[:i])].Load())
+		}
 	}
 	return need
 }
 
 const recentSlots = 4096
 
+// recentSlot is FNV-1a of p (hash/fnv's, without its allocations: every
+// write hashes its path and each ancestor) modulo recentSlots.
 func recentSlot(p string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(p))
-	return int(h.Sum32() % recentSlots)
+	h := uint32(2166136261)
+	for i := 0; i < len(p); i++ {
+		h ^= uint32(p[i])
+		h *= 16777619
+	}
+	return int(h % recentSlots)
 }
 
 func raise(v *atomic.Int64, rev int64) {

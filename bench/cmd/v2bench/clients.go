@@ -238,18 +238,14 @@ type bridgeTxner interface {
 }
 
 // bridgeTxn is what a bridge sends for a v2 PUT of key over a file: compares
-// on the key, its directory marker, "no children" ranges of both, and the
-// file and marker of every ancestor; the put of the value (a set over a
-// file needs no journal record: watchers decode it by rule). The compares
-// hold; their values do not matter to the cost.
+// on the key and on the file and marker of every ancestor (a file shadows
+// its own marker and whatever is below it: those are not guarded); the put
+// of the value (a set over a file needs no journal record: watchers decode
+// it by rule). The compares hold; their values do not matter to the cost.
 func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
 	k := v3Prefix + key
 	var cmps []clientv3.Cmp
-	cmps = append(cmps,
-		clientv3.Compare(clientv3.ModRevision(k), "<", 1<<62),
-		clientv3.Compare(clientv3.ModRevision(v3Prefix+"_m"+key), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(k+"/"), "=", 0).WithRange(k+"0"),
-		clientv3.Compare(clientv3.CreateRevision(v3Prefix+"_m"+key+"/"), "=", 0).WithRange(v3Prefix+"_m"+key+"0"))
+	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "<", 1<<62))
 	for i := 1; i < len(key); i++ {
 		if key[i] == '/' {
 			a := key[:i]

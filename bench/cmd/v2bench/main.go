@@ -57,7 +57,8 @@ type config struct {
 	jsonlName  string
 	profile    string
 	profileDir string
-	hist       *histConfig // nil: no history section
+	hist       *histConfig     // nil: no history section
+	workloads  map[string]bool // nil: every key-value workload
 }
 
 func main() {
@@ -79,6 +80,7 @@ func main() {
 	dur := fs.Duration("dur", 0, "override the measured time of each key-value load")
 	fs.DurationVar(&bridgeHeartbeatTimeout, "bridge-heartbeat-timeout", 0, "run the bridge with this --heartbeat-timeout (0: its default)")
 	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history (comma-separated)")
+	workloads := fs.String("workloads", "", "run only these key-value workloads: put-seq, put-64, cas-16, ttl-cycle-64, ... (comma-separated)")
 	_ = fs.Parse(os.Args[1:])
 
 	switch cfg.mode {
@@ -113,6 +115,12 @@ func main() {
 	}
 	if *runs > 0 {
 		cfg.runs = *runs
+	}
+	if *workloads != "" {
+		cfg.workloads = map[string]bool{}
+		for _, w := range strings.Split(*workloads, ",") {
+			cfg.workloads[strings.TrimSpace(w)] = true
+		}
 	}
 	if *only != "" {
 		sec := map[string]bool{}
@@ -270,6 +278,9 @@ func runKV(cfg *config, res *results) {
 	for run := 1; run <= cfg.runs; run++ {
 		logf("  kv run %d", run)
 		for wi := range kvWorkloads {
+			if cfg.workloads != nil && !cfg.workloads[kvWorkloads[wi].name] {
+				continue
+			}
 			for i := range cfg.systems {
 				// Rotate the order so no system always runs first.
 				sys := cfg.systems[(i+run-1+wi)%len(cfg.systems)]
@@ -342,31 +353,38 @@ func runWatch(cfg *config, res *results) {
 	}
 }
 
-// profileBridge fetches a CPU profile of the bridge child over secs seconds
-// into the profile directory; the returned func waits for it.
+// profileBridge fetches a CPU profile and an allocation profile (what was
+// allocated during the window: a delta) of the bridge child over secs
+// seconds into the profile directory; the returned func waits for both.
 func profileBridge(cfg *config, in *instance, name string, secs int) func() {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
-		resp, err := c.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", in.v2URL, secs))
-		if err != nil {
-			warnf("profile: %v", err)
-			return
-		}
-		defer resp.Body.Close()
-		_ = os.MkdirAll(cfg.profileDir, 0o755)
-		p := filepath.Join(cfg.profileDir, name+".pprof")
-		fh, err := os.Create(p)
-		if err != nil {
-			warnf("profile: %v", err)
-			return
-		}
-		defer fh.Close()
-		_, _ = io.Copy(fh, resp.Body)
-		logf("  wrote CPU profile of the bridge to %s", p)
-	}()
-	return func() { <-done }
+	var wg sync.WaitGroup
+	for _, p := range []struct{ path, file, what string }{
+		{"/debug/pprof/profile", name + ".pprof", "CPU"},
+		{"/debug/pprof/allocs", name + ".allocs.pprof", "allocation"},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
+			resp, err := c.Get(fmt.Sprintf("%s%s?seconds=%d", in.v2URL, p.path, secs))
+			if err != nil {
+				warnf("profile: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			_ = os.MkdirAll(cfg.profileDir, 0o755)
+			f := filepath.Join(cfg.profileDir, p.file)
+			fh, err := os.Create(f)
+			if err != nil {
+				warnf("profile: %v", err)
+				return
+			}
+			defer fh.Close()
+			_, _ = io.Copy(fh, resp.Body)
+			logf("  wrote %s profile of the bridge to %s", p.what, f)
+		}()
+	}
+	return wg.Wait
 }
 
 // snapshotBridge saves a heap profile (after a GC) and the goroutine dump
