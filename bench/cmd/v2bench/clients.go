@@ -260,6 +260,36 @@ func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
 	return err
 }
 
+// bridgeTTLTxn is what a bridge sends for a v2 TTL write in ttl-cycle-64:
+// the compares of bridgeTxn (the key's compare names its create or its
+// previous revision, as a create with prevExist=false and a renewal with
+// prevIndex do), the put of the value with the shared lease, and the
+// journal record (a TTL write keeps one: the watch side shows its TTL and a
+// renewal's compareAndSwap from it). The shared lease is granted by the
+// caller, once, as the bridge grants one for many writes.
+func (c v3kv) bridgeTTLTxn(ctx context.Context, key, val string, lease clientv3.LeaseID, prev int64) (int64, error) {
+	k := v3Prefix + key
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", prev)}
+	for i := 1; i < len(key); i++ {
+		if key[i] == '/' {
+			a := key[:i]
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(v3Prefix+a), "=", 0),
+				clientv3.Compare(clientv3.ModRevision(v3Prefix+"_m"+a), "<", 1<<62))
+		}
+	}
+	journal := `{"action":"compareAndSwap","node":{"key":"` + key + `","expiration":"2026-01-01T00:00:00Z","ttl":60,` +
+		`"modifiedIndex":0,"createdIndex":0},"prevNode":{"key":"` + key + `","modifiedIndex":0,"createdIndex":0}}`
+	r, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k, val, clientv3.WithLease(lease)),
+		clientv3.OpPut(v3Prefix+"_journal", journal)).Commit()
+	if err == nil && !r.Succeeded {
+		err = errors.New("bridge-shaped TTL transaction: a compare failed")
+	}
+	if err != nil {
+		return 0, err
+	}
+	return r.Header.Revision, nil
+}
+
 func (c v3kv) put(ctx context.Context, key, val string) (uint64, error) {
 	r, err := c.cli.Put(ctx, v3Prefix+key, val)
 	if err != nil {
