@@ -11,10 +11,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -94,10 +96,10 @@ func TestServedTLS(t *testing.T) {
 	p := newPKI(t)
 	scert, skey := p.issue("server", "bridge-1", true)
 	ccert, ckey := p.issue("client", "flannel", false)
-	var url string
+	var url, metrics string
 	startHealthyBridge(t, func() (string, []string, []string) {
 		url = "https://" + strings.TrimPrefix(v2bridgetest.FreeURL(t), "http://")
-		metrics := v2bridgetest.FreeURL(t)
+		metrics = v2bridgetest.FreeURL(t)
 		_, args := embeddedArgs(t)
 		return metrics, nil, append(args, "--listen-client-urls", url, "--cert-file", scert, "--key-file", skey,
 			"--trusted-ca-file", filepath.Join(p.dir, "ca.pem"), "--client-cert-auth", "--listen-metrics-urls", metrics)
@@ -134,6 +136,50 @@ func TestServedTLS(t *testing.T) {
 	otherPair, _ := tls.LoadX509KeyPair(oc, ok)
 	if _, _, err := get([]tls.Certificate{otherPair}); err == nil {
 		t.Fatal("a client certificate from an unknown CA was accepted")
+	}
+	// A watch that waits over TLS leaves net/http (a detached connection),
+	// and the same connection serves the client's re-watch.
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientPair}}}
+	defer tr.CloseIdleConnections()
+	wc := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	for i := range 2 {
+		type answer struct {
+			body   string
+			reused bool
+			err    error
+		}
+		got := make(chan answer, 1)
+		go func() {
+			var a answer
+			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				GotConn: func(ci httptrace.GotConnInfo) { a.reused = ci.Reused }})
+			req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v2/keys/tlswatch?wait=true", nil)
+			r, err := wc.Do(req)
+			if err != nil {
+				a.err = err
+				got <- a
+				return
+			}
+			b, err := io.ReadAll(r.Body)
+			r.Body.Close()
+			a.body, a.err = string(b), err
+			got <- a
+		}()
+		waitFor(t, 10*time.Second, "the TLS watch to wait detached", func() bool {
+			return strings.Contains(do(t, "GET", metrics, "/metrics", nil).body, "\nv2bridge_watches_detached 1\n")
+		})
+		preq, _ := http.NewRequest("PUT", url+"/v2/keys/tlswatch", strings.NewReader(fmt.Sprintf("value=v%d", i)))
+		preq.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		put, err := wc.Do(preq)
+		if err != nil || put.StatusCode >= 300 {
+			t.Fatalf("PUT: %v %v", put, err)
+		}
+		io.Copy(io.Discard, put.Body)
+		put.Body.Close()
+		a := <-got
+		if a.err != nil || !strings.Contains(a.body, fmt.Sprintf(`"value":"v%d"`, i)) || (i == 1 && !a.reused) {
+			t.Fatalf("TLS watch %d: %q, reused connection %v, %v", i, a.body, a.reused, a.err)
+		}
 	}
 	// Rotation: new files, no restart, new connections get the new certificate.
 	p.issue("server", "bridge-2", true)
