@@ -82,7 +82,8 @@ type Home struct {
 	once     sync.Once
 	wg       sync.WaitGroup // the accept goroutine, every detached reader and waiter
 
-	waiting atomic.Int64 // watches waiting on detached connections
+	waiting atomic.Int64               // watches waiting on detached connections
+	date    atomic.Pointer[cachedDate] // the Date header of this second
 
 	mu     sync.Mutex // guards conns and closed
 	conns  map[*detachedConn]struct{}
@@ -544,7 +545,7 @@ func (w *detachedWriter) head(contentLength int) []byte {
 		}
 	}
 	b = append(b, "Date: "...)
-	b = time.Now().UTC().AppendFormat(b, http.TimeFormat)
+	b = append(b, w.dc.h.httpDate()...)
 	if contentLength < 0 {
 		b = append(b, "\r\nTransfer-Encoding: chunked\r\n\r\n"...)
 	} else {
@@ -553,6 +554,23 @@ func (w *detachedWriter) head(contentLength int) []byte {
 		b = append(b, "\r\n\r\n"...)
 	}
 	return b
+}
+
+type cachedDate struct {
+	sec  int64
+	text string
+}
+
+// httpDate is the Date header's value, formatted once a second: formatting
+// it for every answer cost more than the rest of the head.
+func (h *Home) httpDate() string {
+	now := time.Now()
+	if d := h.date.Load(); d != nil && d.sec == now.Unix() {
+		return d.text
+	}
+	d := &cachedDate{sec: now.Unix(), text: now.UTC().Format(http.TimeFormat)}
+	h.date.Store(d)
+	return d.text
 }
 
 // finish sends what the handler wrote, as a whole answer.
