@@ -295,7 +295,14 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, wa Watch) bool {
 		c = pc.Conn // handed back before, every prefix byte read since
 	}
 	_ = c.SetDeadline(time.Time{}) // the server's request deadlines, if any
-	dc := &detachedConn{h: h, c: c, gone: make(chan struct{}), extra: rw.Reader.Buffered() > 0}
+	extra := rw.Reader.Buffered() > 0
+	dc := &detachedConn{h: h, c: c, gone: make(chan struct{}), extra: extra}
+	if extra {
+		// net/http has read a request behind the watch already: the watch
+		// ends at once, as when the reader finds one (readLoop), and no
+		// reader starts (what it would read comes after the lost bytes).
+		close(dc.gone)
+	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -304,11 +311,15 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, wa Watch) bool {
 		return true
 	}
 	h.conns[dc] = struct{}{}
-	h.wg.Add(1)
+	if !extra {
+		h.wg.Add(1) // the reader
+	}
 	h.mu.Unlock()
 	dw := &detachedWriter{dc: dc, hdr: w.Header()}
 	dw.wait(wa, detachObservers(w))
-	go dc.readLoop()
+	if !extra {
+		go dc.readLoop()
+	}
 	return true
 }
 

@@ -532,3 +532,23 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A request that came in the same packet as the watch is already in
+// net/http's buffer when the watch detaches: the watch ends at once with the
+// empty end and the connection closes, as for a request sent behind it later.
+func TestDetachedWatchWithARequestReadAlongWithItEndsAndClosesTheConnection(t *testing.T) {
+	w := newFakeWatch(5, 1)
+	base, _ := homeServer(t, &fakeStore{watch: w}, false)
+	c, br := rawConn(t, base)
+	if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"GET /version HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := readAnswer(t, br); code != 200 || body != "" {
+		t.Fatalf("answer %d %q, want the empty end of a watch", code, body)
+	}
+	w.waitCancelled(t)
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the answer: %v, want the connection closed (EOF)", err)
+	}
+}
