@@ -45,9 +45,11 @@ const (
 	// a client that does not read loses its connection instead of holding
 	// a goroutine.
 	detachWriteTimeout = 10 * time.Second
-	// closeUnreadDelay is how long a connection the client sent more on is
-	// kept half-closed before it is closed (net/http waits as long).
+	// closeUnreadDelay is the longest a connection the client sent more on
+	// is kept, half-closed and drained, before it is closed (net/http waits
+	// as long); closeUnreadMax bounds what is drained.
 	closeUnreadDelay = 500 * time.Millisecond
+	closeUnreadMax   = 64 << 10
 	// detachedHeadMax is the largest request head a detached connection
 	// reads itself; a larger one goes back to net/http.
 	detachedHeadMax = 4096
@@ -254,16 +256,17 @@ func (dc *detachedConn) finish(back []byte) {
 // closeUnread closes a connection the client has sent more on: closed with
 // unread data, it would be reset, and the reset can reach the client before
 // the answer does. As net/http does, it shuts the sending side first and
-// gives the client a moment to read.
+// gives the client a moment to read; and it reads what the client sends
+// meanwhile, so that the close finds nothing unread. The drain is what
+// matters when the connection cannot be half-closed: one counted by a
+// connection-limiting listener hides its CloseWrite. The Home's Close ends
+// the drain by closing the connection.
 func (dc *detachedConn) closeUnread() {
-	if cw, ok := dc.c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		t := time.NewTimer(closeUnreadDelay)
-		select {
-		case <-t.C:
-		case <-dc.h.done:
-			t.Stop()
-		}
+	if cw, ok := dc.c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
 	}
+	_ = dc.c.SetReadDeadline(time.Now().Add(closeUnreadDelay))
+	_, _ = io.CopyN(io.Discard, dc.c, closeUnreadMax)
 	dc.finish(nil)
 }
 

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/netutil"
 )
 
 // homeServer serves st over a real listener wrapped in a Home (watches
@@ -25,6 +27,12 @@ func homeServer(t testing.TB, st *fakeStore, keep bool) (string, *Home) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return homeServerOn(t, ln, st, keep)
+}
+
+// homeServerOn is homeServer on ln.
+func homeServerOn(t testing.TB, ln net.Listener, st *fakeStore, keep bool) (string, *Home) {
+	t.Helper()
 	h := newTestServer(t, st, func(c *Config) { c.DetachWatches = !keep })
 	home := NewHome(ln, HomeConfig{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute})
 	srv := &http.Server{Handler: h, ConnContext: home.Context}
@@ -151,8 +159,32 @@ func TestDetachedWatchOfAClientThatLeavesIsCancelled(t *testing.T) {
 }
 
 func TestDetachedWatchWithAPipelinedRequestEndsAndClosesTheConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit bool
+	}{
+		{"plain listener", false},
+		// The bridge counts its connections (--max-connections): the
+		// connection is not a *net.TCPConn, and still must not be reset
+		// before the client reads the answer.
+		{"connection-limited listener", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.limit {
+				ln = netutil.LimitListener(ln, 100)
+			}
+			testPipelinedRequestEndsTheWatch(t, ln)
+		})
+	}
+}
+
+func testPipelinedRequestEndsTheWatch(t *testing.T, ln net.Listener) {
 	w := newFakeWatch(5, 1)
-	base, home := homeServer(t, &fakeStore{watch: w}, false)
+	base, home := homeServerOn(t, ln, &fakeStore{watch: w}, false)
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
