@@ -310,6 +310,11 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, wa Watch) bool {
 	if h.closed {
 		h.mu.Unlock()
 		wa.Cancel()
+		// The Home closed as the watch came: it gets the empty end at once,
+		// as the watches waiting then did, and its connection closes.
+		dw := &detachedWriter{dc: dc, hdr: w.Header(), code: http.StatusOK}
+		dw.hdr.Set("Connection", "close")
+		_ = dw.finish()
 		_ = c.Close()
 		return true
 	}

@@ -584,3 +584,36 @@ func TestDetachedWatchWithARequestReadAlongWithItEndsAndClosesTheConnection(t *t
 		t.Fatalf("after the answer: %v, want the connection closed (EOF)", err)
 	}
 }
+
+// A watch whose connection would detach just as the Home closes gets the
+// empty end, as the watches waiting then do, rather than a closed
+// connection with no answer.
+func TestWatchDetachingAsTheHomeClosesGetsTheEmptyEnd(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	w := newFakeWatch(5, 1)
+	st := &fakeStore{newWatch: func() *fakeWatch {
+		close(entered)
+		<-release
+		return w
+	}}
+	base, home := homeServer(t, st, false)
+	c, br := rawConn(t, base)
+	if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the watch did not reach the store")
+	}
+	_ = home.Close()
+	close(release)
+	code, hdr, body := readAnswer(t, br)
+	if code != 200 || body != "" || hdr.Get("X-Etcd-Index") != "5" {
+		t.Fatalf("answer %d %v %q, want the empty end of a watch", code, hdr, body)
+	}
+	w.waitCancelled(t)
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the answer: %v, want the connection closed (EOF)", err)
+	}
+}
