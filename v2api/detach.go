@@ -723,8 +723,10 @@ func asDetached(w http.ResponseWriter) *detachedWriter {
 
 var _ io.Reader = (*detachedConn)(nil)
 
-// detachable reports whether r's connection may leave net/http: HTTP/1.1
-// that keeps the connection, from a Home.
+// detachable reports whether r's connection may leave net/http: bodiless
+// HTTP/1.1 that keeps the connection, from a Home. Only net/http knows where
+// a body ends (and leaves unread one over the body limit).
 func detachable(r *http.Request) bool {
-	return r.Method == http.MethodGet && r.ProtoMajor == 1 && r.ProtoMinor == 1 && !r.Close && homeOf(r) != nil
+	return r.Method == http.MethodGet && r.ProtoMajor == 1 && r.ProtoMinor == 1 && !r.Close &&
+		r.ContentLength == 0 && len(r.TransferEncoding) == 0 && homeOf(r) != nil
 }

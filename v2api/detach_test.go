@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -615,5 +616,41 @@ func TestWatchDetachingAsTheHomeClosesGetsTheEmptyEnd(t *testing.T) {
 	w.waitCancelled(t)
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("after the answer: %v, want the connection closed (EOF)", err)
+	}
+}
+
+// A watch sent with a body stays in net/http, which knows where the body
+// ends: were its connection to detach, what of the body was not read yet
+// would be read as the client's next request (a body larger than the
+// bridge's body limit is left unread by design).
+func TestWatchWithABodyStaysInNetHTTP(t *testing.T) {
+	w := newFakeWatch(5, 1)
+	st := &fakeStore{watch: w, getEv: watchEvent("get", "/dir/a", "0", 3)}
+	base, home := homeServer(t, st, false)
+	c, br := rawConn(t, base)
+	inner := "GET /version HTTP/1.1\r\nHost: x\r\n\r\n"
+	if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\nContent-Length: "+
+		strconv.Itoa(len(inner))+"\r\n\r\n"+inner); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for len(st.recorded()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch did not reach the store")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := home.Detached(); n != 0 {
+		t.Fatalf("%d watches detached, want none", n)
+	}
+	w.events <- encoded(watchEvent("set", "/dir/a", "1", 7))
+	if code, _, body := readAnswer(t, br); code != 200 || body != eventLine(t, watchEvent("set", "/dir/a", "1", 7)) {
+		t.Fatalf("watch: %d %q, want its event", code, body)
+	}
+	if _, err := io.WriteString(c, "GET /v2/keys/dir/a HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := readAnswer(t, br); code != 200 || !strings.Contains(body, `"action":"get"`) {
+		t.Fatalf("next request: %d %q, want the GET's answer (not the body's)", code, body)
 	}
 }
