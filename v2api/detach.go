@@ -45,9 +45,11 @@ const (
 	// a client that does not read loses its connection instead of holding
 	// a goroutine.
 	detachWriteTimeout = 10 * time.Second
-	// closeUnreadDelay is how long a connection the client sent more on is
-	// kept half-closed before it is closed (net/http waits as long).
+	// closeUnreadDelay is the longest a connection the client sent more on
+	// is kept, half-closed and drained, before it is closed (net/http waits
+	// as long); closeUnreadMax bounds what is drained.
 	closeUnreadDelay = 500 * time.Millisecond
+	closeUnreadMax   = 64 << 10
 	// detachedHeadMax is the largest request head a detached connection
 	// reads itself; a larger one goes back to net/http.
 	detachedHeadMax = 4096
@@ -255,16 +257,17 @@ func (dc *detachedConn) finish(back []byte) {
 // closeUnread closes a connection the client has sent more on: closed with
 // unread data, it would be reset, and the reset can reach the client before
 // the answer does. As net/http does, it shuts the sending side first and
-// gives the client a moment to read.
+// gives the client a moment to read; and it reads what the client sends
+// meanwhile, so that the close finds nothing unread. The drain is what
+// matters when the connection cannot be half-closed: one counted by a
+// connection-limiting listener hides its CloseWrite. The Home's Close ends
+// the drain by closing the connection.
 func (dc *detachedConn) closeUnread() {
-	if cw, ok := dc.c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		t := time.NewTimer(closeUnreadDelay)
-		select {
-		case <-t.C:
-		case <-dc.h.done:
-			t.Stop()
-		}
+	if cw, ok := dc.c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
 	}
+	_ = dc.c.SetReadDeadline(time.Now().Add(closeUnreadDelay))
+	_, _ = io.CopyN(io.Discard, dc.c, closeUnreadMax)
 	dc.finish(nil)
 }
 
@@ -296,20 +299,36 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, wa Watch) bool {
 		c = pc.Conn // handed back before, every prefix byte read since
 	}
 	_ = c.SetDeadline(time.Time{}) // the server's request deadlines, if any
-	dc := &detachedConn{h: h, c: c, gone: make(chan struct{}), extra: rw.Reader.Buffered() > 0}
+	extra := rw.Reader.Buffered() > 0
+	dc := &detachedConn{h: h, c: c, gone: make(chan struct{}), extra: extra}
+	if extra {
+		// net/http has read a request behind the watch already: the watch
+		// ends at once, as when the reader finds one (readLoop), and no
+		// reader starts (what it would read comes after the lost bytes).
+		close(dc.gone)
+	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		wa.Cancel()
+		// The Home closed as the watch came: it gets the empty end at once,
+		// as the watches waiting then did, and its connection closes.
+		dw := &detachedWriter{dc: dc, hdr: w.Header(), code: http.StatusOK}
+		dw.hdr.Set("Connection", "close")
+		_ = dw.finish()
 		_ = c.Close()
 		return true
 	}
 	h.conns[dc] = struct{}{}
-	h.wg.Add(1)
+	if !extra {
+		h.wg.Add(1) // the reader
+	}
 	h.mu.Unlock()
 	dw := &detachedWriter{dc: dc, hdr: w.Header()}
 	dw.wait(wa, detachObservers(w))
-	go dc.readLoop()
+	if !extra {
+		go dc.readLoop()
+	}
 	return true
 }
 
@@ -722,8 +741,10 @@ func asDetached(w http.ResponseWriter) *detachedWriter {
 
 var _ io.Reader = (*detachedConn)(nil)
 
-// detachable reports whether r's connection may leave net/http: HTTP/1.1
-// that keeps the connection, from a Home.
+// detachable reports whether r's connection may leave net/http: bodiless
+// HTTP/1.1 that keeps the connection, from a Home. Only net/http knows where
+// a body ends (and leaves unread one over the body limit).
 func detachable(r *http.Request) bool {
-	return r.Method == http.MethodGet && r.ProtoMajor == 1 && r.ProtoMinor == 1 && !r.Close && homeOf(r) != nil
+	return r.Method == http.MethodGet && r.ProtoMajor == 1 && r.ProtoMinor == 1 && !r.Close &&
+		r.ContentLength == 0 && len(r.TransferEncoding) == 0 && homeOf(r) != nil
 }

@@ -10,11 +10,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/netutil"
 )
 
 // homeServer serves st over a real listener wrapped in a Home (watches
@@ -25,6 +28,12 @@ func homeServer(t testing.TB, st *fakeStore, keep bool) (string, *Home) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return homeServerOn(t, ln, st, keep)
+}
+
+// homeServerOn is homeServer on ln.
+func homeServerOn(t testing.TB, ln net.Listener, st *fakeStore, keep bool) (string, *Home) {
+	t.Helper()
 	h := newTestServer(t, st, func(c *Config) { c.DetachWatches = !keep })
 	home := NewHome(ln, HomeConfig{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute})
 	srv := &http.Server{Handler: h, ConnContext: home.Context}
@@ -151,8 +160,32 @@ func TestDetachedWatchOfAClientThatLeavesIsCancelled(t *testing.T) {
 }
 
 func TestDetachedWatchWithAPipelinedRequestEndsAndClosesTheConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit bool
+	}{
+		{"plain listener", false},
+		// The bridge counts its connections (--max-connections): the
+		// connection is not a *net.TCPConn, and still must not be reset
+		// before the client reads the answer.
+		{"connection-limited listener", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.limit {
+				ln = netutil.LimitListener(ln, 100)
+			}
+			testPipelinedRequestEndsTheWatch(t, ln)
+		})
+	}
+}
+
+func testPipelinedRequestEndsTheWatch(t *testing.T, ln net.Listener) {
 	w := newFakeWatch(5, 1)
-	base, home := homeServer(t, &fakeStore{watch: w}, false)
+	base, home := homeServerOn(t, ln, &fakeStore{watch: w}, false)
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -531,4 +564,93 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A request that came in the same packet as the watch is already in
+// net/http's buffer when the watch detaches: the watch ends at once with the
+// empty end and the connection closes, as for a request sent behind it later.
+func TestDetachedWatchWithARequestReadAlongWithItEndsAndClosesTheConnection(t *testing.T) {
+	w := newFakeWatch(5, 1)
+	base, _ := homeServer(t, &fakeStore{watch: w}, false)
+	c, br := rawConn(t, base)
+	if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"GET /version HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := readAnswer(t, br); code != 200 || body != "" {
+		t.Fatalf("answer %d %q, want the empty end of a watch", code, body)
+	}
+	w.waitCancelled(t)
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the answer: %v, want the connection closed (EOF)", err)
+	}
+}
+
+// A watch whose connection would detach just as the Home closes gets the
+// empty end, as the watches waiting then do, rather than a closed
+// connection with no answer.
+func TestWatchDetachingAsTheHomeClosesGetsTheEmptyEnd(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	w := newFakeWatch(5, 1)
+	st := &fakeStore{newWatch: func() *fakeWatch {
+		close(entered)
+		<-release
+		return w
+	}}
+	base, home := homeServer(t, st, false)
+	c, br := rawConn(t, base)
+	if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the watch did not reach the store")
+	}
+	_ = home.Close()
+	close(release)
+	code, hdr, body := readAnswer(t, br)
+	if code != 200 || body != "" || hdr.Get("X-Etcd-Index") != "5" {
+		t.Fatalf("answer %d %v %q, want the empty end of a watch", code, hdr, body)
+	}
+	w.waitCancelled(t)
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the answer: %v, want the connection closed (EOF)", err)
+	}
+}
+
+// A watch sent with a body stays in net/http, which knows where the body
+// ends: were its connection to detach, what of the body was not read yet
+// would be read as the client's next request (a body larger than the
+// bridge's body limit is left unread by design).
+func TestWatchWithABodyStaysInNetHTTP(t *testing.T) {
+	w := newFakeWatch(5, 1)
+	st := &fakeStore{watch: w, getEv: watchEvent("get", "/dir/a", "0", 3)}
+	base, home := homeServer(t, st, false)
+	c, br := rawConn(t, base)
+	inner := "GET /version HTTP/1.1\r\nHost: x\r\n\r\n"
+	if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\nContent-Length: "+
+		strconv.Itoa(len(inner))+"\r\n\r\n"+inner); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for len(st.recorded()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch did not reach the store")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := home.Detached(); n != 0 {
+		t.Fatalf("%d watches detached, want none", n)
+	}
+	w.events <- encoded(watchEvent("set", "/dir/a", "1", 7))
+	if code, _, body := readAnswer(t, br); code != 200 || body != eventLine(t, watchEvent("set", "/dir/a", "1", 7)) {
+		t.Fatalf("watch: %d %q, want its event", code, body)
+	}
+	if _, err := io.WriteString(c, "GET /v2/keys/dir/a HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := readAnswer(t, br); code != 200 || !strings.Contains(body, `"action":"get"`) {
+		t.Fatalf("next request: %d %q, want the GET's answer (not the body's)", code, body)
+	}
 }
