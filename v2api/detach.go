@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -62,7 +64,7 @@ type HomeConfig struct {
 	Handler http.Handler
 	// ReadHeaderTimeout bounds reading a request's head on a detached
 	// connection; IdleTimeout closes one idle between requests (as the
-	// http.Server's limits of the same names do).
+	// http.Server's limits of the same names do; 0: no limit).
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
 	// ErrorLog receives the panics of handlers run on detached connections
@@ -388,7 +390,7 @@ func (dc *detachedConn) serve() bool {
 		br.Reset(nil)
 		readers.Put(br)
 	}()
-	_ = dc.c.SetReadDeadline(time.Now().Add(h.cfg.ReadHeaderTimeout))
+	_ = dc.c.SetReadDeadline(after(h.cfg.ReadHeaderTimeout))
 	if err := peekHead(br); err != nil {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			dc.finish(buffered(br)) // a large head: net/http's to read
@@ -432,7 +434,7 @@ func (dc *detachedConn) serve() bool {
 		dc.finish(nil)
 		return false
 	}
-	_ = dc.c.SetReadDeadline(time.Now().Add(h.cfg.IdleTimeout))
+	_ = dc.c.SetReadDeadline(after(h.cfg.IdleTimeout))
 	return true
 }
 
@@ -482,13 +484,43 @@ func buffered(br *bufio.Reader) []byte {
 func detachedWatchRequest(r *http.Request) bool {
 	if r.Method != http.MethodGet || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close || r.Host == "" ||
 		r.ContentLength != 0 || len(r.TransferEncoding) > 0 || r.Header.Get("Expect") != "" ||
-		(r.URL.Path != "/v2/keys" && !bytes.HasPrefix([]byte(r.URL.Path), []byte("/v2/keys/"))) {
+		(r.URL.Path != "/v2/keys" && !strings.HasPrefix(r.URL.Path, "/v2/keys/")) || !validHead(r) {
 		return false
 	}
 	if r.ParseForm() != nil { // parsed once: the handler's ParseForm keeps it
 		return false
 	}
 	return r.Form.Get("wait") == "true" && r.Form.Get("stream") != "true"
+}
+
+// validHead checks what net/http's server checks beyond http.ReadRequest
+// (which refuses two Host headers and takes Host out of the header map): a
+// valid Host from a Host header (a request in absolute form, whose Host
+// header may be missing, goes back), valid header names and values. A
+// malformed request goes back to net/http and gets its 400 there.
+func validHead(r *http.Request) bool {
+	if r.URL.Host != "" || !httpguts.ValidHostHeader(r.Host) {
+		return false
+	}
+	for k, vs := range r.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return false
+		}
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// after is now + d, or no deadline when d is 0 (as http.Server's limits).
+func after(d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(d)
 }
 
 // detachedWriter is the ResponseWriter of a request served on a detached
@@ -665,7 +697,7 @@ func (dc *detachedConn) answer(wa Watch, headErr error, ends []func(bytes int, g
 	default:
 	}
 	if answered && !gone && !closing {
-		_ = dc.c.SetReadDeadline(time.Now().Add(dc.h.cfg.IdleTimeout))
+		_ = dc.c.SetReadDeadline(after(dc.h.cfg.IdleTimeout))
 	}
 	dc.mu.Unlock()
 	switch {

@@ -654,3 +654,31 @@ func TestWatchWithABodyStaysInNetHTTP(t *testing.T) {
 		t.Fatalf("next request: %d %q, want the GET's answer (not the body's)", code, body)
 	}
 }
+
+func TestMalformedWatchOnADetachedConnectionGetsNetHTTPs400(t *testing.T) {
+	for _, tc := range []struct{ name, head string }{
+		{"two Host headers", "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n"},
+		{"a bad header value", "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := newFakeWatch(5, 1)
+			st := &fakeStore{newWatch: func() *fakeWatch { return first }}
+			base, home := homeServer(t, st, false)
+			c, br := rawConn(t, base)
+			if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			waitDetached(t, home, 1)
+			first.end()
+			if code, _, _ := readAnswer(t, br); code != 200 {
+				t.Fatalf("first watch: %d", code)
+			}
+			if _, err := io.WriteString(c, tc.head); err != nil {
+				t.Fatal(err)
+			}
+			if code, _, body := readAnswer(t, br); code != 400 {
+				t.Fatalf("malformed watch: %d %q, want net/http's 400", code, body)
+			}
+		})
+	}
+}
