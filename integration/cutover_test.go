@@ -212,11 +212,16 @@ func (c *flannel) run(ctx context.Context) {
 		time.Sleep(200 * time.Millisecond)
 		if c.churn && time.Now().After(next) {
 			next = time.Now().Add(time.Duration(1000+rand.IntN(1000)) * time.Millisecond)
-			if _, err := c.k.Delete(ctx, c.subnet, &client.DeleteOptions{PrevIndex: c.mod}); err == nil {
+			// A trade is whole even when the client is stopped in the
+			// middle of it: a lease given up is replaced.
+			tctx, done := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+			if _, err := c.k.Delete(tctx, c.subnet, &client.DeleteOptions{PrevIndex: c.mod}); err == nil {
 				c.f.release(c.subnet, c.name)
-				c.acquire(ctx)
+				c.acquire(tctx)
+				done()
 				continue
 			}
+			done()
 		}
 		c.renew(ctx)
 	}
@@ -314,18 +319,22 @@ func TestCutoverMovesEveryBridgeToV3(t *testing.T) {
 	}
 	e.startFollower(t, network)
 	f := &fleet{holders: map[string]string{}}
+	// The clients' writers stop before their watchers: a watcher stopped
+	// with the last writes would keep a view without them.
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	watchCtx, stopWatching := context.WithCancel(context.Background())
+	var writers, watchers sync.WaitGroup
 	var clients []*flannel
 	for i := 0; i < 6; i++ {
 		c := &flannel{name: fmt.Sprintf("node-%d", i), k: v2client(t, urls[i%3]), f: f, churn: i%2 == 0}
 		clients = append(clients, c)
-		wg.Add(2)
-		go func() { defer wg.Done(); c.run(ctx) }()
-		go func() { defer wg.Done(); c.watch(ctx) }()
+		writers.Add(1)
+		watchers.Add(1)
+		go func() { defer writers.Done(); c.run(ctx) }()
+		go func() { defer watchers.Done(); c.watch(watchCtx) }()
 	}
-	stop := func() { cancel(); wg.Wait() }
-	defer stop()
+	stop := func() { cancel(); writers.Wait() }
+	defer func() { stop(); stopWatching(); watchers.Wait() }()
 	waitFor(t, 20*time.Second, "every client holding a lease on the old server", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
