@@ -161,7 +161,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.listenMetricsURLs, "listen-metrics-urls", "", "extra listeners serving only /metrics, /health, /readyz, /livez")
 	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "serve runtime profiles at /debug/pprof/ on the client URLs")
 	fs.IntVar(&c.watchHistoryEvents, "watch-history-events", d.RingSize, "recent v2 events kept for re-watches: a waitIndex older than that many events gets error 401, as v2 kept its last 1000")
-	fs.BoolVar(&c.watchDetach, "watch-detach", true, "one-shot watches with nothing to send yet wait on connections taken over from the HTTP server, which also serve their clients' next watches (false: they wait inside it, at about twice the memory)")
+	fs.BoolVar(&c.watchDetach, "watch-detach", true, "one-shot watches with nothing to send yet wait on connections taken over from the HTTP server, which also serve their clients' next watches (false: they wait inside it, at 2–3 times the memory)")
 	fs.Int64Var(&c.watchReplayMaxRevisions, "watch-replay-max-revisions", d.MaxReplayRevisions, "how far back (in revisions) a replay of v3 history may read for a waitIndex older than the kept events")
 	fs.DurationVar(&c.httpIdleTimeout, "http-idle-timeout", h.IdleTimeout, "close a client's keep-alive connection idle this long between requests (a parked watch is not idle)")
 	fs.DurationVar(&c.httpBodyReadTimeout, "http-body-read-timeout", h.BodyReadTimeout, "deadline for reading a request's body")
