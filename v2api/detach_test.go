@@ -24,34 +24,70 @@ import (
 // detaching unless keep), and returns the base URL and the Home.
 func homeServer(t testing.TB, st *fakeStore, keep bool) (string, *Home) {
 	t.Helper()
+	f := startHome(t, listen(t), st, func(_ *HomeConfig, c *Config) { c.DetachWatches = !keep })
+	return f.url, f.home
+}
+
+// homeServerOn is homeServer on ln, watches detaching.
+func homeServerOn(t testing.TB, ln net.Listener, st *fakeStore) (string, *Home) {
+	t.Helper()
+	f := startHome(t, ln, st)
+	return f.url, f.home
+}
+
+func listen(t testing.TB) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return homeServerOn(t, ln, st, keep)
+	return ln
 }
 
-// homeServerOn is homeServer on ln.
-func homeServerOn(t testing.TB, ln net.Listener, st *fakeStore, keep bool) (string, *Home) {
+// homeFixture is an http.Server serving the v2 API on a Home.
+type homeFixture struct {
+	url    string
+	home   *Home
+	srv    *http.Server
+	served chan struct{} // closed when Serve returns
+}
+
+// startHome serves st on ln wrapped in a Home: watches detach, heads are
+// read within 5 s, idle connections close after a minute, unless opts say
+// otherwise. The test's end shuts it down and checks that every detached
+// connection was done with.
+func startHome(t testing.TB, ln net.Listener, st *fakeStore, opts ...func(*HomeConfig, *Config)) *homeFixture {
 	t.Helper()
-	h := newTestServer(t, st, func(c *Config) { c.DetachWatches = !keep })
-	home := NewHome(ln, HomeConfig{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute})
-	srv := &http.Server{Handler: h, ConnContext: home.Context}
-	served := make(chan struct{})
+	hc := HomeConfig{ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+	cfg := func(c *Config) {
+		c.DetachWatches = true
+		for _, o := range opts {
+			o(&hc, c)
+		}
+	}
+	hc.Handler = newTestServer(t, st, cfg)
+	f := &homeFixture{url: "http://" + ln.Addr().String(), home: NewHome(ln, hc), served: make(chan struct{})}
+	f.srv = &http.Server{Handler: hc.Handler, ConnContext: f.home.Context}
 	go func() {
-		defer close(served)
-		_ = srv.Serve(home)
+		defer close(f.served)
+		_ = f.srv.Serve(f.home)
 	}()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-served
-		if err := home.Wait(ctx); err != nil {
+		if err := f.shutdown(); err != nil {
 			t.Errorf("detached connections still served after the server closed: %v", err)
 		}
 	})
-	return "http://" + ln.Addr().String(), home
+	return f
+}
+
+// shutdown shuts the server down (closing its Home) and waits for every
+// detached connection, for at most 5 s.
+func (f *homeFixture) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = f.srv.Shutdown(ctx)
+	<-f.served
+	return f.home.Wait(ctx)
 }
 
 // waitDetached waits until n watches are detached.
@@ -185,7 +221,7 @@ func TestDetachedWatchWithAPipelinedRequestEndsAndClosesTheConnection(t *testing
 
 func testPipelinedRequestEndsTheWatch(t *testing.T, ln net.Listener) {
 	w := newFakeWatch(5, 1)
-	base, home := homeServerOn(t, ln, &fakeStore{watch: w}, false)
+	base, home := homeServerOn(t, ln, &fakeStore{watch: w})
 	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -215,22 +251,11 @@ func testPipelinedRequestEndsTheWatch(t *testing.T, ln net.Listener) {
 
 func TestClosingTheHomeEndsDetachedWatches(t *testing.T) {
 	w := newFakeWatch(5, 1)
-	st := &fakeStore{watch: w}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newTestServer(t, st, func(c *Config) { c.DetachWatches = true })
-	home := NewHome(ln, HomeConfig{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute})
-	srv := &http.Server{Handler: h, ConnContext: home.Context}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(home)
-	}()
+	f := startHome(t, listen(t), &fakeStore{watch: w})
+	home := f.home
 	got := make(chan string, 1)
 	go func() {
-		resp, err := http.Get("http://" + ln.Addr().String() + "/v2/keys/dir?wait=true")
+		resp, err := http.Get(f.url + "/v2/keys/dir?wait=true")
 		if err != nil {
 			got <- err.Error()
 			return
@@ -244,13 +269,7 @@ func TestClosingTheHomeEndsDetachedWatches(t *testing.T) {
 		got <- "200 " + string(b)
 	}()
 	waitDetached(t, home, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	<-served
-	if err := home.Wait(ctx); err != nil {
+	if err := f.shutdown(); err != nil {
 		t.Fatalf("detached watch still running: %v", err)
 	}
 	if a := <-got; a != "200 " {
@@ -468,16 +487,9 @@ func TestDetachedConnectionHandsBackWhatItCannotTakeWhole(t *testing.T) {
 
 func TestIdleDetachedConnectionIsClosed(t *testing.T) {
 	w := newFakeWatch(5, 1)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newTestServer(t, &fakeStore{watch: w}, func(c *Config) { c.DetachWatches = true })
-	home := NewHome(ln, HomeConfig{Handler: h, ReadHeaderTimeout: time.Second, IdleTimeout: 50 * time.Millisecond})
-	srv := &http.Server{Handler: h, ConnContext: home.Context}
-	go func() { _ = srv.Serve(home) }()
-	defer srv.Close()
-	c, br := rawConn(t, "http://"+ln.Addr().String())
+	f := startHome(t, listen(t), &fakeStore{watch: w}, func(hc *HomeConfig, _ *Config) { hc.IdleTimeout = 50 * time.Millisecond })
+	home := f.home
+	c, br := rawConn(t, f.url)
 	if _, err := io.WriteString(c, "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -508,18 +520,9 @@ func TestPanicOnADetachedConnectionClosesItOnly(t *testing.T) {
 		w.events <- encoded(watchEvent("set", "/dir/a", "1", 7))
 		return w
 	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newTestServer(t, st, func(c *Config) { c.DetachWatches = true })
 	var logged syncBuffer
-	home := NewHome(ln, HomeConfig{Handler: h, ReadHeaderTimeout: time.Second, IdleTimeout: time.Minute,
-		ErrorLog: log.New(&logged, "", 0)})
-	srv := &http.Server{Handler: h, ConnContext: home.Context}
-	go func() { _ = srv.Serve(home) }()
-	defer srv.Close()
-	base := "http://" + ln.Addr().String()
+	f := startHome(t, listen(t), st, func(hc *HomeConfig, _ *Config) { hc.ErrorLog = log.New(&logged, "", 0) })
+	home, base := f.home, f.url
 	watch := "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"
 	c, br := rawConn(t, base)
 	if _, err := io.WriteString(c, watch); err != nil {
