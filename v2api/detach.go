@@ -10,9 +10,11 @@ import (
 	"errors"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -147,10 +149,7 @@ func (h *Home) Close() error {
 	h.once.Do(func() { close(h.done) })
 	h.mu.Lock()
 	h.closed = true
-	conns := make([]*detachedConn, 0, len(h.conns))
-	for dc := range h.conns {
-		conns = append(conns, dc)
-	}
+	conns := slices.Collect(maps.Keys(h.conns))
 	h.mu.Unlock()
 	for _, dc := range conns {
 		dc.mu.Lock()
