@@ -244,8 +244,18 @@ type bridgeTxner interface {
 // it by rule). The compares hold; their values do not matter to the cost.
 func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
 	k := v3Prefix + key
-	var cmps []clientv3.Cmp
-	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "<", 1<<62))
+	cmps := bridgeGuards(key, clientv3.Compare(clientv3.ModRevision(k), "<", 1<<62))
+	r, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k, val)).Commit()
+	if err == nil && !r.Succeeded {
+		err = errors.New("bridge-shaped transaction: a compare failed")
+	}
+	return err
+}
+
+// bridgeGuards is the key's own compare followed by the compares a bridge
+// sends on every ancestor of key: no file there, its marker unchanged.
+func bridgeGuards(key string, own clientv3.Cmp) []clientv3.Cmp {
+	cmps := []clientv3.Cmp{own}
 	for i := 1; i < len(key); i++ {
 		if key[i] == '/' {
 			a := key[:i]
@@ -253,11 +263,7 @@ func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
 				clientv3.Compare(clientv3.ModRevision(v3Prefix+"_m"+a), "<", 1<<62))
 		}
 	}
-	r, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k, val)).Commit()
-	if err == nil && !r.Succeeded {
-		err = errors.New("bridge-shaped transaction: a compare failed")
-	}
-	return err
+	return cmps
 }
 
 // bridgeTTLTxn is what a bridge sends for a v2 TTL write in ttl-cycle-64:
@@ -269,14 +275,7 @@ func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
 // caller, once, as the bridge grants one for many writes.
 func (c v3kv) bridgeTTLTxn(ctx context.Context, key, val string, lease clientv3.LeaseID, prev int64) (int64, error) {
 	k := v3Prefix + key
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", prev)}
-	for i := 1; i < len(key); i++ {
-		if key[i] == '/' {
-			a := key[:i]
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(v3Prefix+a), "=", 0),
-				clientv3.Compare(clientv3.ModRevision(v3Prefix+"_m"+a), "<", 1<<62))
-		}
-	}
+	cmps := bridgeGuards(key, clientv3.Compare(clientv3.ModRevision(k), "=", prev))
 	journal := `{"action":"compareAndSwap","node":{"key":"` + key + `","expiration":"2026-01-01T00:00:00Z","ttl":60,` +
 		`"modifiedIndex":0,"createdIndex":0},"prevNode":{"key":"` + key + `","modifiedIndex":0,"createdIndex":0}}`
 	r, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k, val, clientv3.WithLease(lease)),

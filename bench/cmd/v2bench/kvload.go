@@ -300,37 +300,44 @@ func (b *kvBench) getRecursive(string) {
 // prevExist=false&ttl, renews it 4 times with prevIndex&ttl, moves on to a
 // new key.
 func (b *kvBench) ttlCycle(ns string) {
-	c := b.cfg
 	if b.noTTL != "" {
 		b.res.unsupported("ttl-cycle-64", b.sys, b.noTTL, row{metric: "throughput", unit: "ops/s"},
 			row{metric: "server CPU per op", unit: "µs", lowerBetter: true})
 		return
 	}
-	type lease struct {
-		key    int
-		handle uint64
-		step   int
-	}
-	leases := make([]lease, 64)
-	r := runLoad(b.in, 64, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
-		l := &leases[w]
-		key := fmt.Sprintf("%s/ttl/c%d/k%d", ns, w, l.key)
-		var err error
-		if l.step == 0 {
-			l.handle, err = b.k.create(ctx, key, value64, 60)
-		} else {
-			l.handle, err = b.k.refresh(ctx, key, value64, 60, l.handle)
+	b.runTTLCycles("ttl-cycle-64", ns+"/ttl", func(ctx context.Context, key string, step int, handle uint64) (uint64, error) {
+		if step == 0 {
+			return b.k.create(ctx, key, value64, 60)
 		}
+		return b.k.refresh(ctx, key, value64, 60, handle)
+	})
+}
+
+// runTTLCycles runs 64 clients, each creating a key under dir, renewing it
+// 4 times, then moving on to a new key (or at once after an error), and
+// reports the workload's throughput and CPU per op. op does one step (0:
+// the create) with the handle the step before returned.
+func (b *kvBench) runTTLCycles(workload, dir string, op func(ctx context.Context, key string, step int, handle uint64) (uint64, error)) {
+	c := b.cfg
+	type cycle struct {
+		key, step int
+		handle    uint64
+	}
+	cycles := make([]cycle, 64)
+	r := runLoad(b.in, 64, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
+		l := &cycles[w]
+		var err error
+		l.handle, err = op(ctx, fmt.Sprintf("%s/c%d/k%d", dir, w, l.key), l.step, l.handle)
 		l.step++
 		if err != nil || l.step == 5 {
-			l.step = 0
+			l.step, l.handle = 0, 0
 			l.key++
 		}
 		return true, err
 	})
-	b.report("ttl-cycle-64", r)
-	b.res.add("ttl-cycle-64", b.sys, "throughput", "ops/s", false, r.perSec(r.ops-r.errs))
-	b.res.add("ttl-cycle-64", b.sys, "server CPU per op", "µs", true, r.cpuPerOp())
+	b.report(workload, r)
+	b.res.add(workload, b.sys, "throughput", "ops/s", false, r.perSec(r.ops-r.errs))
+	b.res.add(workload, b.sys, "server CPU per op", "µs", true, r.cpuPerOp())
 }
 
 // ttl-cycle-64-bridge-txn: the transactions a bridge sends for ttl-cycle-64
@@ -343,32 +350,15 @@ func (b *kvBench) ttlCycleBridgeTxn(ns string) {
 	if !ok {
 		return
 	}
-	c := b.cfg
 	g, err := v.cli.Grant(context.Background(), 61)
 	if err != nil {
 		b.res.note("ttl-cycle-64-bridge-txn on %s: grant: %s", b.sys, fmtErr(err))
 		return
 	}
-	type cycle struct {
-		key  int
-		prev int64
-		step int
-	}
-	cycles := make([]cycle, 64)
-	r := runLoad(b.in, 64, c.warm, c.dur, func(ctx context.Context, w, i int) (bool, error) {
-		l := &cycles[w]
-		rev, err := v.bridgeTTLTxn(ctx, fmt.Sprintf("%s/ttltxn/c%d/k%d", ns, w, l.key), value64, g.ID, l.prev)
-		l.prev = rev
-		l.step++
-		if err != nil || l.step == 5 {
-			l.step, l.prev = 0, 0
-			l.key++
-		}
-		return true, err
+	b.runTTLCycles("ttl-cycle-64-bridge-txn", ns+"/ttltxn", func(ctx context.Context, key string, _ int, prev uint64) (uint64, error) {
+		rev, err := v.bridgeTTLTxn(ctx, key, value64, g.ID, int64(prev))
+		return uint64(rev), err
 	})
-	b.report("ttl-cycle-64-bridge-txn", r)
-	b.res.add("ttl-cycle-64-bridge-txn", b.sys, "throughput", "ops/s", false, r.perSec(r.ops-r.errs))
-	b.res.add("ttl-cycle-64-bridge-txn", b.sys, "server CPU per op", "µs", true, r.cpuPerOp())
 }
 
 // prepare writes the data the read workloads read and probes TTL support.
