@@ -29,15 +29,12 @@ func RequestLog(h http.Handler, lg *zap.Logger) http.Handler {
 		if watch {
 			lg.Debug("watch started", append(fields, zap.String("waitIndex", q.Get("waitIndex")),
 				zap.Bool("recursive", q.Get("recursive") == "true"), zap.Bool("stream", q.Get("stream") == "true"))...)
-		}
-		if watch {
-			// A watch that detaches ends after the handler returns.
+			// A watch that detaches ends after the handler returns (and r's
+			// context with it: the reason comes from the detached side).
 			rw.onDetachedEnd = func(bytes int, gone bool) {
-				reason := endReason(gone, http.StatusOK, int64(bytes)) // r's context ended with the handler
-
 				lg.Debug("watch ended", append(fields, zap.Int("status", http.StatusOK),
 					zap.Duration("duration", time.Since(start)), zap.Int("bytes", bytes), zap.Bool("detached", true),
-					zap.String("reason", reason))...)
+					zap.String("reason", endReason(gone, http.StatusOK, int64(bytes))))...)
 			}
 		}
 		h.ServeHTTP(rw, r)
@@ -83,7 +80,8 @@ type loggingWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
-	// onDetachedEnd logs the end of a watch that detached (detached).
+	// onDetachedEnd logs the end of a watch that detached; detached says
+	// it did, so that its end is not logged when the handler returns.
 	onDetachedEnd func(bytes int, gone bool)
 	detached      bool
 }

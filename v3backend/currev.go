@@ -91,10 +91,7 @@ func (c *curRev) send(b *Backend) {
 func (b *Backend) readCurrent(s *session, linearizable bool) (*clientv3.GetResponse, error) {
 	ctx, cancel := b.reqCtx(context.Background(), s)
 	defer cancel()
-	if linearizable {
-		return s.cli.Get(ctx, b.layout.JournalKey(), clientv3.WithCountOnly())
-	}
-	return b.probe(ctx, s, 0)
+	return s.cli.Get(ctx, b.layout.JournalKey(), getOpts(!linearizable, 0, clientv3.WithCountOnly())...)
 }
 
 // probe is the cheapest read that tells the revision (rev 0: the current
