@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -68,30 +67,6 @@ func (e *shadowEnv) settled(t *testing.T, atLeast uint64) shadow.Counts {
 	}
 }
 
-// passDo sends one request to base and returns its status, X-Etcd-Index
-// aside, and body.
-func passDo(t *testing.T, base, method, target string, f url.Values) (int, string) {
-	t.Helper()
-	var body io.Reader
-	if f != nil {
-		body = strings.NewReader(f.Encode())
-	}
-	req, err := http.NewRequest(method, base+target, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // TestShadowComparesAMigratedCopy: a real v2 server copied and followed
 // into etcd v3 by migrate, a passthrough bridge in front of it comparing
 // every read and write with the v3 side: a faithful copy shows no
@@ -141,7 +116,7 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 		"/v2/keys/app?recursive=true", "/v2/keys/app/empty", "/v2/keys/app/nope", "/v2/keys/app/a?quorum=true",
 	}
 	for _, r := range reads {
-		passDo(t, e.url, "GET", r, nil)
+		do(t, "GET", e.url, r, nil)
 	}
 	writes := []struct {
 		method, target string
@@ -156,7 +131,7 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 		{"PUT", "/v2/keys/app/a", form("value", "3", "prevValue", "wrong")}, // 101: not checked
 	}
 	for _, w := range writes {
-		passDo(t, e.url, w.method, w.target, w.f)
+		do(t, w.method, e.url, w.target, w.f)
 	}
 	c := e.settled(t, uint64(len(reads)+len(writes)))
 	if c.Reads != uint64(len(reads)) || c.Writes != uint64(len(writes)-1) || c.Diverged() != 0 || c.Lagging != 0 ||
@@ -169,8 +144,8 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	if _, err := cli.Put(ctx, "/app/a", "corrupted"); err != nil {
 		t.Fatal(err)
 	}
-	passDo(t, e.url, "GET", "/v2/keys/app/a", nil)
-	passDo(t, e.url, "GET", "/v2/keys/app?recursive=true", nil)
+	do(t, "GET", e.url, "/v2/keys/app/a", nil)
+	do(t, "GET", e.url, "/v2/keys/app?recursive=true", nil)
 	c = e.settled(t, c.Sampled+2)
 	if c.Divergences[shadow.KindValue] != 2 || c.Lagging != 0 {
 		t.Fatalf("a corrupted key: counts %+v\nlog: %v", c, e.logs.All())
@@ -245,10 +220,11 @@ func TestABlackholedV3SideLeavesPassthroughClientsAlone(t *testing.T) {
 			var code int
 			var body string
 			if i%3 == 2 {
-				code, body = passDo(t, e.url, "PUT", "/v2/keys/w", form("value", "x"))
+				code = do(t, "PUT", e.url, "/v2/keys/w", form("value", "x")).status
 				body = "" // its indexes move
 			} else {
-				code, body = passDo(t, e.url, "GET", "/v2/keys/a?quorum=true", nil)
+				r := do(t, "GET", e.url, "/v2/keys/a?quorum=true", nil)
+				code, body = r.status, r.body
 			}
 			worst = max(worst, time.Since(start))
 			answers = append(answers, http.StatusText(code)+" "+body)
