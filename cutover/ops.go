@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -344,7 +345,7 @@ func (o *Options) settle(ctx context.Context, dropped int, side string) error {
 	}
 	d := min(o.RequestTimeout, maxSettle)
 	o.logf("  %d bridge(s) dropped out without acknowledging: waiting %v for writes they sent to land on %s", dropped, d, side)
-	if !sleep(ctx, d) {
+	if !ctxsleep.Sleep(ctx, d) {
 		return ctx.Err()
 	}
 	return nil
@@ -433,20 +434,9 @@ func (o *Options) waitAcks(ctx context.Context, gen uint64, timeout time.Duratio
 			}
 			return acked, dropped, err
 		}
-		if !sleep(ctx, o.Poll) {
+		if !ctxsleep.Sleep(ctx, o.Poll) {
 			return acked, dropped, ctx.Err()
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -522,7 +512,7 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 			return 0, fmt.Errorf("the follower did not apply the old server's changes up to index %d within %v "+
 				"(is `migrate --follow` running against %s?)", s, o.FollowTimeout, o.Source)
 		}
-		if !sleep(ctx, o.Poll) {
+		if !ctxsleep.Sleep(ctx, o.Poll) {
 			return 0, ctx.Err()
 		}
 	}

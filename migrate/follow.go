@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -172,7 +173,7 @@ func (m *migrator) watchLoop(ctx context.Context, r root, main bool, evc chan<- 
 				m.logf("watching %s on the source failed: %v; retrying", r.path, err)
 				down = true
 			}
-			if !sleepCtx(ctx, backoff) {
+			if !ctxsleep.Sleep(ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, 5*time.Second)
@@ -184,7 +185,7 @@ func (m *migrator) watchLoop(ctx context.Context, r root, main bool, evc chan<- 
 		}
 		backoff = 100 * time.Millisecond
 		if ev == nil { // the server ended the watch without an event: ask again
-			if !sleepCtx(ctx, 50*time.Millisecond) {
+			if !ctxsleep.Sleep(ctx, 50*time.Millisecond) {
 				return
 			}
 			continue
@@ -232,17 +233,6 @@ func isDelete(action string) bool {
 	return action == translate.ActionDelete || action == translate.ActionExpire || action == translate.ActionCompareAndDelete
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // applyEvent applies one source event, retrying while the bridge's backend is
 // unavailable, so no event is lost.
 func (m *migrator) applyEvent(ctx context.Context, ev *translate.Event, fs *FollowStats) {
@@ -281,7 +271,7 @@ func (m *migrator) applyEvent(ctx context.Context, ev *translate.Event, fs *Foll
 			m.logf("applying %s of %s to the bridge failed: %v; retrying until it works", ev.Action, ev.Node.Key, err)
 			down = true
 		}
-		if !sleepCtx(ctx, backoff) {
+		if !ctxsleep.Sleep(ctx, backoff) {
 			return
 		}
 		backoff = min(2*backoff, 5*time.Second)

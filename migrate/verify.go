@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -75,7 +76,7 @@ func Verify(ctx context.Context, o Options) (*Report, error) {
 	diffs := compareTrees(st, tt, m.o.TTLTolerance)
 	if len(diffs) > 0 && len(diffs) <= recheckMax {
 		m.progress(Progress{Phase: "verifying", Total: len(diffs)}, true)
-		if !sleepCtx(ctx, 500*time.Millisecond) {
+		if !ctxsleep.Sleep(ctx, 500*time.Millisecond) {
 			return nil, ctx.Err()
 		}
 		var kept []Difference

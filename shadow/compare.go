@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/conformance"
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/upstream"
 )
@@ -167,7 +168,7 @@ func (s *Shadow) agree(ctx context.Context, q read, ref *conformance.Response) (
 		if time.Now().Add(wait).After(deadline) {
 			return result{outcome: diverged, key: keyOf(q.path, diffs), x: x, diffs: diffs}, nil
 		}
-		if !sleep(ctx, wait) {
+		if !ctxsleep.Sleep(ctx, wait) {
 			return result{outcome: v3Unavailable}, ctx.Err()
 		}
 		wait = min(2*wait, 500*time.Millisecond)
@@ -212,7 +213,7 @@ func (s *Shadow) checkWrite(ctx context.Context, j *job) result {
 		if time.Now().Add(wait).After(deadline) {
 			break
 		}
-		if !sleep(ctx, wait) {
+		if !ctxsleep.Sleep(ctx, wait) {
 			return result{outcome: v3Unavailable}
 		}
 		wait = min(2*wait, 500*time.Millisecond)
@@ -451,17 +452,6 @@ func (s *Shadow) report(method string, res result, kind string) {
 			ds = append(ds, d.String())
 		}
 		ce.Write(zap.String("key", res.key), zap.String("kind", kind), zap.Strings("differences", ds))
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

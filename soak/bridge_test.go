@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 
@@ -143,7 +144,7 @@ func (p *bridgeProc) waitReady(ctx context.Context) error {
 				return nil
 			}
 		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if !ctxsleep.Sleep(ctx, 100*time.Millisecond) {
 			return fmt.Errorf("the bridge at %s is not ready after 60s", p.url)
 		}
 	}

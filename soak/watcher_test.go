@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -88,7 +89,7 @@ func (w *watcher) run(ctx context.Context) {
 			w.mu.Unlock()
 		default:
 			w.count(func(s *watchStats) { s.errors++ })
-			if !sleepCtx(ctx, retryDelay) {
+			if !ctxsleep.Sleep(ctx, retryDelay) {
 				return
 			}
 		}
@@ -109,7 +110,7 @@ func (w *watcher) list(ctx context.Context) (index uint64, ok bool) {
 		case err == nil && a.err != nil && a.err.Code == 100 && a.err.Index > 0: // the scope does not exist yet
 			return a.err.Index, true
 		}
-		if !sleepCtx(ctx, retryDelay) {
+		if !ctxsleep.Sleep(ctx, retryDelay) {
 			return 0, false
 		}
 	}
@@ -203,16 +204,4 @@ func (w *watcher) record() (watchRecord, watchStats) {
 	defer w.mu.Unlock()
 	return watchRecord{name: w.name, scope: w.scope, started: w.started,
 		events: append([]delivered(nil), w.events...), resyncs: append([]resync(nil), w.resyncs...)}, w.stats
-}
-
-// sleepCtx sleeps for d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

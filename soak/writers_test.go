@@ -13,6 +13,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 )
 
 const (
@@ -91,7 +93,7 @@ func (w *v2Writer) run(ctx context.Context) {
 		if o != applied {
 			pause = errorPause
 		}
-		if !sleepCtx(ctx, pause) {
+		if !ctxsleep.Sleep(ctx, pause) {
 			return
 		}
 	}
@@ -275,7 +277,7 @@ func (w *v3Writer) run(ctx context.Context) {
 		if w.txn() != applied {
 			pause = errorPause
 		}
-		if !sleepCtx(ctx, pause) {
+		if !ctxsleep.Sleep(ctx, pause) {
 			return
 		}
 	}
