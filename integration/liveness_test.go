@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.etcd.io/etcd/client/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -374,8 +375,9 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // metricValue reads a counter or gauge (or a histogram's sample count) from
-// the bridge's registry.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// the bridge's registry, summed over its series, or over those with every
+// label given as name, value pairs.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -387,6 +389,9 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 		var v float64
 		for _, m := range mf.GetMetric() {
+			if !hasLabels(m, labels) {
+				continue
+			}
 			switch {
 			case m.Counter != nil:
 				v += m.Counter.GetValue()
@@ -400,6 +405,18 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// hasLabels reports whether m has every label of the name, value pairs.
+func hasLabels(m *dto.Metric, pairs []string) bool {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if !slices.ContainsFunc(m.GetLabel(), func(lp *dto.LabelPair) bool {
+			return lp.GetName() == pairs[i] && lp.GetValue() == pairs[i+1]
+		}) {
+			return false
+		}
+	}
+	return true
 }
 
 // histogramMean is a histogram's mean (0 without samples).

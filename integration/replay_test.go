@@ -9,34 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
-
-// labelled is the value of the counter name{label="value"} in reg.
-func labelled(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
 
 // TestWatchHistoryReplaySkimsAndFollowsAWalker: on a bridge started over a
 // long v3 history, a stale watch on a key written once, late, is caught up
@@ -103,7 +79,7 @@ func TestWatchHistoryReplaySkimsAndFollowsAWalker(t *testing.T) {
 	if r.status != 200 || ev["node"].(map[string]any)["modifiedIndex"] != quiet["modifiedIndex"] {
 		t.Fatalf("stale watch on /quiet/x: %d %s, want its set at %v", r.status, r.body, quiet["modifiedIndex"])
 	}
-	if skims := labelled(t, fresh.Registry, "v2bridge_watch_history_feeds_total", "mode", "skim"); skims < 1 {
+	if skims := metricValue(t, fresh.Registry, "v2bridge_watch_history_feeds_total", "mode", "skim"); skims < 1 {
 		t.Errorf("%v skims for a watch on a key written once at the end of the history", skims)
 	}
 	if read := metricValue(t, fresh.Registry, "v2bridge_watch_history_replay_revisions_total"); read > n/2 {
