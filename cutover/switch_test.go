@@ -199,17 +199,25 @@ func TestSwitchEndsWatchesWhenTheSideChanges(t *testing.T) {
 	}
 }
 
-func TestSwitchFencesOnlyAfterTheWritesInFlight(t *testing.T) {
-	s, pass, _ := newTestSwitch(t)
+// writeInFlight starts s in passthrough with a PUT held at the old server
+// (until pass.release is closed); wrote is closed once it is answered.
+func writeInFlight(t *testing.T, s *Switch, pass *fakeSide) (wrote chan struct{}) {
+	t.Helper()
 	pass.release = make(chan struct{})
 	apply(t, s, nil)
-	wrote := make(chan struct{})
+	wrote = make(chan struct{})
 	go func() {
 		defer close(wrote)
 		serve(s, "PUT", "/v2/keys/a")
 	}()
-	defer func() { <-wrote }()
 	waitUntil(t, func() bool { return pass.writes.Load() == 1 })
+	return wrote
+}
+
+func TestSwitchFencesOnlyAfterTheWritesInFlight(t *testing.T) {
+	s, pass, _ := newTestSwitch(t)
+	wrote := writeInFlight(t, s, pass)
+	defer func() { <-wrote }()
 	applied := make(chan error, 1)
 	go func() {
 		applied <- s.Apply(context.Background(), StateOf(&Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}))
@@ -278,14 +286,7 @@ func TestSwitchWriteWindowKeepsTheMonotonicClock(t *testing.T) {
 
 func TestSwitchClosedForShutdownStaysClosed(t *testing.T) {
 	s, pass, _ := newTestSwitch(t)
-	pass.release = make(chan struct{})
-	apply(t, s, nil)
-	wrote := make(chan struct{})
-	go func() {
-		defer close(wrote)
-		serve(s, "PUT", "/v2/keys/a")
-	}()
-	waitUntil(t, func() bool { return pass.writes.Load() == 1 })
+	wrote := writeInFlight(t, s, pass)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := s.CloseWrites(ctx); err == nil {
