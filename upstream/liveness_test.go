@@ -135,17 +135,8 @@ func TestAWatchEndedByALossEndsBetweenEvents(t *testing.T) {
 		<-r.Context().Done() // half an event sent, the rest never comes
 	}))
 	t.Cleanup(up.Close)
-	p, err := New(Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond,
+	p := readyPassthrough(t, Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond,
 		HeartbeatTimeout: 50 * time.Millisecond, HeartbeatFailures: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := p.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	bridge := httptest.NewServer(p)
 	t.Cleanup(bridge.Close)
 	resp, err := http.Get(bridge.URL + "/v2/keys/a?wait=true&stream=true")
@@ -181,17 +172,8 @@ func TestARequestInFlightWhenTheUpstreamIsLostGetsError300BeforeItsDeadline(t *t
 	}))
 	t.Cleanup(up.Close)
 	t.Cleanup(func() { close(release) }) // runs first
-	p, err := New(Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond,
+	p := readyPassthrough(t, Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond,
 		HeartbeatTimeout: 50 * time.Millisecond, HeartbeatFailures: 2, RequestTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := p.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	type answer struct {
 		code int
 		body string
@@ -212,4 +194,21 @@ func TestARequestInFlightWhenTheUpstreamIsLostGetsError300BeforeItsDeadline(t *t
 	case <-time.After(5 * time.Second):
 		t.Fatal("the request waits on a lost upstream")
 	}
+}
+
+// readyPassthrough starts a Passthrough on cfg, closed when the test ends,
+// and waits (at most 5 s) until it is ready.
+func readyPassthrough(t *testing.T, cfg Config) *Passthrough {
+	t.Helper()
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -3,7 +3,6 @@
 package upstream
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -36,16 +35,7 @@ func (o *fakeObserver) Observe(_ *http.Request, a Answer) {
 func TestTheObserverSeesSampledAnswersButNoWatch(t *testing.T) {
 	up := startFake(t, "answer")
 	obs := &fakeObserver{sample: func(r *http.Request) bool { return r.URL.Query().Get("skip") == "" }}
-	p, err := New(Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond, Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := p.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	p := readyPassthrough(t, Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond, Observer: obs})
 	for _, path := range []string{"/v2/keys/a", "/v2/keys/a?skip=1", "/v2/keys/a?wait=true", "/v2/members"} {
 		if code, body := get(t, p, path); code != 200 || path != "/v2/members" && body != "answer" {
 			t.Fatalf("GET %s: %d %q", path, code, body)
