@@ -422,13 +422,15 @@ func (s *Shadow) fetch(ctx context.Context, q read) (*conformance.Response, erro
 
 // report counts and logs a divergence (kind) or a lagging comparison: the
 // key at warn level, at most one line a second after a burst of ten; the
-// values only at debug level.
+// values only at debug level. It counts last, so that whoever sees the count
+// finds the lines logged.
 func (s *Shadow) report(method string, res result, kind string) {
 	where := ""
 	if len(res.diffs) > 0 {
 		where = res.diffs[0].Where
 	}
-	s.counts.diverged(Divergence{Key: res.key, Kind: kind, Method: method, Where: where, At: time.Now().UTC()})
+	at := time.Now().UTC()
+	defer s.counts.diverged(Divergence{Key: res.key, Kind: kind, Method: method, Where: where, At: at})
 	if s.warn.Allow() {
 		msg := "shadow comparison: etcd v3 answers differently from the v2 upstream"
 		if kind == lagging {
