@@ -704,7 +704,6 @@ func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, 
 	wch := o.Client.Watch(wctx, start, clientv3.WithRange(end), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
 	count := 0
 	var paths []string
-	journal := o.Layout.JournalKey()
 	// Progress requests make a watch with nothing more to send say how
 	// far it has read.
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -730,7 +729,7 @@ func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, 
 		byRev := map[int64]bool{} // revisions with a bridge journal record
 		revEvents := map[int64][]translate.V3Event{}
 		for _, ev := range wr.Events {
-			if string(ev.Kv.Key) == journal {
+			if o.Layout.IsJournalKey(string(ev.Kv.Key)) {
 				byRev[ev.Kv.ModRevision] = true
 			}
 			te := translate.V3Event{Delete: ev.Type == clientv3.EventTypeDelete,

@@ -29,7 +29,17 @@ type V3Event struct {
 // client writing the journal key by hand, a forged "delete" or a sweep
 // record hiding a real write — is ignored (the revision is decoded by rule)
 // and reported as forged.
+//
+// A transaction that carried several journaled bridge writes (group commit)
+// leaves one record per write at JournalSlotKey, each after that write's own
+// changes: the revision is decoded write by write, each part ending at its
+// record and checked against it alone.
 func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string, forged bool) {
+	for i := range evs {
+		if l.isJournalSlot(evs[i].KV.Key) {
+			return l.decodeBatch(rev, evs, ls, now)
+		}
+	}
 	jk := l.JournalKey()
 	for i := range evs {
 		if evs[i].KV.Key != jk || evs[i].Delete {
@@ -53,6 +63,45 @@ func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Tim
 		return []*Event{l.fromJournal(rev, &j, evs)}, nil, false
 	}
 	out, sweeps = l.decodeByRule(rev, evs, ls, now)
+	NumberEvents(rev, out)
+	return out, sweeps, forged
+}
+
+// decodeBatch decodes a revision of several journaled writes: each part of
+// the events up to and including a slot record is one write's, decoded from
+// its record when the record matches the part (journalMatches), by rule
+// otherwise (forged); what follows the last record is decoded by rule. A
+// sweep or a refresh record in a slot yields nothing; sweeps are never
+// batched, so one there is forged.
+func (l Layout) decodeBatch(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string, forged bool) {
+	byRule := func(part []V3Event) {
+		o, sw := l.decodeByRule(rev, part, ls, now)
+		out, sweeps = append(out, o...), append(sweeps, sw...)
+	}
+	start := 0
+	for i := range evs {
+		if !l.isJournalSlot(evs[i].KV.Key) || evs[i].Delete {
+			continue
+		}
+		part := evs[start : i+1]
+		start = i + 1
+		var j Journal
+		switch err := decodeJournal(evs[i].KV.Value, &j); {
+		case err != nil || j.Node == nil || j.Sweep:
+			forged = true
+			byRule(part)
+		case j.DataPrefix != l.DataPrefix: // a bridge with another data prefix
+			byRule(part)
+		case !l.journalMatches(&j, part):
+			forged = true
+			byRule(part)
+		case !j.Refresh: // a refresh makes no event
+			out = append(out, l.fromJournal(rev, &j, part))
+		}
+	}
+	if start < len(evs) {
+		byRule(evs[start:])
+	}
 	NumberEvents(rev, out)
 	return out, sweeps, forged
 }
@@ -167,7 +216,7 @@ func (l Layout) decodeByRule(rev int64, evs []V3Event, ls Leases, now time.Time)
 			}
 			ev.Node = &Node{Key: p, ModifiedIndex: Index(rev)}
 			if e.Prev != nil {
-				ev.Node.CreatedIndex = Index(e.Prev.CreateRevision)
+				ev.Node.CreatedIndex = e.Prev.Created()
 			}
 		} else {
 			ev.Action = ActionSet

@@ -8,7 +8,7 @@ package translate
 // index would be skipped after the first. v2 indexes therefore number the
 // events within a revision: revision r owns the IndexesPerRevision indexes
 // up to r × IndexesPerRevision, and its events take the last ones, in
-// order. A revision with one event (every bridge write) gets
+// order. A revision with one event (a bridge write sent alone) gets
 // r × IndexesPerRevision, which is also what a read of that revision reports
 // (Index), so an index always tells its revision (Revision) without a
 // lookup, and X-Etcd-Index + 1 is the first index of the next revision.

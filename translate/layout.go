@@ -95,6 +95,24 @@ func (l Layout) PathOfTTLDir(key string) (string, bool) {
 // JournalKey is rewritten by every bridge write with the v2 action it made.
 func (l Layout) JournalKey() string { return l.MetaPrefix + journalTag }
 
+// JournalSlotKey is where the write at place i of a transaction that
+// carries several journaled writes puts its record instead (one key holds
+// one record per revision).
+func (l Layout) JournalSlotKey(i int) string {
+	return l.MetaPrefix + journalTag + "/" + strconv.Itoa(i)
+}
+
+// IsJournalKey reports whether key is the journal key or a slot of it.
+func (l Layout) IsJournalKey(key string) bool {
+	rest, ok := strings.CutPrefix(key, l.MetaPrefix+journalTag)
+	return ok && (rest == "" || rest[0] == '/')
+}
+
+// isJournalSlot reports whether key is a slot of the journal key.
+func (l Layout) isJournalSlot(key string) bool {
+	return len(key) > len(l.MetaPrefix)+len(journalTag) && l.IsJournalKey(key)
+}
+
 // PathOfData returns the v2 path of a data key.
 func (l Layout) PathOfData(key string) (string, bool) {
 	if !l.inDataSpace(key) {

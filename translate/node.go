@@ -94,6 +94,28 @@ type KV struct {
 	CreateRevision int64
 	ModRevision    int64
 	Lease          int64
+	// ModIndex and CreateIndex, when set, are the v2 indexes the events
+	// that last changed and that created the key had, where their revision
+	// held several events (the mirror learns them from the decoded watch);
+	// 0 means the revision's own index.
+	ModIndex    uint64
+	CreateIndex uint64
+}
+
+// Modified is the v2 modifiedIndex of the key.
+func (kv *KV) Modified() uint64 {
+	if kv.ModIndex != 0 {
+		return kv.ModIndex
+	}
+	return Index(kv.ModRevision)
+}
+
+// Created is the v2 createdIndex of the key.
+func (kv *KV) Created() uint64 {
+	if kv.CreateIndex != 0 {
+		return kv.CreateIndex
+	}
+	return Index(kv.CreateRevision)
 }
 
 // Leases resolves the expiration of v3 leases; a lease it does not know is
@@ -112,7 +134,7 @@ func (ls Leases) apply(n *Node, lease int64, now time.Time) {
 // FileNode is the v2 node of a file stored at kv.
 func FileNode(p string, kv *KV, ls Leases, now time.Time) *Node {
 	n := &Node{Key: p, Value: strPtr(string(kv.Value)),
-		ModifiedIndex: Index(kv.ModRevision), CreatedIndex: Index(kv.CreateRevision)}
+		ModifiedIndex: kv.Modified(), CreatedIndex: kv.Created()}
 	ls.apply(n, kv.Lease, now)
 	return n
 }
@@ -126,7 +148,7 @@ func DirNode(p string, marker *KV, ls Leases, now time.Time) *Node {
 		return n
 	}
 	if marker != nil {
-		n.ModifiedIndex, n.CreatedIndex = Index(marker.ModRevision), Index(marker.CreateRevision)
+		n.ModifiedIndex, n.CreatedIndex = marker.Modified(), marker.Created()
 		ls.apply(n, marker.Lease, now)
 		if n.Expiration == nil && marker.Lease != 0 {
 			if ns, err := strconv.ParseInt(string(marker.Value), 10, 64); err == nil {

@@ -175,6 +175,10 @@ type Plan struct {
 	// decoding by rule could not tell its TTL later, and would take its
 	// delete for an expiry).
 	prevLeased bool
+	// byRule: Bind left the journal record out (decodesByRule).
+	byRule bool
+	// inOrder: a POST's create, named after the index it expects.
+	inOrder bool
 }
 
 // Guards are the compares that hold while nothing the decision on s
@@ -325,6 +329,7 @@ func (l Layout) planCreate(p *Plan, r *Request, s *Snapshot, now time.Time, uniq
 	idx := Index(s.Rev)
 	target := s.Path
 	if unique {
+		p.inOrder = true
 		// In-order names follow the revision the write will most likely get,
 		// and a per-directory sequence key keeps them unique and increasing
 		// across bridges even when other writes interleave.
@@ -401,9 +406,9 @@ func causePath(p string) string {
 
 // compareFailCause is v2's getCompareFailCause.
 func compareFailCause(kv *KV, prevValue string, prevIndex uint64) (string, bool) {
-	// Any index of the node's revision matches: a read reports the
-	// revision's last index, a watch event of a revision with several
-	// events one of the others.
+	// Any index of the node's revision matches: a read the mirror could
+	// not answer reports the revision's last index, a watch event of a
+	// revision with several events one of the others.
 	indexOK := prevIndex == 0 || Revision(prevIndex) == kv.ModRevision
 	valueOK := prevValue == "" || string(kv.Value) == prevValue
 	switch {
@@ -412,9 +417,9 @@ func compareFailCause(kv *KV, prevValue string, prevIndex uint64) (string, bool)
 	case indexOK:
 		return fmt.Sprintf("[%v != %v]", prevValue, string(kv.Value)), false
 	case valueOK:
-		return fmt.Sprintf("[%v != %v]", prevIndex, Index(kv.ModRevision)), false
+		return fmt.Sprintf("[%v != %v]", prevIndex, kv.Modified()), false
 	default:
-		return fmt.Sprintf("[%v != %v] [%v != %v]", prevValue, string(kv.Value), prevIndex, Index(kv.ModRevision)), false
+		return fmt.Sprintf("[%v != %v] [%v != %v]", prevValue, string(kv.Value), prevIndex, kv.Modified()), false
 	}
 }
 
@@ -438,7 +443,7 @@ func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, 
 	}
 	p.event = Event{Action: ActionCompareAndSwap, PrevNode: s.node(ls, now)}
 	p.event.Node = l.putNode(p, s.Path, false, value)
-	p.event.Node.CreatedIndex = Index(s.File.CreateRevision)
+	p.event.Node.CreatedIndex = s.File.Created()
 	return nil
 }
 
@@ -545,7 +550,7 @@ func (p *Plan) Bind(lease int64, exp time.Time, now time.Time, leaseRecorded boo
 			p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.LeaseKey(lease), Value: expNs, WithLease: true})
 		}
 	}
-	if p.decodesByRule() {
+	if p.byRule = p.decodesByRule(); p.byRule {
 		return
 	}
 	j := Journal{Action: p.event.Action, Node: stripValue(p.event.Node), PrevNode: stripValue(p.event.PrevNode),
@@ -617,16 +622,51 @@ func (p *Plan) Lease() int64 { return p.lease }
 // Action is the v2 action the plan performs.
 func (p *Plan) Action() string { return p.event.Action }
 
+// Batchable reports whether the bound plan may share its revision with
+// other writes, each in a transaction nested in one: the revision then
+// decodes into exactly one event per write, the writes' own, in the order
+// they were applied (so each write's index is EventIndex of its place).
+// Writes without a journal record decode by rule; journaled ones (Journaled)
+// must go with journaled ones only, each putting its record at the slot of
+// its place (OpsInSlot), after its own changes. A refresh is left out (it
+// makes no event, and its answer's index would be no event's); so is an
+// in-order create (named after the revision's own index, it would get a
+// lower one in a batch, and its name would no longer be at most its
+// createdIndex).
+func (p *Plan) Batchable() bool { return !p.Refresh && !p.inOrder }
+
+// Journaled reports whether the bound plan puts a journal record.
+func (p *Plan) Journaled() bool { return !p.byRule }
+
+// OpsInSlot is the plan's operations with its journal record put at
+// JournalSlotKey(i) instead of JournalKey, for the write at place i of a
+// transaction of several journaled writes.
+func (p *Plan) OpsInSlot(i int) []Op {
+	ops := append([]Op(nil), p.Ops...)
+	for k := range ops {
+		if ops[k].Key == p.layout.JournalKey() {
+			ops[k].Key = p.layout.JournalSlotKey(i)
+		}
+	}
+	return ops
+}
+
 // Result is the v2 response of the plan committed at revision rev.
-func (p *Plan) Result(rev int64) *Event {
+func (p *Plan) Result(rev int64) *Event { return p.ResultAt(rev, Index(rev)) }
+
+// ResultAt is the v2 response of the plan committed at revision rev as the
+// event of index idx (one of several events of rev). X-Etcd-Index is idx
+// too, as v2 answers a write with the index it made: a client that resumes
+// a watch after it sees the later events of the revision.
+func (p *Plan) ResultAt(rev int64, idx uint64) *Event {
 	ev := p.event
 	n := *ev.Node
-	n.ModifiedIndex = Index(rev)
+	n.ModifiedIndex = idx
 	if n.CreatedIndex == 0 {
-		n.CreatedIndex = Index(rev)
+		n.CreatedIndex = idx
 	}
 	ev.Node = &n
-	ev.EtcdIndex = Index(rev)
+	ev.EtcdIndex = idx
 	return &ev
 }
 

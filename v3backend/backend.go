@@ -93,6 +93,11 @@ type Config struct {
 	MaxReplayRevisions int64
 	MaxReplays         int
 	ReplaySkimAfter    int64
+
+	// WriteBatch is how many concurrent v2 writes one v3 transaction may
+	// carry, each guarded on its own (1: every write alone; 0: the
+	// default).
+	WriteBatch int
 }
 
 // Defaults are the values Config's zero fields take; the command line's
@@ -108,6 +113,7 @@ var Defaults = Config{
 	RingSize:           hub.DefaultRingSize,
 	WatcherBuffer:      hub.DefaultWatcherBuffer,
 	MaxReplayRevisions: hub.DefaultMaxReplayRevisions,
+	WriteBatch:         DefaultWriteBatch,
 }
 
 func (c *Config) setDefaults() {
@@ -133,6 +139,9 @@ func (c *Config) setDefaults() {
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = d.RequestTimeout
 	}
+	if c.WriteBatch == 0 {
+		c.WriteBatch = d.WriteBatch
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -157,6 +166,7 @@ type Backend struct {
 	cur     curRev // shares the current-revision reads of watch requests
 	quorum  curRev // shares the linearizable reads of quorum GETs
 	mirror  *mirror
+	batch   batcher // sends concurrent writes that decode by rule together
 	// shared is the shared feed now open (nil between feeds), for progress
 	// requests.
 	shared atomic.Pointer[feed]
@@ -214,6 +224,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.pool = newLeasePool()
 	b.mirror = newMirror(cfg.Layout)
 	b.quorum.linearizable = true
+	b.batch = batcher{b: b, max: cfg.WriteBatch}
 	for i := range b.writeSlots {
 		b.writeSlots[i] = make(chan struct{}, 1)
 	}

@@ -91,15 +91,16 @@ func (src hubSource) History(ctx context.Context, from int64, keys []string) (hu
 // and below each of keys (a plain prefix of the key, as a v3 range can only
 // be contiguous), every directory marker (a directory's deletion or expiry
 // reaches the watchers below it and, from history, those whose key it is a
-// plain prefix of) and the journal (a bridge's delete of a directory that
-// has no marker shows only there), and whatever sorts between those.
+// plain prefix of) and the journal with its slots (a bridge's delete of a
+// directory that has no marker shows only there), and whatever sorts
+// between those.
 // Changes a full read would decode into an event for a watcher on one of
 // keys all fall inside: data keys at or below it, markers, and the journal
 // record of a bridge write, whose node names the event.
 func skimRange(l translate.Layout, keys []string) (lo, hi string) {
 	lo, hi = l.MarkerKey("/"), translate.PrefixEnd(l.MarkerKey("/"))
 	jk := l.JournalKey()
-	lo, hi = min(lo, jk), max(hi, jk+"\x00") // the journal key alone
+	lo, hi = min(lo, jk), max(hi, translate.PrefixEnd(jk)) // the journal key and its slots
 	for _, k := range keys {
 		dk := l.DataKey(k)
 		lo, hi = min(lo, dk), max(hi, translate.PrefixEnd(dk))
@@ -128,7 +129,7 @@ func (sk *skimmer) mayConcern(g []*clientv3.Event) bool {
 			}
 			continue
 		}
-		if key != sk.layout.JournalKey() || e.Type != mvccpb.PUT {
+		if !sk.layout.IsJournalKey(key) || e.Type != mvccpb.PUT {
 			continue
 		}
 		var j translate.Journal
@@ -331,11 +332,13 @@ func (f *feed) decode(g []*clientv3.Event) hub.Batch {
 	v3evs := toV3Events(g)
 	if f.shared {
 		f.b.mirror.fillPrev(v3evs)
-		f.b.mirror.apply(rev, v3evs)
 	}
 	leased := leasedKVs(v3evs)
 	evs, sweeps := f.b.decodeRevision(f.s, rev, v3evs, leased)
 	if f.shared {
+		// Applied once decoded, so the keys keep their events' indexes
+		// from the first read that sees them.
+		f.b.mirror.apply(rev, v3evs, evs)
 		for _, d := range sweeps {
 			translate.SetRemoved(evs, d, f.b.sweep(f.s, d, rev))
 		}

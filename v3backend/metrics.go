@@ -19,6 +19,8 @@ type metrics struct {
 	leaseGrants     prometheus.Counter
 	forgedJournals  prometheus.Counter
 	backendReads    prometheus.Counter
+	writeBatches    prometheus.Counter
+	batchedWrites   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,12 +47,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "v2 reads answered from the bridge's copy of its key space."}),
 		backendReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_reads_total",
 			Help: "v2 reads answered by the backend because the copy could not say (lagging or not loaded)."}),
+		writeBatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_write_batches_total",
+			Help: "v3 transactions that carried several concurrent v2 writes, each guarded on its own."}),
+		batchedWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_batched_writes_total",
+			Help: "v2 write attempts sent in a transaction with others (v2bridge_write_batches_total counts the transactions)."}),
 		v3Watches: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_v3_watches",
 			Help: "etcd v3 watches open on behalf of v2 watchers."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.recoverSeconds, m.detectSeconds,
-			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals, m.leaseGrants)
+			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals, m.leaseGrants,
+			m.writeBatches, m.batchedWrites)
 	}
 	return m
 }

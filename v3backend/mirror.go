@@ -109,8 +109,12 @@ func (m *mirror) load(ctx context.Context, cli *clientv3.Client) (int64, error) 
 	return rev, nil
 }
 
-// apply brings the mirror to revision rev with that revision's events.
-func (m *mirror) apply(rev int64, evs []translate.V3Event) {
+// apply brings the mirror to revision rev with that revision's events;
+// decoded are the v2 events they make, whose indexes the keys keep where
+// the revision holds several (so a read shows a key's modifiedIndex as its
+// event did, and as the write that made it answered).
+func (m *mirror) apply(rev int64, evs []translate.V3Event, decoded []*translate.Event) {
+	idx := m.eventIndexes(rev, decoded)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if rev <= m.rev {
@@ -125,15 +129,56 @@ func (m *mirror) apply(rev int64, evs []translate.V3Event) {
 		}
 		if e.Delete {
 			m.kvs.Delete(&translate.KV{Key: e.KV.Key})
-		} else {
-			kv := e.KV
-			m.kvs.ReplaceOrInsert(&kv)
+			continue
+		}
+		kv := e.KV
+		if i, ok := idx[kv.Key]; ok {
+			kv.ModIndex = i
+			if kv.CreateRevision == rev {
+				kv.CreateIndex = i
+			}
+		}
+		if old, ok := m.kvs.ReplaceOrInsert(&kv); ok && old.CreateRevision == kv.CreateRevision && kv.CreateIndex == 0 {
+			kv.CreateIndex = old.CreateIndex
 		}
 	}
 	if rev > m.rev {
 		m.rev = rev
 		m.signalLocked()
 	}
+}
+
+// eventIndexes maps the keys of the decoded events of revision rev that did
+// not get the revision's own index to the index they got (nil when every
+// event has the revision's index: a revision with one event).
+func (m *mirror) eventIndexes(rev int64, decoded []*translate.Event) map[string]uint64 {
+	var idx map[string]uint64
+	for _, ev := range decoded {
+		if ev.Node == nil || ev.Node.ModifiedIndex == translate.Index(rev) {
+			continue
+		}
+		if idx == nil {
+			idx = make(map[string]uint64, len(decoded))
+		}
+		i, p := ev.Node.ModifiedIndex, ev.Node.Key
+		if ev.Node.Dir {
+			idx[m.layout.MarkerKey(p)] = i
+		} else {
+			idx[m.layout.DataKey(p)] = i
+		}
+		// The directories a write creates above its node take its index,
+		// as in v2 (apply uses only the keys the revision wrote). Two
+		// writes of one revision never create the same directory: it is
+		// one write's key, the other's guard.
+		for j := len(p) - 1; j > 0; j-- {
+			if p[j] == '/' {
+				if k := m.layout.MarkerKey(p[:j]); idx[k] == 0 {
+					idx[k] = i
+				}
+			}
+		}
+	}
+	return idx
 }
 
 // fillPrev sets each event's previous value from the mirror, which holds the

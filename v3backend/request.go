@@ -293,30 +293,44 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 			b.leases.put(int64(lease), exp)
 		}
 		plan.Bind(int64(lease), exp, now, recorded)
-		resp, err := s.cli.Txn(ctx).If(toCmps(plan.Cmps)...).Then(toOps(plan.Ops, lease)...).Commit()
-		if err != nil && lease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		w := newBatchWrite(plan, lease)
+		if plan.Batchable() && b.batch.max > 1 {
+			b.batch.commit(ctx, s, w)
+			if errors.Is(w.err, errBatchRefused) {
+				w = newBatchWrite(plan, lease)
+				b.batch.sendAlone(ctx, s, w)
+			}
+		} else {
+			b.batch.sendAlone(ctx, s, w)
+		}
+		if w.err != nil && lease != 0 && errors.Is(w.err, rpctypes.ErrLeaseNotFound) {
 			// The shared lease is gone (revoked by someone else): the
 			// next attempt takes a new one.
 			b.pool.forget(plan.TTL, lease)
 			continue
 		}
-		if err != nil {
-			return nil, err
+		if w.err != nil {
+			return nil, w.err
 		}
-		if !resp.Succeeded {
-			b.metrics.writeRetries.Inc()
-			// Back off a little so contending bridges do not lock-step.
-			time.Sleep(time.Duration(rand.IntN(1+attempt)) * time.Millisecond)
+		if !w.succeeded {
+			b.conflict(attempt)
 			continue
 		}
-		b.noteHeader(resp.Header)
-		b.noteAcked(plan.Ops, resp.Header.Revision)
+		b.noteHeader(w.header)
+		b.noteAcked(plan.Ops, w.rev)
 		if lease != 0 && !recorded {
 			b.pool.recorded(plan.TTL, lease)
 		}
-		return plan.Result(resp.Header.Revision), nil
+		return plan.ResultAt(w.rev, translate.EventIndex(w.rev, w.pos, w.n)), nil
 	}
 	return nil, errors.New("v2bridge: write gave up after too many conflicting concurrent writes")
+}
+
+// conflict counts a write whose guards failed and backs off a little, so
+// contending bridges do not lock-step.
+func (b *Backend) conflict(attempt int) {
+	b.metrics.writeRetries.Inc()
+	time.Sleep(time.Duration(rand.IntN(1+attempt)) * time.Millisecond)
 }
 
 // toCmps builds the v3 compares (as clientv3.Compare would, without boxing

@@ -32,7 +32,8 @@ func TestSkimRangeHoldsWhatMayConcernTheKeys(t *testing.T) {
 			t.Errorf("data prefix %q: skim range [%q, %q) is not within the watch range [%q, %q)", dp, lo, hi, wlo, whi)
 		}
 		for _, k := range []string{l.DataKey("/m/n"), l.DataKey("/m/n/o/p"), l.DataKey("/p"), l.DataKey("/p/q"),
-			l.MarkerKey("/m"), l.MarkerKey("/m/n/o"), l.MarkerKey("/a"), l.MarkerKey("/z"), l.JournalKey()} {
+			l.MarkerKey("/m"), l.MarkerKey("/m/n/o"), l.MarkerKey("/a"), l.MarkerKey("/z"), l.JournalKey(),
+			l.JournalSlotKey(3)} {
 			if !in(k) {
 				t.Errorf("data prefix %q: %q is outside the skim range [%q, %q)", dp, k, lo, hi)
 			}

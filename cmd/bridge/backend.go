@@ -23,7 +23,7 @@ func backendConfig(c *config, endpoints []string, layout translate.Layout) (v3ba
 		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout, HeartbeatFailures: c.heartbeatFailures,
 		RequestTimeout: c.requestTimeout, AutoSyncInterval: c.autoSyncInterval,
 		RingSize: c.watchHistoryEvents, MaxReplayRevisions: c.watchReplayMaxRevisions,
-		Layout: layout,
+		WriteBatch: c.writeBatch, Layout: layout,
 	}
 	if c.user != "" {
 		if !strings.Contains(c.user, ":") {

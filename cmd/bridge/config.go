@@ -46,6 +46,7 @@ type config struct {
 	watchHistoryEvents      int
 	watchDetach             bool
 	watchReplayMaxRevisions int64
+	writeBatch              int
 	httpIdleTimeout         time.Duration
 	httpBodyReadTimeout     time.Duration
 	maxConnections          int
@@ -138,6 +139,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.heartbeatTimeout, "heartbeat-timeout", d.HeartbeatTimeout, "deadline of one heartbeat")
 	fs.IntVar(&c.heartbeatFailures, "heartbeat-failures", d.HeartbeatFailures, "missed heartbeats in a row that declare the backend lost")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", d.RequestTimeout, "deadline of every backend call made for a v2 request (of every request forwarded to a --v2-upstream but watches)")
+	fs.IntVar(&c.writeBatch, "write-batch", d.WriteBatch, "concurrent v2 writes one v3 transaction may carry, each guarded on its own (1: every write in a transaction of its own)")
 	fs.DurationVar(&c.autoSyncInterval, "endpoints-auto-sync-interval", 0, "refresh the backend endpoints from the cluster's member list at this interval (0: never)")
 	fs.StringVar(&c.discoverySRV, "discovery-srv", "", "domain whose DNS SRV records (_etcd-client-ssl._tcp, _etcd-client._tcp) list the backend endpoints")
 	fs.StringVar(&c.discoverySRVName, "discovery-srv-name", "", "suffix of the SRV service name, as etcd's --discovery-srv-name")
@@ -320,6 +322,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("--tls-min-version %q: want TLS1.2 or TLS1.3", c.tlsMinVersion)
 	case c.logFormat != "json" && c.logFormat != "console":
 		return fmt.Errorf("--log-format %q: want json or console", c.logFormat)
+	case c.writeBatch < 1 || c.writeBatch > 128:
+		return fmt.Errorf("--write-batch %d: want 1 to 128 (etcd's default --max-txn-ops)", c.writeBatch)
 	}
 	if err := c.checkShadow(); err != nil {
 		return err

@@ -443,10 +443,11 @@ func header(cfg *config, elapsed time.Duration) string {
 			"GET = Get (serializable; quorum = linearizable), CAS = Txn(mod revision) with Else(Get), recursive GET = "+
 			"prefix Get, TTL create = Grant + create-if-absent Txn with the lease, refresh = KeepAliveOnce. "+
 			"ttl-cycle: each client creates a key with prevExist=false&ttl=60, renews it 4 times with "+
-			"prevIndex&ttl=60, then moves on to a new key. The two -bridge-txn rows (direct systems only) are bounds: "+
-			"clientv3 itself sending the transactions a bridge sends for put-64 (the guarded put) and for ttl-cycle-64 "+
-			"(the guarded put with a shared lease and the journal record), so etcd's cost of the bridge's protocol, "+
-			"with no bridge in the way. One process per server for the whole section, shared where the "+
+			"prevIndex&ttl=60, then moves on to a new key. The -bridge-txn rows (direct systems only) are bounds "+
+			"of a transaction per write: clientv3 itself sending, one transaction per write, the transactions a bridge "+
+			"sends for put-seq and put-64 (the guarded put) and for ttl-cycle-64 (the guarded put with a shared lease and the "+
+			"journal record), so etcd's cost of the bridge's protocol with no bridge in the way, had each write a "+
+			"transaction of its own (the bridge sends concurrent writes together, each guarded on its own, and can pass them). One process per server for the whole section, shared where the "+
 			"comparison needs it: v2bridge and direct-v3 use the one bridge child's embedded member; etcd v2, "+
 			"direct-v3-ext, v2bridge-ext and v2bridge-passthrough use one etcd 3.5 process (its v2 store, its v3 API "+
 			"directly, its v3 API through the bridge child, its v2 store through the passthrough child), in disjoint "+
