@@ -480,3 +480,71 @@ func TestNewFailsWithoutAnAnsweringEndpoint(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// TestAWriteErrorSeesWritesMadeElsewhere: a v2 error is an answer about the
+// present, as v2's leader gave it: decided on a copy of the key space that
+// has not yet seen a write made by another client (here the copy's feed is
+// held), it is checked against a linearizable read first, and the write
+// goes through.
+func TestAWriteErrorSeesWritesMadeElsewhere(t *testing.T) {
+	ep := startMember(t, nil)
+	var gate sync.RWMutex // held for writing: the bridge's watch receives nothing
+	b := newBackendWith(t, ep, func(c *Config) {
+		c.DialOptions = []grpc.DialOption{grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc,
+			cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || method != "/etcdserverpb.Watch/Watch" {
+				return cs, err
+			}
+			return gatedStream{cs, &gate}, nil
+		})}
+	})
+	other, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := context.Background()
+	gate.Lock()
+	held := true
+	defer func() {
+		if held {
+			gate.Unlock()
+		}
+	}()
+	if _, err := other.Put(ctx, "/elsewhere", "1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method string
+		form   url.Values
+	}{
+		{"PUT", url.Values{"value": {"2"}, "prevExist": {"true"}}}, // 100 on the copy
+		{"PUT", url.Values{"value": {"3"}, "prevValue": {"2"}}},    // 101 on the copy
+	} {
+		if _, _, err := b.Write(ctx, request(t, tc.method, "/elsewhere", tc.form)); err != nil {
+			t.Fatalf("%s %v on a key written elsewhere: %v", tc.method, tc.form, err)
+		}
+	}
+	gate.Unlock()
+	held = false
+	// An error that the present confirms stands.
+	var terr *translate.Error
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/elsewhere", url.Values{"value": {"4"}, "prevValue": {"2"}})); !errors.As(err, &terr) ||
+		terr.Code != translate.EcodeTestFailed {
+		t.Fatalf("compare-and-swap on a stale value: %v, want 101", err)
+	}
+}
+
+// gatedStream receives only while its gate can be read-locked.
+type gatedStream struct {
+	grpc.ClientStream
+	gate *sync.RWMutex
+}
+
+func (g gatedStream) RecvMsg(m any) error {
+	err := g.ClientStream.RecvMsg(m)
+	g.gate.RLock()
+	g.gate.RUnlock()
+	return err
+}

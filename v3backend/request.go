@@ -216,20 +216,54 @@ func (b *Backend) Write(ctx context.Context, r *translate.Request) (*translate.E
 	// turns: they would only conflict with each other and retry. Writes
 	// through other bridges still meet the guarded transaction.
 	slot := b.writeSlots[recentSlot(r.Path)%len(b.writeSlots)]
-	select {
-	case slot <- struct{}{}:
-	case <-ctx.Done():
-		return nil, b.Meta(), b.mapErr(s, ctx.Err())
+	var present int64 // a revision the decision must include (0: this bridge's own writes)
+	for {
+		select {
+		case slot <- struct{}{}:
+		case <-ctx.Done():
+			return nil, b.Meta(), b.mapErr(s, ctx.Err())
+		}
+		ev, err := b.write(ctx, s, r, present)
+		<-slot
+		var early *earlyError
+		if !errors.As(err, &early) {
+			return ev, b.Meta(), b.mapErr(s, err)
+		}
+		// A v2 error decided on a copy that may trail writes made
+		// through other bridges or by v3 clients: a committed write
+		// would only fail its guards, but an error commits nothing. So
+		// it stands only once the decision has seen every write
+		// committed before it was made, learnt by a linearizable read
+		// (shared with concurrent ones, and made without holding the
+		// path's turn, which the writes that would win need).
+		resp, qerr := b.quorum.get(ctx, b, s)
+		if qerr != nil {
+			return nil, b.Meta(), b.mapErr(s, qerr)
+		}
+		b.noteHeader(resp.Header)
+		if resp.Header.Revision <= early.rev {
+			return nil, b.Meta(), early.err
+		}
+		present = resp.Header.Revision
 	}
-	ev, err := b.write(ctx, s, r)
-	<-slot
-	return ev, b.Meta(), b.mapErr(s, err)
 }
+
+// earlyError is a v2 error decided on a snapshot at revision rev without a
+// linearizable read before it.
+type earlyError struct {
+	err *translate.Error
+	rev int64
+}
+
+func (e *earlyError) Error() string { return e.err.Error() }
 
 const maxWriteAttempts = 64
 
-func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (*translate.Event, error) {
-	need := b.recentAt(r.Path)
+// write decides and commits r; present > 0 is a revision the decision must
+// include (a linearizable read's), and a v2 error decided without one comes
+// back as an earlyError.
+func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, present int64) (*translate.Event, error) {
+	need := max(b.recentAt(r.Path), present)
 	if r.Method == "POST" {
 		// An in-order name is the decision's revision + 1: on a copy with
 		// every acknowledged write it is the created index, as in v2,
@@ -272,7 +306,10 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request) (
 				attempt--
 				continue
 			}
-			return nil, verr
+			if present == 0 {
+				return nil, &earlyError{err: verr, rev: snap.Rev}
+			}
+			return nil, verr // decided on a copy that waited for present (at most mirrorWait)
 		}
 		var lease clientv3.LeaseID
 		var exp time.Time
