@@ -387,8 +387,9 @@ func (dc *detachedConn) readLoop() {
 	}
 }
 
-// rawBufs are the buffers of direct reads.
-var rawBufs = sync.Pool{New: func() any { b := make([]byte, detachedHeadMax); return &b }}
+// rawBufs are the buffers of direct reads: a re-watch's head is a few
+// hundred bytes, a larger one is read on with a reader of detachedHeadMax.
+var rawBufs = sync.Pool{New: func() any { b := make([]byte, 1024); return &b }}
 
 var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, detachedHeadMax) }}
 

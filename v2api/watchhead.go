@@ -51,9 +51,14 @@ func parseWatchHead(head []byte) *http.Request {
 	if hdr == nil {
 		return nil
 	}
-	return &http.Request{
+	// The request and its URL in one allocation.
+	r := &struct {
+		req http.Request
+		u   url.URL
+	}{u: url.URL{Path: p, RawQuery: rawQuery}}
+	r.req = http.Request{
 		Method:     http.MethodGet,
-		URL:        &url.URL{Path: p, RawQuery: rawQuery},
+		URL:        &r.u,
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1,
 		ProtoMinor: 1,
@@ -64,6 +69,7 @@ func parseWatchHead(head []byte) *http.Request {
 		PostForm:   url.Values{},
 		RequestURI: target,
 	}
+	return &r.req
 }
 
 // headerFields parses the header lines of a head (each ending in CRLF) into
