@@ -13,6 +13,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -56,6 +57,9 @@ const (
 	// detachedHeadMax is the largest request head a detached connection
 	// reads itself; a larger one goes back to net/http.
 	detachedHeadMax = 4096
+	// headDelay is the longest the head of a waiting watch is held back
+	// for its event to go out with it, in one write (see flushHeads).
+	headDelay = 10 * time.Millisecond
 )
 
 // HomeConfig configures a Home.
@@ -85,7 +89,7 @@ type Home struct {
 	back     chan net.Conn // connections handed back to net/http
 	done     chan struct{} // closed by Close
 	once     sync.Once
-	wg       sync.WaitGroup // the accept goroutine, every detached reader and waiter
+	wg       sync.WaitGroup // the accept goroutine, every detached reader and waiter, the head flusher
 
 	waiting atomic.Int64               // watches waiting on detached connections
 	date    atomic.Pointer[cachedDate] // the Date header of this second
@@ -93,6 +97,10 @@ type Home struct {
 	mu     sync.Mutex // guards conns and closed
 	conns  map[*detachedConn]struct{}
 	closed bool
+
+	hmu      sync.Mutex      // guards heads and flushing
+	heads    []*detachedConn // connections whose waiting watch's head may still be unwritten
+	flushing bool            // the head flusher runs (and will see heads)
 }
 
 type accepted struct {
@@ -226,6 +234,9 @@ type detachedConn struct {
 	mu    sync.Mutex
 	w     Watch // the watch waiting on the connection; nil between watches
 	extra bool  // the client sent bytes while a watch waited
+	// head is what is still unwritten of the waiting watch's head, when
+	// its writing is left to the head flusher (nil: written, or none).
+	head []byte
 }
 
 // Read feeds the request reader: what the reader's read got, then the
@@ -705,6 +716,85 @@ func (w *detachedWriter) startWaiter() {
 	go w.dc.answer(w.wa, w, w.ends)
 }
 
+// deferHead leaves the head of dc's waiting watch to the head flusher,
+// which it starts if it is not running. The caller is a waiter, counted in
+// wg.
+func (h *Home) deferHead(dc *detachedConn) {
+	h.hmu.Lock()
+	h.heads = append(h.heads, dc)
+	start := !h.flushing
+	h.flushing = true
+	if start {
+		h.wg.Add(1)
+	}
+	h.hmu.Unlock()
+	if start {
+		go h.flushHeads()
+	}
+}
+
+// flushHeads writes, every headDelay, the heads of the waiting watches that
+// still have theirs to write, and ends when none is left or the Home
+// closes (the waiters then write them with the empty end).
+//
+// v2 sends a waiting watch's head at once, so that the client knows its
+// watch is registered; and a busy watcher's event often comes a few
+// milliseconds after its re-watch. Holding the head back that long lets
+// the answer carry it, one write instead of two; one goroutine for all the
+// heads keeps that free of a timer per watch.
+func (h *Home) flushHeads() {
+	defer h.wg.Done()
+	t := time.NewTimer(headDelay)
+	defer t.Stop()
+	var batch []*detachedConn
+	for {
+		select {
+		case <-t.C:
+		case <-h.done:
+			h.hmu.Lock()
+			h.heads, h.flushing = nil, false
+			h.hmu.Unlock()
+			return
+		}
+		h.hmu.Lock()
+		batch, h.heads = h.heads, batch[:0]
+		if len(batch) == 0 {
+			h.flushing = false
+			h.hmu.Unlock()
+			return
+		}
+		h.hmu.Unlock()
+		for i, dc := range batch {
+			dc.flushHead()
+			batch[i] = nil
+		}
+		t.Reset(headDelay)
+	}
+}
+
+// flushHead writes what it can of the head of dc's waiting watch without
+// waiting (a client that does not read holds up no other); the answer
+// writes the rest.
+func (dc *detachedConn) flushHead() {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	if dc.head == nil {
+		return
+	}
+	n, err := dc.writeNow(dc.head)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The deadline of an earlier write, which a write that does not
+		// wait has no use for.
+		_ = dc.c.SetWriteDeadline(time.Time{})
+		n, _ = dc.writeNow(dc.head)
+	}
+	if n == len(dc.head) {
+		dc.head = nil
+	} else {
+		dc.head = dc.head[n:]
+	}
+}
+
 // answer waits for wa's event or end and writes it, then leaves the
 // connection to the reader for the next request (or closes it). w holds the
 // head, not written yet.
@@ -719,13 +809,22 @@ func (dc *detachedConn) answer(wa Watch, w *detachedWriter, ends []func(bytes in
 	}()
 	defer w.release()
 	var ev *translate.Event
+	deferred := false // the head was left to the flusher
 	select {
-	case ev = <-wa.Events():
+	case ev = <-wa.Events(): // there already: the head goes out with it
 	default:
-		// Nothing to send yet: the head goes out now, so that the client
-		// sees its watch registered.
-		w.write(w.out)
-		w.out = w.out[:0]
+		if dc.rc != nil {
+			// The flusher writes the head within headDelay, unless the
+			// answer takes it first.
+			deferred = true
+			dc.mu.Lock()
+			dc.head = w.out
+			dc.mu.Unlock()
+			dc.h.deferHead(dc)
+		} else {
+			w.write(w.out)
+			w.out = w.out[:0]
+		}
 		select {
 		case ev = <-wa.Events():
 		case <-wa.Done():
@@ -744,6 +843,15 @@ func (dc *detachedConn) answer(wa Watch, w *detachedWriter, ends []func(bytes in
 	dc.h.waiting.Add(-1)
 	dc.mu.Lock()
 	dc.w = nil
+	// What goes out: the head if it is still unwritten (or what of it the
+	// flusher could not write), the event, the end.
+	out := w.out
+	switch {
+	case dc.head != nil:
+		out, dc.head = dc.head, nil
+	case deferred:
+		out = w.out[:0]
+	}
 	select {
 	case <-dc.gone: // the reader stopped, maybe as the event came
 		gone = true
@@ -751,7 +859,7 @@ func (dc *detachedConn) answer(wa Watch, w *detachedWriter, ends []func(bytes in
 	}
 	answered := false
 	if w.err == nil && (!gone || dc.extra) {
-		w.write(append(appendChunk(w.out, body), "0\r\n\r\n"...))
+		w.write(append(appendChunk(out, body), "0\r\n\r\n"...))
 		answered = w.err == nil
 	}
 	closing := false

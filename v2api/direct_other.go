@@ -17,3 +17,7 @@ func directReader(net.Conn) syscall.RawConn { return nil }
 func (dc *detachedConn) readReady() (*[]byte, []byte, error) {
 	return nil, nil, errors.New("direct reads are not supported on this system")
 }
+
+func (dc *detachedConn) writeNow([]byte) (int, error) {
+	return 0, errors.New("direct writes are not supported on this system")
+}

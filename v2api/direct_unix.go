@@ -56,3 +56,22 @@ func (dc *detachedConn) readReady() (*[]byte, []byte, error) {
 	}
 	return buf, (*buf)[:n], err
 }
+
+// writeNow writes what of b the connection takes without waiting, and
+// returns how much that was.
+func (dc *detachedConn) writeNow(b []byte) (int, error) {
+	var n int
+	var werr error
+	err := dc.rc.Write(func(fd uintptr) bool {
+		for {
+			n, werr = syscall.Write(int(fd), b)
+			if werr != syscall.EINTR {
+				return true
+			}
+		}
+	})
+	if err == nil {
+		err = werr
+	}
+	return max(n, 0), err
+}
