@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/v2bridge/v2bridge/translate"
@@ -217,10 +216,11 @@ func (h *Home) handBack(c net.Conn) {
 type detachedConn struct {
 	h *Home
 	c net.Conn
-	// rc reads c's descriptor directly (nil when c has none to offer: TLS,
-	// a wrapper that hides it): the reader waits for the next request with
-	// no buffer, then reads all that came in one system call.
-	rc     syscall.RawConn
+	// direct reads and writes c's descriptor (nil when c has none to
+	// offer: TLS, a wrapper that hides it): the reader waits for the next
+	// request with no buffer, then reads all that came in one system call;
+	// the head flusher writes without waiting.
+	direct *directIO
 	remote string // c's remote address, for the requests read on it
 	// gone is closed when the reader stops while a watch waits: the client
 	// closed the connection or sent a request behind the watch (extra).
@@ -317,7 +317,7 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, wa Watch) bool {
 	_ = c.SetDeadline(time.Time{}) // the server's request deadlines, if any
 	extra := rw.Reader.Buffered() > 0
 	dc := &detachedConn{h: h, c: c, remote: r.RemoteAddr, gone: make(chan struct{}), extra: extra}
-	dc.rc = directReader(c)
+	dc.direct = newDirectIO(c)
 	if extra {
 		// net/http has read a request behind the watch already: the watch
 		// ends at once, as when the reader finds one (readLoop), and no
@@ -359,8 +359,8 @@ func (dc *detachedConn) readLoop() {
 		var buf *[]byte // a pooled buffer holding in, from a direct read
 		var in []byte
 		var err error
-		if dc.rc != nil {
-			buf, in, err = dc.readReady()
+		if dc.direct != nil {
+			buf, in, err = dc.direct.readReady()
 		} else {
 			// One byte: no buffer is held while the watch waits.
 			var n int
@@ -568,7 +568,12 @@ func (w *detachedWriter) release() {
 	if !w.reader {
 		return
 	}
-	clear(w.hdr)
+	if len(w.hdr) > 16 {
+		clear(w.hdr)
+	}
+	for k, vs := range w.hdr { // keys and slices kept for the next answer's setHeader
+		w.hdr[k] = vs[:0]
+	}
 	w.dc, w.code, w.flushed, w.waiting, w.err, w.wa, w.ends = nil, 0, false, false, nil, nil, nil
 	if cap(w.body) > 64<<10 || cap(w.out) > 64<<10 { // a large answer's buffers are not kept
 		w.body, w.out = nil, nil
@@ -781,12 +786,12 @@ func (dc *detachedConn) flushHead() {
 	if dc.head == nil {
 		return
 	}
-	n, err := dc.writeNow(dc.head)
+	n, err := dc.direct.writeNow(dc.head)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// The deadline of an earlier write, which a write that does not
 		// wait has no use for.
 		_ = dc.c.SetWriteDeadline(time.Time{})
-		n, _ = dc.writeNow(dc.head)
+		n, _ = dc.direct.writeNow(dc.head)
 	}
 	if n == len(dc.head) {
 		dc.head = nil
@@ -813,7 +818,7 @@ func (dc *detachedConn) answer(wa Watch, w *detachedWriter, ends []func(bytes in
 	select {
 	case ev = <-wa.Events(): // there already: the head goes out with it
 	default:
-		if dc.rc != nil {
+		if dc.direct != nil {
 			// The flusher writes the head within headDelay, unless the
 			// answer takes it first.
 			deferred = true

@@ -7,17 +7,16 @@ package v2api
 import (
 	"errors"
 	"net"
-	"syscall"
 )
 
-// directReader: only Unix sockets are read directly; the reader reads
-// through the connection elsewhere.
-func directReader(net.Conn) syscall.RawConn { return nil }
+// directIO: only Unix sockets are read and written directly; elsewhere the
+// reader reads through the connection, and heads go out at once.
+type directIO struct{}
 
-func (dc *detachedConn) readReady() (*[]byte, []byte, error) {
-	return nil, nil, errors.New("direct reads are not supported on this system")
-}
+func newDirectIO(net.Conn) *directIO { return nil }
 
-func (dc *detachedConn) writeNow([]byte) (int, error) {
-	return 0, errors.New("direct writes are not supported on this system")
-}
+var errNoDirectIO = errors.New("direct reads and writes are not supported on this system")
+
+func (*directIO) readReady() (*[]byte, []byte, error) { return nil, nil, errNoDirectIO }
+
+func (*directIO) writeNow([]byte) (int, error) { return 0, errNoDirectIO }

@@ -9,9 +9,30 @@ import (
 	"syscall"
 )
 
-// directReader is c's descriptor when the reader may read it directly: c is
-// a plain socket (TCP, Unix), not TLS or a wrapper that hides it.
-func directReader(c net.Conn) syscall.RawConn {
+// directIO reads and writes a plain socket's descriptor directly. Its
+// callbacks are made once per connection: one made per call would be an
+// allocation per request.
+type directIO struct {
+	rc syscall.RawConn
+
+	// The reader's: readFn reads into rbuf (taken from rawBufs only once
+	// there is something to read), rn and rerr are what it got.
+	readFn func(fd uintptr) bool
+	rbuf   *[]byte
+	rn     int
+	rerr   error
+
+	// The head flusher's (under detachedConn.mu): writeFn writes wb
+	// without waiting, wn and werr are what it did.
+	writeFn func(fd uintptr) bool
+	wb      []byte
+	wn      int
+	werr    error
+}
+
+// newDirectIO returns c's direct reader and writer when c is a plain socket
+// (TCP, Unix), not TLS or a wrapper that hides it; nil otherwise.
+func newDirectIO(c net.Conn) *directIO {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil
@@ -20,34 +41,47 @@ func directReader(c net.Conn) syscall.RawConn {
 	if err != nil {
 		return nil
 	}
-	return rc
+	d := &directIO{rc: rc}
+	d.readFn = d.read
+	d.writeFn = d.write
+	return d
+}
+
+func (d *directIO) read(fd uintptr) bool {
+	d.rbuf = rawBufs.Get().(*[]byte)
+	for {
+		d.rn, d.rerr = syscall.Read(int(fd), *d.rbuf)
+		if d.rerr != syscall.EINTR {
+			break
+		}
+	}
+	if d.rerr == syscall.EAGAIN { // nothing yet: wait, holding no buffer
+		rawBufs.Put(d.rbuf)
+		d.rbuf = nil
+		return false
+	}
+	return true
+}
+
+func (d *directIO) write(fd uintptr) bool {
+	for {
+		d.wn, d.werr = syscall.Write(int(fd), d.wb)
+		if d.werr != syscall.EINTR {
+			return true
+		}
+	}
 }
 
 // readReady waits until the connection has something to read and reads what
 // has come (nothing, with the client gone) into a buffer from rawBufs, taken
 // only once there is something to read: a waiting reader holds no buffer.
-func (dc *detachedConn) readReady() (*[]byte, []byte, error) {
-	var buf *[]byte
-	var n int
-	var rerr error
-	err := dc.rc.Read(func(fd uintptr) bool {
-		buf = rawBufs.Get().(*[]byte)
-		for {
-			n, rerr = syscall.Read(int(fd), *buf)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN { // nothing yet: wait, holding no buffer
-			rawBufs.Put(buf)
-			buf = nil
-			return false
-		}
-		return true
-	})
+func (d *directIO) readReady() (*[]byte, []byte, error) {
+	err := d.rc.Read(d.readFn)
 	if err == nil {
-		err = rerr
+		err = d.rerr
 	}
+	buf, n := d.rbuf, d.rn
+	d.rbuf, d.rerr = nil, nil
 	if err != nil || n < 0 {
 		n = 0
 	}
@@ -59,19 +93,13 @@ func (dc *detachedConn) readReady() (*[]byte, []byte, error) {
 
 // writeNow writes what of b the connection takes without waiting, and
 // returns how much that was.
-func (dc *detachedConn) writeNow(b []byte) (int, error) {
-	var n int
-	var werr error
-	err := dc.rc.Write(func(fd uintptr) bool {
-		for {
-			n, werr = syscall.Write(int(fd), b)
-			if werr != syscall.EINTR {
-				return true
-			}
-		}
-	})
+func (d *directIO) writeNow(b []byte) (int, error) {
+	d.wb = b
+	err := d.rc.Write(d.writeFn)
 	if err == nil {
-		err = werr
+		err = d.werr
 	}
+	n := d.wn
+	d.wb, d.wn, d.werr = nil, 0, nil
 	return max(n, 0), err
 }
