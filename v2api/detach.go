@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/v2bridge/v2bridge/translate"
@@ -626,8 +627,20 @@ func (w *detachedWriter) write(b []byte) {
 	w.err = w.dc.write(b)
 }
 
-// write writes b within detachWriteTimeout.
+// write writes b within detachWriteTimeout. An answer nearly always fits
+// in the socket's buffer at once: a direct write that does not wait needs
+// no deadline set (a timer each); what it leaves is written under one.
 func (dc *detachedConn) write(b []byte) error {
+	if dc.direct != nil {
+		n, err := dc.direct.writeNow(b)
+		if n == len(b) {
+			return nil
+		}
+		if err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		b = b[n:]
+	}
 	_ = dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
 	_, err := dc.c.Write(b)
 	return err

@@ -255,3 +255,45 @@ func TestClosingTheHomeAnswersAWatchWhoseHeadIsHeldBack(t *testing.T) {
 	}
 	w.waitCancelled(t)
 }
+
+// An answer larger than the socket takes at once is written whole, to a
+// client that reads it only later: what the write that does not wait
+// leaves goes out under the write deadline.
+func TestLargeAnswerToASlowReaderIsWrittenWhole(t *testing.T) {
+	big := strings.Repeat("v", 8<<20)
+	for _, ready := range []bool{false, true} { // answered by the waiter, or at once by the reader
+		t.Run(fmt.Sprintf("event there at once %v", ready), func(t *testing.T) {
+			var watches []*fakeWatch
+			base, home := homeServer(t, &fakeStore{newWatch: func() *fakeWatch {
+				w := newFakeWatch(5, 1)
+				if ready && len(watches) > 0 {
+					w.events <- encoded(watchEvent("set", "/dir/a", big, 7))
+				}
+				watches = append(watches, w)
+				return w
+			}}, false)
+			c, br := rawConn(t, base)
+			watch := "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"
+			if _, err := io.WriteString(c, watch); err != nil {
+				t.Fatal(err)
+			}
+			waitDetached(t, home, 1)
+			if !ready {
+				watches[0].events <- encoded(watchEvent("set", "/dir/a", big, 7))
+			} else {
+				watches[0].end()
+				if code, _, _ := readAnswer(t, br); code != 200 {
+					t.Fatalf("first watch: %d", code)
+				}
+				if _, err := io.WriteString(c, watch); err != nil { // read by the detached reader
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(50 * time.Millisecond) // the socket's buffers fill up
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if code, _, body := readAnswer(t, br); code != 200 || !strings.Contains(body, big) {
+				t.Fatalf("answer %d, %d bytes", code, len(body))
+			}
+		})
+	}
+}

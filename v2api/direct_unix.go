@@ -6,6 +6,7 @@ package v2api
 
 import (
 	"net"
+	"sync"
 	"syscall"
 )
 
@@ -22,8 +23,8 @@ type directIO struct {
 	rn     int
 	rerr   error
 
-	// The head flusher's (under detachedConn.mu): writeFn writes wb
-	// without waiting, wn and werr are what it did.
+	// writeFn writes wb without waiting; wn and werr are what it did.
+	wmu     sync.Mutex // guards wb, wn and werr: one direct write at a time
 	writeFn func(fd uintptr) bool
 	wb      []byte
 	wn      int
@@ -94,6 +95,8 @@ func (d *directIO) readReady() (*[]byte, []byte, error) {
 // writeNow writes what of b the connection takes without waiting, and
 // returns how much that was.
 func (d *directIO) writeNow(b []byte) (int, error) {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
 	d.wb = b
 	err := d.rc.Write(d.writeFn)
 	if err == nil {
