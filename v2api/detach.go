@@ -235,9 +235,12 @@ type detachedConn struct {
 	mu    sync.Mutex
 	w     Watch // the watch waiting on the connection; nil between watches
 	extra bool  // the client sent bytes while a watch waited
-	// head is what is still unwritten of the waiting watch's head, when
-	// its writing is left to the head flusher (nil: written, or none).
-	head []byte
+	// head holds the waiting watch's head, from headOff on still to be
+	// written, when its writing is left to the head flusher (nil: written,
+	// or none). Whoever has it (the flusher that writes it all, or the
+	// waiter) puts it back to answerBufs.
+	head    *[]byte
+	headOff int
 }
 
 // Read feeds the request reader: what the reader's read got, then the
@@ -728,10 +731,26 @@ func (w *detachedWriter) wait(wa Watch, ends []func(bytes int, gone bool)) {
 	dc.h.waiting.Add(1)
 }
 
-// startWaiter starts the goroutine that answers the watch wait left.
+// startWaiter starts the goroutine that answers the watch wait left,
+// with a copy of the head: the writer (its header, its buffers) is done
+// with, not kept as long as the watch waits.
 func (w *detachedWriter) startWaiter() {
-	w.dc.h.wg.Add(1)
-	go w.dc.answer(w.wa, w, w.ends)
+	dc, wa, ends := w.dc, w.wa, w.ends
+	head := answerBufs.Get().(*[]byte)
+	*head = append((*head)[:0], w.out...)
+	w.release()
+	dc.h.wg.Add(1)
+	go dc.answer(wa, head, ends)
+}
+
+// answerBufs recycles the buffers of waiting watches' heads and answers.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func putAnswerBuf(b *[]byte) {
+	if cap(*b) <= 64<<10 { // a large answer's buffer is not kept
+		*b = (*b)[:0]
+		answerBufs.Put(b)
+	}
 }
 
 // deferHead leaves the head of dc's waiting watch to the head flusher,
@@ -799,24 +818,26 @@ func (dc *detachedConn) flushHead() {
 	if dc.head == nil {
 		return
 	}
-	n, err := dc.direct.writeNow(dc.head)
+	b := (*dc.head)[dc.headOff:]
+	n, err := dc.direct.writeNow(b)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// The deadline of an earlier write, which a write that does not
 		// wait has no use for.
 		_ = dc.c.SetWriteDeadline(time.Time{})
-		n, _ = dc.direct.writeNow(dc.head)
+		n, _ = dc.direct.writeNow(b)
 	}
-	if n == len(dc.head) {
-		dc.head = nil
-	} else {
-		dc.head = dc.head[n:]
+	if n < len(b) {
+		dc.headOff += n
+		return
 	}
+	putAnswerBuf(dc.head)
+	dc.head = nil
 }
 
 // answer waits for wa's event or end and writes it, then leaves the
-// connection to the reader for the next request (or closes it). w holds the
-// head, not written yet.
-func (dc *detachedConn) answer(wa Watch, w *detachedWriter, ends []func(bytes int, gone bool)) {
+// connection to the reader for the next request (or closes it). head is
+// the watch's head, not written yet.
+func (dc *detachedConn) answer(wa Watch, head *[]byte, ends []func(bytes int, gone bool)) {
 	defer dc.h.wg.Done()
 	var body []byte
 	var gone bool
@@ -825,23 +846,22 @@ func (dc *detachedConn) answer(wa Watch, w *detachedWriter, ends []func(bytes in
 			f(len(body), gone)
 		}
 	}()
-	defer w.release()
 	var ev *translate.Event
-	deferred := false // the head was left to the flusher
+	var err error
 	select {
 	case ev = <-wa.Events(): // there already: the head goes out with it
 	default:
 		if dc.direct != nil {
 			// The flusher writes the head within headDelay, unless the
 			// answer takes it first.
-			deferred = true
 			dc.mu.Lock()
-			dc.head = w.out
+			dc.head, dc.headOff = head, 0
 			dc.mu.Unlock()
+			head = nil
 			dc.h.deferHead(dc)
 		} else {
-			w.write(w.out)
-			w.out = w.out[:0]
+			err = dc.write(*head)
+			*head = (*head)[:0]
 		}
 		select {
 		case ev = <-wa.Events():
@@ -863,22 +883,30 @@ func (dc *detachedConn) answer(wa Watch, w *detachedWriter, ends []func(bytes in
 	dc.w = nil
 	// What goes out: the head if it is still unwritten (or what of it the
 	// flusher could not write), the event, the end.
-	out := w.out
+	var out []byte
 	switch {
 	case dc.head != nil:
-		out, dc.head = dc.head, nil
-	case deferred:
-		out = w.out[:0]
+		head, out = dc.head, (*dc.head)[dc.headOff:]
+		dc.head = nil
+	case head == nil: // the flusher wrote it
+		head = answerBufs.Get().(*[]byte)
+		out = (*head)[:0]
+	default:
+		out = *head
 	}
+	defer func() {
+		*head = out[:0]
+		putAnswerBuf(head)
+	}()
 	select {
 	case <-dc.gone: // the reader stopped, maybe as the event came
 		gone = true
 	default:
 	}
 	answered := false
-	if w.err == nil && (!gone || dc.extra) {
-		w.write(append(appendChunk(out, body), "0\r\n\r\n"...))
-		answered = w.err == nil
+	if err == nil && (!gone || dc.extra) {
+		out = append(appendChunk(out, body), "0\r\n\r\n"...)
+		answered = dc.write(out) == nil
 	}
 	closing := false
 	select {
