@@ -228,6 +228,9 @@ type detachedConn struct {
 	gone     chan struct{}
 	pre      []byte // read by the reader, still to be read by the request reader
 	finished sync.Once
+	// idleSince is when the connection last answered (Unix ns): idle from
+	// then until the client sends more, unless a watch waits.
+	idleSince atomic.Int64
 
 	// mu guards w and extra. The waiter holds it while it writes the
 	// answer, so the reader sees the watch answered before it reads what
@@ -318,9 +321,13 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, wa Watch) bool {
 	if pc, ok := c.(*prefixConn); ok && len(pc.pre) == 0 {
 		c = pc.Conn // handed back before, every prefix byte read since
 	}
-	_ = c.SetDeadline(time.Time{}) // the server's request deadlines, if any
+	// Lift the server's deadlines, if any; the reader's is the idle one
+	// (see rearm).
+	_ = c.SetWriteDeadline(time.Time{})
+	_ = c.SetReadDeadline(after(h.cfg.IdleTimeout))
 	extra := rw.Reader.Buffered() > 0
 	dc := &detachedConn{h: h, c: c, remote: r.RemoteAddr, gone: make(chan struct{}), extra: extra}
+	dc.idleSince.Store(time.Now().UnixNano())
 	dc.direct = newDirectIO(c)
 	if extra {
 		// net/http has read a request behind the watch already: the watch
@@ -371,6 +378,9 @@ func (dc *detachedConn) readLoop() {
 			n, err = dc.c.Read(one[:])
 			in = one[:n]
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && dc.rearm() {
+			continue
+		}
 		dc.mu.Lock()
 		waiting := dc.w != nil
 		if waiting {
@@ -400,6 +410,32 @@ func (dc *detachedConn) readLoop() {
 			return
 		}
 	}
+}
+
+// rearm handles the reader's deadline going off. The reader keeps one
+// deadline, the idle timeout, set when it starts and set again only when it
+// goes off: setting it after every answer and lifting it for every waiting
+// watch cost two timer updates per delivery. rearm reports whether the
+// connection is to stay (a watch waits on it, or it answered less than the
+// idle timeout ago), with the deadline set again.
+func (dc *detachedConn) rearm() bool {
+	d := dc.h.cfg.IdleTimeout
+	if d <= 0 {
+		return false
+	}
+	dc.mu.Lock()
+	waiting := dc.w != nil
+	dc.mu.Unlock()
+	now := time.Now()
+	until := time.Unix(0, dc.idleSince.Load()).Add(d)
+	if waiting { // a waiting watch is not idle
+		until = now.Add(d)
+	}
+	if !until.After(now) {
+		return false
+	}
+	_ = dc.c.SetReadDeadline(until)
+	return true
 }
 
 // rawBufs are the buffers of direct reads: a re-watch's head is a few
@@ -451,7 +487,7 @@ func (dc *detachedConn) serve(in []byte) bool {
 		dc.finish(nil)
 		return false
 	}
-	_ = dc.c.SetReadDeadline(after(h.cfg.IdleTimeout))
+	dc.idleSince.Store(time.Now().UnixNano())
 	return true
 }
 
@@ -489,6 +525,7 @@ func (dc *detachedConn) readHead(in []byte) *http.Request {
 		return nil
 	}
 	_, _ = br.Discard(len(b))
+	_ = dc.c.SetReadDeadline(after(dc.h.cfg.IdleTimeout)) // the idle deadline again, for rearm
 	return req
 }
 
@@ -719,11 +756,6 @@ func (w *detachedWriter) wait(wa Watch, ends []func(bytes int, gone bool)) {
 	w.code = http.StatusOK
 	w.stage()
 	w.waiting = true
-	if w.reader {
-		// The reader waits with no deadline (an idle or a header one may
-		// be set); lifted before the waiter may set the idle one.
-		_ = dc.c.SetReadDeadline(time.Time{})
-	}
 	w.wa, w.ends = wa, ends
 	dc.mu.Lock()
 	dc.w = wa
@@ -914,8 +946,8 @@ func (dc *detachedConn) answer(wa Watch, head *[]byte, ends []func(bytes int, go
 		closing = true
 	default:
 	}
-	if answered && !gone && !closing {
-		_ = dc.c.SetReadDeadline(after(dc.h.cfg.IdleTimeout))
+	if answered {
+		dc.idleSince.Store(time.Now().UnixNano())
 	}
 	dc.mu.Unlock()
 	switch {

@@ -297,3 +297,43 @@ func TestLargeAnswerToASlowReaderIsWrittenWhole(t *testing.T) {
 		})
 	}
 }
+
+// A detached connection is idle from its last answer: it closes the idle
+// timeout after that answer, never sooner, however long the watch before it
+// waited.
+func TestIdleTimeoutCountsFromTheLastAnswer(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	for name, ln := range detachListeners(t) {
+		t.Run(name, func(t *testing.T) {
+			var watches []*fakeWatch
+			f := startHome(t, ln(), &fakeStore{newWatch: func() *fakeWatch {
+				w := newFakeWatch(5, 1)
+				watches = append(watches, w)
+				return w
+			}}, func(hc *HomeConfig, _ *Config) { hc.IdleTimeout = idle })
+			c, br := rawConn(t, f.url)
+			watch := "GET /v2/keys/dir?wait=true HTTP/1.1\r\nHost: x\r\n\r\n"
+			for i := range 2 { // the watch that detaches, then one served by the detached reader
+				if _, err := io.WriteString(c, watch); err != nil {
+					t.Fatal(err)
+				}
+				waitDetached(t, f.home, 1)
+				time.Sleep(3 * idle / 4) // most of the idle timeout, waiting: not idle
+				ended := time.Now()
+				watches[i].end()
+				if code, _, _ := readAnswer(t, br); code != 200 {
+					t.Fatalf("watch %d: %d", i, code)
+				}
+				if i == 0 {
+					continue
+				}
+				if _, err := br.ReadByte(); err != io.EOF {
+					t.Fatalf("idle after the answer: %v, want the connection closed", err)
+				}
+				if d := time.Since(ended); d < idle {
+					t.Fatalf("closed %v after the last answer, want the idle timeout (%v) at least", d, idle)
+				}
+			}
+		})
+	}
+}
