@@ -6,7 +6,6 @@ package v2api
 
 import (
 	"net"
-	"sync"
 	"syscall"
 )
 
@@ -24,7 +23,9 @@ type directIO struct {
 	rerr   error
 
 	// writeFn writes wb without waiting; wn and werr are what it did.
-	wmu     sync.Mutex // guards wb, wn and werr: one direct write at a time
+	// Writes never overlap: the reader writes only the answers it serves
+	// itself, while no watch waits; a waiting watch's waiter and the head
+	// flusher write under detachedConn.mu.
 	writeFn func(fd uintptr) bool
 	wb      []byte
 	wn      int
@@ -95,8 +96,6 @@ func (d *directIO) readReady() (*[]byte, []byte, error) {
 // writeNow writes what of b the connection takes without waiting, and
 // returns how much that was.
 func (d *directIO) writeNow(b []byte) (int, error) {
-	d.wmu.Lock()
-	defer d.wmu.Unlock()
 	d.wb = b
 	err := d.rc.Write(d.writeFn)
 	if err == nil {
