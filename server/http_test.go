@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // serveLimited serves h within l on a free loopback port until the test ends.
@@ -26,7 +24,7 @@ func serveLimited(t *testing.T, h http.Handler, l HTTPLimits) string {
 	}
 	srv := NewHTTPServer(h, l, nil)
 	if l.MaxConnections > 0 {
-		ln = netutil.LimitListener(ln, l.MaxConnections)
+		ln = newLimitListener(ln, l.MaxConnections)
 	}
 	done := make(chan struct{})
 	go func() {

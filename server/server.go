@@ -22,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
 	"github.com/v2bridge/v2bridge/translate"
@@ -203,7 +202,7 @@ func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
 	if b.cfg.HTTP.MaxConnections > 0 {
 		// A watch's connection counts until it is closed, detached or
 		// not: the limit wraps the listener its Home hands them back to.
-		ln = netutil.LimitListener(ln, b.cfg.HTTP.MaxConnections)
+		ln = newLimitListener(ln, b.cfg.HTTP.MaxConnections)
 	}
 	lim := b.cfg.HTTP
 	home := v2api.NewHome(ln, v2api.HomeConfig{Handler: srv.Handler, ReadHeaderTimeout: lim.ReadHeaderTimeout,

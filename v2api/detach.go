@@ -13,15 +13,15 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
-
-	"golang.org/x/net/http/httpguts"
 
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -57,6 +57,9 @@ const (
 	// detachedHeadMax is the largest request head a detached connection
 	// reads itself; a larger one goes back to net/http.
 	detachedHeadMax = 4096
+	// headDelay is the longest the head of a waiting watch is held back
+	// for its event to go out with it, in one write (see flushHeads).
+	headDelay = 10 * time.Millisecond
 )
 
 // HomeConfig configures a Home.
@@ -86,7 +89,7 @@ type Home struct {
 	back     chan net.Conn // connections handed back to net/http
 	done     chan struct{} // closed by Close
 	once     sync.Once
-	wg       sync.WaitGroup // the accept goroutine, every detached reader and waiter
+	wg       sync.WaitGroup // the accept goroutine, every detached reader and waiter, the head flusher
 
 	waiting atomic.Int64               // watches waiting on detached connections
 	date    atomic.Pointer[cachedDate] // the Date header of this second
@@ -94,6 +97,10 @@ type Home struct {
 	mu     sync.Mutex // guards conns and closed
 	conns  map[*detachedConn]struct{}
 	closed bool
+
+	hmu      sync.Mutex      // guards heads and flushing
+	heads    []*detachedConn // connections whose waiting watch's head may still be unwritten
+	flushing bool            // the head flusher runs (and will see heads)
 }
 
 type accepted struct {
@@ -210,12 +217,20 @@ func (h *Home) handBack(c net.Conn) {
 type detachedConn struct {
 	h *Home
 	c net.Conn
+	// direct reads and writes c's descriptor (nil when c has none to
+	// offer: TLS, a wrapper that hides it): the reader waits for the next
+	// request with no buffer, then reads all that came in one system call;
+	// the head flusher writes without waiting.
+	direct *directIO
+	remote string // c's remote address, for the requests read on it
 	// gone is closed when the reader stops while a watch waits: the client
 	// closed the connection or sent a request behind the watch (extra).
 	gone     chan struct{}
-	first    byte // read by the reader's one-byte read: the next request's first
-	hasFirst bool // first is still to be read (by the request reader)
+	pre      []byte // read by the reader, still to be read by the request reader
 	finished sync.Once
+	// idleSince is when the connection last answered (Unix ns): idle from
+	// then until the client sends more, unless a watch waits.
+	idleSince atomic.Int64
 
 	// mu guards w and extra. The waiter holds it while it writes the
 	// answer, so the reader sees the watch answered before it reads what
@@ -223,14 +238,21 @@ type detachedConn struct {
 	mu    sync.Mutex
 	w     Watch // the watch waiting on the connection; nil between watches
 	extra bool  // the client sent bytes while a watch waited
+	// head holds the waiting watch's head, from headOff on still to be
+	// written, when its writing is left to the head flusher (nil: written,
+	// or none). Whoever has it (the flusher that writes it all, or the
+	// waiter) puts it back to answerBufs.
+	head    *[]byte
+	headOff int
 }
 
-// Read feeds the request reader: the byte the one-byte read got, then the
+// Read feeds the request reader: what the reader's read got, then the
 // connection.
 func (dc *detachedConn) Read(b []byte) (int, error) {
-	if dc.hasFirst && len(b) > 0 {
-		b[0], dc.hasFirst = dc.first, false
-		return 1, nil
+	if len(dc.pre) > 0 {
+		n := copy(b, dc.pre)
+		dc.pre = dc.pre[n:]
+		return n, nil
 	}
 	return dc.c.Read(b)
 }
@@ -299,9 +321,14 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, wa Watch) bool {
 	if pc, ok := c.(*prefixConn); ok && len(pc.pre) == 0 {
 		c = pc.Conn // handed back before, every prefix byte read since
 	}
-	_ = c.SetDeadline(time.Time{}) // the server's request deadlines, if any
+	// Lift the server's deadlines, if any; the reader's is the idle one
+	// (see rearm).
+	_ = c.SetWriteDeadline(time.Time{})
+	_ = c.SetReadDeadline(after(h.cfg.IdleTimeout))
 	extra := rw.Reader.Buffered() > 0
-	dc := &detachedConn{h: h, c: c, gone: make(chan struct{}), extra: extra}
+	dc := &detachedConn{h: h, c: c, remote: r.RemoteAddr, gone: make(chan struct{}), extra: extra}
+	dc.idleSince.Store(time.Now().UnixNano())
+	dc.direct = newDirectIO(c)
 	if extra {
 		// net/http has read a request behind the watch already: the watch
 		// ends at once, as when the reader finds one (readLoop), and no
@@ -327,19 +354,33 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, wa Watch) bool {
 	h.mu.Unlock()
 	dw := &detachedWriter{dc: dc, hdr: w.Header()}
 	dw.wait(wa, detachObservers(w))
+	dw.startWaiter()
 	if !extra {
 		go dc.readLoop()
 	}
 	return true
 }
 
-// readLoop reads the connection one byte at a time while a watch waits, and
-// reads and serves the next request when the client sends one.
+// readLoop waits for what the client sends while a watch waits, and reads
+// and serves the next request when the client sends one.
 func (dc *detachedConn) readLoop() {
 	defer dc.h.wg.Done()
-	var b [1]byte
+	var one [1]byte
 	for {
-		n, err := dc.c.Read(b[:])
+		var buf *[]byte // a pooled buffer holding in, from a direct read
+		var in []byte
+		var err error
+		if dc.direct != nil {
+			buf, in, err = dc.direct.readReady()
+		} else {
+			// One byte: no buffer is held while the watch waits.
+			var n int
+			n, err = dc.c.Read(one[:])
+			in = one[:n]
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && dc.rearm() {
+			continue
+		}
 		dc.mu.Lock()
 		waiting := dc.w != nil
 		if waiting {
@@ -350,91 +391,142 @@ func (dc *detachedConn) readLoop() {
 			// answered. The waiter does both; gone is closed under mu so
 			// that it sees the reader gone before it leaves the
 			// connection to it.
-			dc.extra = n > 0
+			dc.extra = len(in) > 0
 			close(dc.gone)
 		}
 		dc.mu.Unlock()
-		if waiting {
-			return
-		}
-		if n == 0 || err != nil { // gone, idle too long, or the Home closed it
+		stay := false
+		switch {
+		case waiting:
+		case len(in) == 0 || err != nil: // gone, idle too long, or the Home closed it
 			dc.finish(nil)
-			return
+		default:
+			stay = dc.serve(in)
 		}
-		dc.first, dc.hasFirst = b[0], true
-		if !dc.serve() {
+		if buf != nil {
+			rawBufs.Put(buf)
+		}
+		if !stay {
 			return
 		}
 	}
 }
 
-var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, detachedHeadMax) }}
-
-// headReader parses a request head already in memory.
-type headReader struct {
-	b  bytes.Reader
-	br *bufio.Reader
+// rearm handles the reader's deadline going off. The reader keeps one
+// deadline, the idle timeout, set when it starts and set again only when it
+// goes off: setting it after every answer and lifting it for every waiting
+// watch cost two timer updates per delivery. rearm reports whether the
+// connection is to stay (a watch waits on it, or it answered less than the
+// idle timeout ago), with the deadline set again.
+func (dc *detachedConn) rearm() bool {
+	d := dc.h.cfg.IdleTimeout
+	if d <= 0 {
+		return false
+	}
+	dc.mu.Lock()
+	waiting := dc.w != nil
+	dc.mu.Unlock()
+	now := time.Now()
+	until := time.Unix(0, dc.idleSince.Load()).Add(d)
+	if waiting { // a waiting watch is not idle
+		until = now.Add(d)
+	}
+	if !until.After(now) {
+		return false
+	}
+	_ = dc.c.SetReadDeadline(until)
+	return true
 }
 
-var heads = sync.Pool{New: func() any { return &headReader{br: bufio.NewReaderSize(nil, detachedHeadMax)} }}
+// rawBufs are the buffers of direct reads: a re-watch's head is a few
+// hundred bytes, a larger one is read on with a reader of detachedHeadMax.
+var rawBufs = sync.Pool{New: func() any { b := make([]byte, 1024); return &b }}
 
-// serve reads a request and serves it if it is a one-shot watch; anything
-// else goes back to net/http. It reports whether the connection stays
-// detached.
-func (dc *detachedConn) serve() bool {
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, detachedHeadMax) }}
+
+var headEnd = []byte("\r\n\r\n")
+
+// serve reads the request that begins with in and serves it if it is a
+// one-shot watch; anything else goes back to net/http. It reports whether
+// the connection stays detached.
+func (dc *detachedConn) serve(in []byte) bool {
+	var req *http.Request
+	if i := bytes.Index(in, headEnd); i >= 0 {
+		// The whole head came in one read, as a client's re-watch does.
+		if i+len(headEnd) == len(in) {
+			req = parseWatchHead(in)
+		}
+		if req == nil { // not a watch, or more than a head
+			dc.finish(bytes.Clone(in))
+			return false
+		}
+	} else if req = dc.readHead(in); req == nil {
+		return false
+	}
 	h := dc.h
+	// The request keeps the background context: it has no cancellation (a
+	// watch waits past its handler, and a cancelable parent would cost
+	// every derived context a registration), and a watch on a detached
+	// connection needs no Home from it (its writer says where it runs).
+	if dc.remote == "" {
+		dc.remote = dc.c.RemoteAddr().String()
+	}
+	req.RemoteAddr = dc.remote
+	dw := newDetachedWriter(dc)
+	if !h.run(dw, req) {
+		dc.finish(nil)
+		return false
+	}
+	if dw.waiting {
+		dw.startWaiter() // which owns dw from now on
+		return true
+	}
+	err := dw.finish()
+	dw.release()
+	if err != nil {
+		dc.finish(nil)
+		return false
+	}
+	dc.idleSince.Store(time.Now().UnixNano())
+	return true
+}
+
+// readHead reads the rest of a head that began with in, within the header
+// timeout, and parses it. It returns nil when the connection has been
+// handed back to net/http (a head too large, not a watch, pipelined
+// requests) or closed.
+func (dc *detachedConn) readHead(in []byte) *http.Request {
+	dc.pre = in
 	br := readers.Get().(*bufio.Reader)
 	br.Reset(dc)
 	defer func() {
+		dc.pre = nil
 		br.Reset(nil)
 		readers.Put(br)
 	}()
-	_ = dc.c.SetReadDeadline(after(h.cfg.ReadHeaderTimeout))
+	_ = dc.c.SetReadDeadline(after(dc.h.cfg.ReadHeaderTimeout))
 	if err := peekHead(br); err != nil {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			dc.finish(buffered(br)) // a large head: net/http's to read
 		} else {
 			dc.finish(nil)
 		}
-		return false
+		return nil
 	}
 	// The head is parsed from a view of br's buffer, which a request that
 	// goes back to net/http leaves unconsumed.
-	head, _ := br.Peek(br.Buffered())
-	hr := heads.Get().(*headReader)
-	hr.b.Reset(head)
-	hr.br.Reset(&hr.b)
-	req, err := http.ReadRequest(hr.br)
-	n := len(head) - hr.b.Len() - hr.br.Buffered()
-	hr.br.Reset(nil)
-	heads.Put(hr)
-	if err != nil || n != len(head) || !detachedWatchRequest(req) {
-		// Not a watch, or more than one request's head (pipelined).
+	b, _ := br.Peek(br.Buffered())
+	var req *http.Request
+	if bytes.Index(b, headEnd)+len(headEnd) == len(b) {
+		req = parseWatchHead(b)
+	}
+	if req == nil { // not a watch, or more than one request's head
 		dc.finish(buffered(br))
-		return false
+		return nil
 	}
-	_, _ = br.Discard(n)
-	_ = dc.c.SetReadDeadline(time.Time{})
-	// The request keeps ReadRequest's background context: it has no
-	// cancellation (a watch waits past its handler, and a cancelable parent
-	// would cost every derived context a registration), and a watch on a
-	// detached connection needs no Home from it (its writer says where it
-	// runs).
-	req.RemoteAddr = dc.c.RemoteAddr().String()
-	dw := &detachedWriter{dc: dc, hdr: make(http.Header, 8)}
-	if !h.run(dw, req) {
-		dc.finish(nil)
-		return false
-	}
-	if dw.waiting {
-		return true
-	}
-	if err := dw.finish(); err != nil {
-		dc.finish(nil)
-		return false
-	}
-	_ = dc.c.SetReadDeadline(after(h.cfg.IdleTimeout))
-	return true
+	_, _ = br.Discard(len(b))
+	_ = dc.c.SetReadDeadline(after(dc.h.cfg.IdleTimeout)) // the idle deadline again, for rearm
+	return req
 }
 
 // run serves req, recovering a panic as net/http does: the connection
@@ -477,43 +569,6 @@ func buffered(br *bufio.Reader) []byte {
 	return bytes.Clone(b)
 }
 
-// detachedWatchRequest reports whether a detached connection serves req
-// itself: a bodiless one-shot HTTP/1.1 watch that keeps the connection, as
-// v2 clients send them; net/http serves the rest.
-func detachedWatchRequest(r *http.Request) bool {
-	if r.Method != http.MethodGet || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close || r.Host == "" ||
-		r.ContentLength != 0 || len(r.TransferEncoding) > 0 || r.Header.Get("Expect") != "" ||
-		(r.URL.Path != "/v2/keys" && !strings.HasPrefix(r.URL.Path, "/v2/keys/")) || !validHead(r) {
-		return false
-	}
-	if r.ParseForm() != nil { // parsed once: the handler's ParseForm keeps it
-		return false
-	}
-	return r.Form.Get("wait") == "true" && r.Form.Get("stream") != "true"
-}
-
-// validHead checks what net/http's server checks beyond http.ReadRequest
-// (which refuses two Host headers and takes Host out of the header map): a
-// valid Host from a Host header (a request in absolute form, whose Host
-// header may be missing, goes back), valid header names and values. A
-// malformed request goes back to net/http and gets its 400 there.
-func validHead(r *http.Request) bool {
-	if r.URL.Host != "" || !httpguts.ValidHostHeader(r.Host) {
-		return false
-	}
-	for k, vs := range r.Header {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return false
-		}
-		for _, v := range vs {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // after is now + d, or no deadline when d is 0 (as http.Server's limits).
 func after(d time.Duration) time.Time {
 	if d <= 0 {
@@ -528,10 +583,44 @@ type detachedWriter struct {
 	dc      *detachedConn
 	hdr     http.Header
 	code    int
-	flushed bool // the head went out, chunked
+	flushed bool // the head is chunked, and out (or the connection) has it
 	waiting bool // a watch was left waiting on the connection
+	reader  bool // served on the detached reader, from writers (release puts it back)
 	body    []byte
+	out     []byte // what goes out next, not written yet
 	err     error
+	// wa waits on the connection (wait), ends are told when it ends.
+	wa   Watch
+	ends []func(bytes int, gone bool)
+}
+
+// writers recycles the writers (their header maps and buffers) of the
+// requests read on detached connections.
+var writers = sync.Pool{New: func() any { return &detachedWriter{hdr: make(http.Header, 8), reader: true} }}
+
+func newDetachedWriter(dc *detachedConn) *detachedWriter {
+	w := writers.Get().(*detachedWriter)
+	w.dc = dc
+	return w
+}
+
+// release puts a writer from writers back, once its answer is written.
+func (w *detachedWriter) release() {
+	if !w.reader {
+		return
+	}
+	if len(w.hdr) > 16 {
+		clear(w.hdr)
+	}
+	for k, vs := range w.hdr { // keys and slices kept for the next answer's setHeader
+		w.hdr[k] = vs[:0]
+	}
+	w.dc, w.code, w.flushed, w.waiting, w.err, w.wa, w.ends = nil, 0, false, false, nil, nil, nil
+	if cap(w.body) > 64<<10 || cap(w.out) > 64<<10 { // a large answer's buffers are not kept
+		w.body, w.out = nil, nil
+	}
+	w.body, w.out = w.body[:0], w.out[:0]
+	writers.Put(w)
 }
 
 func (w *detachedWriter) Header() http.Header { return w.hdr }
@@ -552,32 +641,53 @@ func (w *detachedWriter) Write(b []byte) (int, error) {
 
 // Flush sends the head (chunked) and the body so far.
 func (w *detachedWriter) Flush() {
+	w.stage()
+	w.write(w.out)
+	w.out = w.out[:0]
+}
+
+// stage moves the head (chunked, the first time) and the body so far to
+// out.
+func (w *detachedWriter) stage() {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
-	var out []byte
 	if !w.flushed {
-		out = w.head(-1)
+		w.out = w.head(w.out, -1)
 		w.flushed = true
 	}
-	if len(w.body) > 0 {
-		out = appendChunk(out, w.body)
-		w.body = w.body[:0]
-	}
-	w.write(out)
+	w.out = appendChunk(w.out, w.body)
+	w.body = w.body[:0]
 }
 
 func (w *detachedWriter) write(b []byte) {
 	if w.err != nil || len(b) == 0 {
 		return
 	}
-	_ = w.dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
-	_, w.err = w.dc.c.Write(b)
+	w.err = w.dc.write(b)
 }
 
-// head is the status line and headers; contentLength < 0: chunked.
-func (w *detachedWriter) head(contentLength int) []byte {
-	b := make([]byte, 0, 256)
+// write writes b within detachWriteTimeout. An answer nearly always fits
+// in the socket's buffer at once: a direct write that does not wait needs
+// no deadline set (a timer each); what it leaves is written under one.
+func (dc *detachedConn) write(b []byte) error {
+	if dc.direct != nil {
+		n, err := dc.direct.writeNow(b)
+		if n == len(b) {
+			return nil
+		}
+		if err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		b = b[n:]
+	}
+	_ = dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
+	_, err := dc.c.Write(b)
+	return err
+}
+
+// head appends the status line and headers; contentLength < 0: chunked.
+func (w *detachedWriter) head(b []byte, contentLength int) []byte {
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(w.code), 10)
 	b = append(b, ' ')
@@ -623,37 +733,143 @@ func (h *Home) httpDate() string {
 	return d.text
 }
 
-// finish sends what the handler wrote, as a whole answer.
+// finish sends what the handler wrote, as a whole answer, in one write.
 func (w *detachedWriter) finish() error {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
 	if w.flushed {
-		w.write(append(appendChunk(nil, w.body), "0\r\n\r\n"...))
+		w.out = append(appendChunk(w.out, w.body), "0\r\n\r\n"...)
 	} else {
-		w.write(append(w.head(len(w.body)), w.body...))
+		w.out = append(w.head(w.out, len(w.body)), w.body...)
 	}
+	w.write(w.out)
 	return w.err
 }
 
-// wait sends the head of a 200 and leaves wa waiting on the connection, to
-// be answered by a goroutine of its own.
+// wait leaves wa waiting on the connection, to be answered with a chunked
+// 200 by a goroutine of its own, which startWaiter starts once the handler
+// is done with w. The head goes out with the answer when the event is there
+// by the time that goroutine runs, and before it otherwise.
 func (w *detachedWriter) wait(wa Watch, ends []func(bytes int, gone bool)) {
 	dc := w.dc
 	w.code = http.StatusOK
-	w.Flush()
+	w.stage()
 	w.waiting = true
+	w.wa, w.ends = wa, ends
 	dc.mu.Lock()
 	dc.w = wa
 	dc.mu.Unlock()
 	dc.h.waiting.Add(1)
+}
+
+// startWaiter starts the goroutine that answers the watch wait left,
+// with a copy of the head: the writer (its header, its buffers) is done
+// with, not kept as long as the watch waits.
+func (w *detachedWriter) startWaiter() {
+	dc, wa, ends := w.dc, w.wa, w.ends
+	head := answerBufs.Get().(*[]byte)
+	*head = append((*head)[:0], w.out...)
+	w.release()
 	dc.h.wg.Add(1)
-	go dc.answer(wa, w.err, ends)
+	go dc.answer(wa, head, ends)
+}
+
+// answerBufs recycles the buffers of waiting watches' heads and answers.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func putAnswerBuf(b *[]byte) {
+	if cap(*b) <= 64<<10 { // a large answer's buffer is not kept
+		*b = (*b)[:0]
+		answerBufs.Put(b)
+	}
+}
+
+// deferHead leaves the head of dc's waiting watch to the head flusher,
+// which it starts if it is not running. The caller is a waiter, counted in
+// wg.
+func (h *Home) deferHead(dc *detachedConn) {
+	h.hmu.Lock()
+	h.heads = append(h.heads, dc)
+	start := !h.flushing
+	h.flushing = true
+	if start {
+		h.wg.Add(1)
+	}
+	h.hmu.Unlock()
+	if start {
+		go h.flushHeads()
+	}
+}
+
+// flushHeads writes, every headDelay, the heads of the waiting watches that
+// still have theirs to write, and ends when none is left or the Home
+// closes (the waiters then write them with the empty end).
+//
+// v2 sends a waiting watch's head at once, so that the client knows its
+// watch is registered; and a busy watcher's event often comes a few
+// milliseconds after its re-watch. Holding the head back that long lets
+// the answer carry it, one write instead of two; one goroutine for all the
+// heads keeps that free of a timer per watch.
+func (h *Home) flushHeads() {
+	defer h.wg.Done()
+	t := time.NewTimer(headDelay)
+	defer t.Stop()
+	var batch []*detachedConn
+	for {
+		select {
+		case <-t.C:
+		case <-h.done:
+			h.hmu.Lock()
+			h.heads, h.flushing = nil, false
+			h.hmu.Unlock()
+			return
+		}
+		h.hmu.Lock()
+		batch, h.heads = h.heads, batch[:0]
+		if len(batch) == 0 {
+			h.flushing = false
+			h.hmu.Unlock()
+			return
+		}
+		h.hmu.Unlock()
+		for i, dc := range batch {
+			dc.flushHead()
+			batch[i] = nil
+		}
+		t.Reset(headDelay)
+	}
+}
+
+// flushHead writes what it can of the head of dc's waiting watch without
+// waiting (a client that does not read holds up no other); the answer
+// writes the rest.
+func (dc *detachedConn) flushHead() {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	if dc.head == nil {
+		return
+	}
+	b := (*dc.head)[dc.headOff:]
+	n, err := dc.direct.writeNow(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The deadline of an earlier write, which a write that does not
+		// wait has no use for.
+		_ = dc.c.SetWriteDeadline(time.Time{})
+		n, _ = dc.direct.writeNow(b)
+	}
+	if n < len(b) {
+		dc.headOff += n
+		return
+	}
+	putAnswerBuf(dc.head)
+	dc.head = nil
 }
 
 // answer waits for wa's event or end and writes it, then leaves the
-// connection to the reader for the next request (or closes it).
-func (dc *detachedConn) answer(wa Watch, headErr error, ends []func(bytes int, gone bool)) {
+// connection to the reader for the next request (or closes it). head is
+// the watch's head, not written yet.
+func (dc *detachedConn) answer(wa Watch, head *[]byte, ends []func(bytes int, gone bool)) {
 	defer dc.h.wg.Done()
 	var body []byte
 	var gone bool
@@ -662,32 +878,67 @@ func (dc *detachedConn) answer(wa Watch, headErr error, ends []func(bytes int, g
 			f(len(body), gone)
 		}
 	}()
+	var ev *translate.Event
+	var err error
 	select {
-	case ev := <-wa.Events():
-		body = encodeEvent(ev)
-	case <-wa.Done():
-		select {
-		case ev := <-wa.Events():
-			body = encodeEvent(ev)
-		default:
+	case ev = <-wa.Events(): // there already: the head goes out with it
+	default:
+		if dc.direct != nil {
+			// The flusher writes the head within headDelay, unless the
+			// answer takes it first.
+			dc.mu.Lock()
+			dc.head, dc.headOff = head, 0
+			dc.mu.Unlock()
+			head = nil
+			dc.h.deferHead(dc)
+		} else {
+			err = dc.write(*head)
+			*head = (*head)[:0]
 		}
-	case <-dc.gone:
-	case <-dc.h.done: // the server is closing: the empty end, which clients re-issue
+		select {
+		case ev = <-wa.Events():
+		case <-wa.Done():
+			select {
+			case ev = <-wa.Events():
+			default:
+			}
+		case <-dc.gone:
+		case <-dc.h.done: // the server is closing: the empty end, which clients re-issue
+		}
+	}
+	if ev != nil {
+		body = encodeEvent(ev)
 	}
 	wa.Cancel()
 	dc.h.waiting.Add(-1)
 	dc.mu.Lock()
 	dc.w = nil
+	// What goes out: the head if it is still unwritten (or what of it the
+	// flusher could not write), the event, the end.
+	var out []byte
+	switch {
+	case dc.head != nil:
+		head, out = dc.head, (*dc.head)[dc.headOff:]
+		dc.head = nil
+	case head == nil: // the flusher wrote it
+		head = answerBufs.Get().(*[]byte)
+		out = (*head)[:0]
+	default:
+		out = *head
+	}
+	defer func() {
+		*head = out[:0]
+		putAnswerBuf(head)
+	}()
 	select {
 	case <-dc.gone: // the reader stopped, maybe as the event came
 		gone = true
 	default:
 	}
 	answered := false
-	if headErr == nil && (!gone || dc.extra) {
-		_ = dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
-		_, err := dc.c.Write(append(appendChunk(nil, body), "0\r\n\r\n"...))
-		answered = err == nil
+	if err == nil && (!gone || dc.extra) {
+		out = append(appendChunk(out, body), "0\r\n\r\n"...)
+		answered = dc.write(out) == nil
 	}
 	closing := false
 	select {
@@ -695,8 +946,8 @@ func (dc *detachedConn) answer(wa Watch, headErr error, ends []func(bytes int, g
 		closing = true
 	default:
 	}
-	if answered && !gone && !closing {
-		_ = dc.c.SetReadDeadline(after(dc.h.cfg.IdleTimeout))
+	if answered {
+		dc.idleSince.Store(time.Now().UnixNano())
 	}
 	dc.mu.Unlock()
 	switch {

@@ -99,6 +99,8 @@ type Server struct {
 	// and takes a lock on every request.
 	children sync.Map
 	router   *mux.Router
+	// clusterID caches the text of the cluster ID the headers report.
+	clusterID atomic.Pointer[clusterIDText]
 }
 
 // requestLabels names the children of the request metrics.
@@ -250,12 +252,39 @@ func writeError(w http.ResponseWriter, err error) int {
 
 func setEventHeaders(w http.ResponseWriter, index uint64, meta Meta) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Etcd-Index", strconv.FormatUint(index, 10))
+	idx := strconv.FormatUint(index, 10)
+	setHeader(h, "Content-Type", "application/json")
+	setHeader(h, "X-Etcd-Index", idx)
 	// v3 has no raft index in its response header; the revision is the
 	// closest monotonic stand-in.
-	h.Set("X-Raft-Index", strconv.FormatUint(index, 10))
-	h.Set("X-Raft-Term", strconv.FormatUint(meta.RaftTerm, 10))
+	setHeader(h, "X-Raft-Index", idx)
+	setHeader(h, "X-Raft-Term", strconv.FormatUint(meta.RaftTerm, 10))
+}
+
+// setHeader is h.Set for a canonical key k, reusing the value slice a
+// recycled header keeps (that of a writer on a detached connection).
+func setHeader(h http.Header, k, v string) {
+	if vs := h[k]; cap(vs) > 0 {
+		h[k] = append(vs[:0], v)
+		return
+	}
+	h[k] = []string{v}
+}
+
+// clusterIDHeader is the X-Etcd-Cluster-Id value of id, formatted once per
+// cluster ID.
+func (s *Server) clusterIDHeader(id uint64) string {
+	if c := s.clusterID.Load(); c != nil && c.id == id {
+		return c.text
+	}
+	c := &clusterIDText{id, strconv.FormatUint(id, 16)}
+	s.clusterID.Store(c)
+	return c.text
+}
+
+type clusterIDText struct {
+	id   uint64
+	text string
 }
 
 func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
@@ -271,7 +300,7 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 			m.latency.Observe(time.Since(start).Seconds())
 		}
 	}()
-	w.Header().Set("X-Etcd-Cluster-Id", strconv.FormatUint(s.cfg.Store.Meta().ClusterID, 16))
+	setHeader(w.Header(), "X-Etcd-Cluster-Id", s.clusterIDHeader(s.cfg.Store.Meta().ClusterID))
 	if err := r.ParseForm(); err != nil {
 		code = writeError(w, translate.NewError(translate.EcodeInvalidForm, err.Error(), 0))
 		return
@@ -300,7 +329,7 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	action = ev.Action
-	w.Header().Set("X-Etcd-Cluster-Id", strconv.FormatUint(meta.ClusterID, 16))
+	setHeader(w.Header(), "X-Etcd-Cluster-Id", s.clusterIDHeader(meta.ClusterID))
 	setEventHeaders(w, ev.EtcdIndex, meta)
 	code = http.StatusOK
 	if ev.IsCreated() {

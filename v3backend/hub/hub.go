@@ -316,7 +316,7 @@ func (h *Hub) waitLive(ctx context.Context) bool {
 // serveFromRingLocked hands w the ring's events it is due and, if it wants
 // more, registers it for live events.
 func (h *Hub) serveFromRingLocked(w *Watcher) {
-	for i := 0; i < h.ring.n; i++ {
+	for i := h.ring.from(w.next); i < h.ring.n; i++ {
 		ev := h.ring.at(i)
 		if !w.wants(ev) {
 			continue

@@ -2,7 +2,11 @@
 
 package hub
 
-import "github.com/v2bridge/v2bridge/translate"
+import (
+	"sort"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
 
 // ring holds the most recent v2 events in index order. Not safe for
 // concurrent use: the hub guards it with Hub.mu.
@@ -44,6 +48,13 @@ func (r *ring) prepend(evs []*translate.Event) {
 
 // at is the i-th oldest event.
 func (r *ring) at(i int) *translate.Event { return r.buf[(r.head+i)%len(r.buf)] }
+
+// from is the position of the oldest event whose index is index or more
+// (n: none is). The events are in index order: a re-watch, which wants
+// only the newest few, looks at those alone instead of the whole ring.
+func (r *ring) from(index uint64) int {
+	return sort.Search(r.n, func(i int) bool { return r.at(i).Index() >= index })
+}
 
 func (r *ring) reset() {
 	for i := range r.buf {
