@@ -41,6 +41,12 @@ import (
 // default (etcd's default --max-txn-ops is 128).
 const DefaultWriteBatch = 64
 
+// maxTxnOps is etcd's default --max-txn-ops. etcd counts a transaction's
+// compares and each branch's operations against it, and a nested
+// transaction's against what its parent leaves: a batch of n writes leaves
+// each write maxTxnOps - n.
+const maxTxnOps = 128
+
 // maxBatchBytes bounds the values and keys of one batch, well under etcd's
 // default request limit of 1.5 MiB; a larger write goes alone.
 const maxBatchBytes = 512 << 10
@@ -156,14 +162,17 @@ func (bt *batcher) take() []*batchWrite {
 	size := 0
 	journaled := bt.queue[0].plan.Journaled()
 	alone := false // the first write admits no other (a range delete)
+	widest := 0    // the most compares or operations of a write in batch
 	rest := bt.queue[:0]
 	for _, w := range bt.queue {
-		ok := !alone && len(batch) < bt.max && size+w.size <= maxBatchBytes && w.plan.Journaled() == journaled &&
-			keys.admit(bt.b.layout, w.plan)
+		wide := max(widest, len(w.plan.Cmps), len(w.plan.Ops))
+		ok := !alone && len(batch) < bt.max && wide <= maxTxnOps-(len(batch)+1) && size+w.size <= maxBatchBytes &&
+			w.plan.Journaled() == journaled && keys.admit(bt.b.layout, w.plan)
 		switch {
 		case ok:
 			batch = append(batch, w)
 			size += w.size
+			widest = wide
 		case len(batch) == 0:
 			batch, alone = append(batch, w), true
 		default:

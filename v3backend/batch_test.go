@@ -383,3 +383,37 @@ func TestAWriteThatAdmitsNoOtherGoesAlone(t *testing.T) {
 		t.Errorf("%v transactions of several writes, want 1 (the two sets)", v)
 	}
 }
+
+// TestABatchLeavesEachWriteItsShareOfTheTxnOps: etcd gives each nested
+// transaction what the outer one leaves of --max-txn-ops, so a write with
+// many compares (a deep path) goes with fewer others.
+func TestABatchLeavesEachWriteItsShareOfTheTxnOps(t *testing.T) {
+	l, err := translate.NewLayout("", "_v2bridge/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := func(key string, cmps int) *batchWrite {
+		p := &translate.Plan{Ops: []translate.Op{{Type: translate.OpPut, Key: key}}}
+		for i := range cmps {
+			p.Cmps = append(p.Cmps, translate.Cmp{Key: fmt.Sprintf("%s/c%d", key, i), Target: translate.CmpMod, Result: "="})
+		}
+		return &batchWrite{plan: p}
+	}
+	bt := &batcher{b: &Backend{layout: l}, max: DefaultWriteBatch}
+	for i := range 70 {
+		bt.queue = append(bt.queue, plan(fmt.Sprintf("/k%d", i), 3))
+	}
+	bt.queue[10] = plan("/deep", 100)
+	first := bt.take()
+	if len(first) != 28 { // the deep write leaves room for 28 in all: 100 <= 128 - 28
+		t.Errorf("first batch: %d writes, want 28", len(first))
+	}
+	for _, w := range first {
+		if len(w.plan.Cmps) > maxTxnOps-len(first) {
+			t.Errorf("a write of %d compares in a batch of %d", len(w.plan.Cmps), len(first))
+		}
+	}
+	if second := bt.take(); len(second) != 42 {
+		t.Errorf("second batch: %d writes, want the other 42", len(second))
+	}
+}
