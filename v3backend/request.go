@@ -306,7 +306,7 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 				attempt--
 				continue
 			}
-			if present == 0 {
+			if present == 0 && !verr.Settled() {
 				return nil, &earlyError{err: verr, rev: snap.Rev}
 			}
 			return nil, verr // decided on a copy that waited for present (at most mirrorWait)
