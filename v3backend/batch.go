@@ -32,7 +32,10 @@ import (
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -199,10 +202,13 @@ func (bt *batcher) sendBatch(ctx context.Context, s *session, batch []*batchWrit
 	b.metrics.batchedWrites.Add(float64(len(batch)))
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		if ctx.Err() == nil && s.ctx.Err() == nil {
-			// Refused as a whole (a shared lease revoked meanwhile, a limit
-			// of this etcd, a conflict the admission missed): each write
-			// goes alone, and meets its own error.
+		if ctx.Err() == nil && s.ctx.Err() == nil && refusedUnapplied(err) {
+			// Refused as a whole, with nothing applied (a shared lease
+			// revoked meanwhile, a limit of this etcd, a conflict the
+			// admission missed): each write goes alone, and meets its own
+			// error. Any other failure may come after etcd applied the
+			// batch: its writes fail, as a write alone does, rather than
+			// apply twice.
 			err = errors.Join(errBatchRefused, err)
 		}
 		for _, w := range batch {
@@ -221,6 +227,21 @@ func (bt *batcher) sendBatch(ctx context.Context, s *session, batch []*batchWrit
 	for _, w := range batch {
 		w.n = n
 	}
+}
+
+// refusedUnapplied reports whether err is etcd refusing a transaction
+// before applying any of it: checked before it is proposed (too many
+// operations, a key written twice, too large, too many requests pending),
+// or at apply, where a missing lease fails the whole transaction.
+func refusedUnapplied(err error) bool {
+	for _, e := range []error{rpctypes.ErrLeaseNotFound, rpctypes.ErrTooManyOps, rpctypes.ErrDuplicateKey,
+		rpctypes.ErrRequestTooLarge, rpctypes.ErrTooManyRequests} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	// The client's or the server's message size limit: never sent on.
+	return status.Code(err) == codes.ResourceExhausted
 }
 
 // sendAlone commits w in a transaction of its own.

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 
 	"github.com/v2bridge/v2bridge/translate"
@@ -381,5 +383,78 @@ func TestAWriteThatAdmitsNoOtherGoesAlone(t *testing.T) {
 	}
 	if v := counterValue(t, b.metrics.writeBatches); v != 1 {
 		t.Errorf("%v transactions of several writes, want 1 (the two sets)", v)
+	}
+}
+
+// isBatch reports whether req is a transaction of nested ones (a batch).
+func isBatch(req any) bool {
+	txn, ok := req.(*etcdserverpb.TxnRequest)
+	return ok && len(txn.Success) > 0 && txn.Success[0].GetRequestTxn() != nil
+}
+
+// TestABatchWhoseOutcomeIsUnknownIsNotSentAgain: when a batch fails in a
+// way that does not tell whether etcd applied it (its answer lost, a
+// timeout inside etcd), its writes fail as a write alone would; none is
+// sent again, which would apply it twice (two events for one set) or
+// answer a create that succeeded with "node exists".
+func TestABatchWhoseOutcomeIsUnknownIsNotSentAgain(t *testing.T) {
+	ep := startMember(t, nil)
+	ic := &interceptor{}
+	b := newBackend(t, ep, ic)
+	ctx := context.Background()
+	for _, k := range []string{"/d/b", "/first"} {
+		if _, _, err := b.Write(ctx, request(t, "PUT", k, url.Values{"value": {"old"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var batched, after atomic.Int64
+	ic.after = func(method string, req any, err error) error {
+		txn, ok := req.(*etcdserverpb.TxnRequest)
+		switch {
+		case method != "/etcdserverpb.KV/Txn" || !ok:
+		case isBatch(req):
+			batched.Add(1)
+			if err == nil {
+				return rpctypes.ErrGRPCTimeout // applied, but the writer cannot know
+			}
+		case len(txn.Compare) > 0 && batched.Load() > 0:
+			after.Add(1)
+		}
+		return err
+	}
+	held, release := holdFirstTxn(ic)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"f"}}))
+		first <- err
+	}()
+	<-held
+	reqs := []*translate.Request{
+		request(t, "PUT", "/d/a", url.Values{"value": {"v"}, "prevExist": {"false"}}),
+		request(t, "PUT", "/d/b", url.Values{"value": {"new"}}),
+	}
+	results := make(chan []writeResult, 1)
+	go func() { results <- writeAll(b, reqs) }()
+	queued(t, b, len(reqs))
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	got := <-results
+	ic.armed.Store(false)
+	if batched.Load() != 1 {
+		t.Fatalf("%d batches sent, want 1", batched.Load())
+	}
+	for i, r := range got {
+		var verr *translate.Error
+		switch {
+		case r.err == nil:
+			t.Errorf("write %d answered %s at %d: it was sent again", i, r.ev.Action, r.ev.Node.ModifiedIndex)
+		case errors.As(r.err, &verr):
+			t.Errorf("write %d answered v2 error %d (%s): it was decided again", i, verr.Code, verr.Cause)
+		}
+	}
+	if n := after.Load(); n != 0 {
+		t.Errorf("%d guarded transactions sent after the batch, want none", n)
 	}
 }
