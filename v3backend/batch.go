@@ -52,6 +52,10 @@ const maxBatchBytes = 512 << 10
 // they must be sent alone.
 var errBatchRefused = errors.New("v2bridge: batched transaction refused")
 
+// errBatchPanicked is the result of the writes of a batch whose sender
+// panicked.
+var errBatchPanicked = errors.New("v2bridge: the batched transaction was not sent (its sender failed)")
+
 // batchWrite is one write waiting for, or in, a batch.
 type batchWrite struct {
 	cmps  []clientv3.Cmp
@@ -127,11 +131,28 @@ func (bt *batcher) commit(ctx context.Context, s *session, w *batchWrite) {
 	}
 }
 
-// send commits batch (its first write is the caller's, ctx its request's),
-// gives every write its result, then hands the queue to its first write, or
-// ends the flight.
+// send commits batch (its first write is the caller's, ctx its request's)
+// and hands off (handOff), even when sending panics.
 func (bt *batcher) send(ctx context.Context, s *session, batch []*batchWrite) {
+	sent := false
+	defer func() {
+		if !sent {
+			// sendBatch panicked: the batch's writes fail and the queue
+			// goes on, so that no write waits for a sender that is gone;
+			// the panic goes on too.
+			for _, w := range batch {
+				w.err = errBatchPanicked
+			}
+		}
+		bt.handOff(batch)
+	}()
 	bt.sendBatch(ctx, s, batch)
+	sent = true
+}
+
+// handOff gives the writes of batch after the first their results, then
+// hands the queue to its next batch's first write, or ends the flight.
+func (bt *batcher) handOff(batch []*batchWrite) {
 	bt.mu.Lock()
 	next := bt.take()
 	if next == nil {

@@ -458,3 +458,83 @@ func TestABatchWhoseOutcomeIsUnknownIsNotSentAgain(t *testing.T) {
 		t.Errorf("%d guarded transactions sent after the batch, want none", n)
 	}
 }
+
+// TestAPanicWhileSendingABatchStrandsNoWrite: the writer sending a batch
+// panics (a bug, recovered by the HTTP server): the other writes of its
+// batch fail at once rather than wait for an answer that never comes, and
+// the writes after them are still sent.
+func TestAPanicWhileSendingABatchStrandsNoWrite(t *testing.T) {
+	ep := startMember(t, nil)
+	ic := &interceptor{}
+	b := newBackend(t, ep, ic)
+	ctx := context.Background()
+	for _, k := range []string{"/s", "/t", "/u", "/first"} {
+		if _, _, err := b.Write(ctx, request(t, "PUT", k, url.Values{"value": {"old"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold := &interceptor{}
+	held, release := holdFirstTxn(hold)
+	var panicked atomic.Bool
+	ic.before = func(ctx context.Context, method string, req any) {
+		if isBatch(req) && !panicked.Swap(true) {
+			panic("test: sending a batch")
+		}
+		hold.before(ctx, method, req)
+	}
+	ic.armed.Store(true)
+	type result struct {
+		err       error
+		recovered any
+	}
+	write := func(p string) <-chan result {
+		out := make(chan result, 1)
+		go func() {
+			var r result
+			defer func() {
+				r.recovered = recover()
+				out <- r
+			}()
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, _, r.err = b.Write(wctx, request(t, "PUT", p, url.Values{"value": {"new"}}))
+		}()
+		return out
+	}
+	first := write("/first")
+	<-held
+	s := write("/s")
+	queued(t, b, 1)
+	tt := write("/t")
+	queued(t, b, 2)
+	close(release)
+	if r := <-first; r.err != nil || r.recovered != nil {
+		t.Fatalf("the first write: %v, %v", r.err, r.recovered)
+	}
+	recv := func(c <-chan result) result {
+		select {
+		case r := <-c:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatal("a write of the batch never returned")
+			return result{}
+		}
+	}
+	leader, other := recv(s), recv(tt)
+	if leader.recovered == nil {
+		leader, other = other, leader
+	}
+	if leader.recovered == nil || !panicked.Load() {
+		t.Fatal("no write sent the batch")
+	}
+	if other.err == nil || errors.Is(other.err, context.DeadlineExceeded) {
+		t.Errorf("the other write of the batch: %v, want an error at once", other.err)
+	}
+	start := time.Now()
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/u", url.Values{"value": {"new"}})); err != nil {
+		t.Errorf("a write after the batch: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a write after the batch took %v", d)
+	}
+}
