@@ -538,3 +538,94 @@ func TestAPanicWhileSendingABatchStrandsNoWrite(t *testing.T) {
 		t.Errorf("a write after the batch took %v", d)
 	}
 }
+
+// TestWritesDecidedOnAReadOfTheMemberKeepTheBatchedIndexes: a write
+// decided on a snapshot read from the member (after a conflict, or while
+// the mirror cannot say) answers with the indexes the batched writes before
+// it answered and their watchers saw — prevNode's modifiedIndex, the
+// node's createdIndex — not with their revision's, and its watchers see
+// the same.
+func TestWritesDecidedOnAReadOfTheMemberKeepTheBatchedIndexes(t *testing.T) {
+	ep := startMember(t, nil)
+	ic := &interceptor{}
+	b := newBackend(t, ep, ic)
+	ctx := context.Background()
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"old"}})); err != nil {
+		t.Fatal(err)
+	}
+	// The directory exists: the creates below have no marker to write in
+	// common, and share a transaction.
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/n", url.Values{"dir": {"true"}})); err != nil {
+		t.Fatal(err)
+	}
+	w, _, err := b.Watch(ctx, request(t, "GET", "/n", url.Values{"wait": {"true"}, "recursive": {"true"}, "stream": {"true"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Cancel()
+	held, release := holdFirstTxn(ic)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"f"}}))
+		first <- err
+	}()
+	<-held
+	create := url.Values{"value": {"v"}, "prevExist": {"false"}}
+	reqs := []*translate.Request{request(t, "PUT", "/n/a", create), request(t, "PUT", "/n/b", create),
+		request(t, "PUT", "/n/c", create)}
+	results := make(chan []writeResult, 1)
+	go func() { results <- writeAll(b, reqs) }()
+	queued(t, b, len(reqs))
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	created := map[string]uint64{}
+	for i, r := range <-results {
+		if r.err != nil {
+			t.Fatalf("write %d: %v", i, r.err)
+		}
+		created[r.ev.Node.Key] = r.ev.Node.ModifiedIndex
+	}
+	if created["/n/a"] == translate.Index(translate.Revision(created["/n/a"])) {
+		t.Fatalf("the creates were not batched: %v", created)
+	}
+	// The watcher has seen the creates: the mirror has them.
+	for range reqs {
+		select {
+		case <-w.Events():
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watch event for the creates")
+		}
+	}
+
+	b.mirror.invalidate() // the writes below decide on reads of the member
+	answers := map[string]*translate.Event{}
+	for _, r := range []*translate.Request{
+		request(t, "DELETE", "/n/a", nil),
+		request(t, "PUT", "/n/b", url.Values{"value": {"w"}, "prevValue": {"v"}}),
+	} {
+		ev, _, err := b.Write(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers[ev.Node.Key] = ev
+		if ev.PrevNode == nil || ev.PrevNode.ModifiedIndex != created[ev.Node.Key] || ev.Node.CreatedIndex != created[ev.Node.Key] {
+			t.Errorf("%s %s answered prevNode %+v, createdIndex %d; want both at %d, as its create answered", ev.Action,
+				ev.Node.Key, ev.PrevNode, ev.Node.CreatedIndex, created[ev.Node.Key])
+		}
+	}
+	for range answers {
+		select {
+		case ev := <-w.Events():
+			want := answers[ev.Node.Key]
+			if want == nil || ev.PrevNode == nil || ev.PrevNode.ModifiedIndex != want.PrevNode.ModifiedIndex ||
+				ev.Node.CreatedIndex != want.Node.CreatedIndex {
+				t.Errorf("watch event %s %s: prevNode %+v, createdIndex %d; its write answered %+v", ev.Action, ev.Node.Key,
+					ev.PrevNode, ev.Node.CreatedIndex, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watch event for the writes")
+		}
+	}
+}
