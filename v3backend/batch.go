@@ -44,9 +44,17 @@ import (
 // default (etcd's default --max-txn-ops is 128).
 const DefaultWriteBatch = 64
 
-// maxBatchBytes bounds the values and keys of one batch, well under etcd's
-// default request limit of 1.5 MiB; a larger write goes alone.
+// maxBatchBytes bounds the values and keys (compared and written) of one
+// batch, well under etcd's default request limit of 1.5 MiB; a larger write
+// goes alone.
 const maxBatchBytes = 512 << 10
+
+// maxTxnOps is etcd's default --max-txn-ops. etcd allows a transaction
+// nested in another only what the outer one leaves of it: a batch of n
+// writes whose largest has m compares or operations needs n + m of it. (An
+// etcd with a lower limit refuses larger batches, whose writes then go
+// alone.)
+const maxTxnOps = 128
 
 // errBatchRefused tells the writes of a batch etcd refused as a whole that
 // they must be sent alone.
@@ -62,6 +70,7 @@ type batchWrite struct {
 	plan  *translate.Plan
 	lease clientv3.LeaseID
 	size  int
+	ops   int           // of etcd's --max-txn-ops, nested in a batch
 	wake  chan struct{} // receives once: the result is in, or this write leads its batch
 	batch []*batchWrite // set with lead: the batch this write sends
 
@@ -88,8 +97,12 @@ type batcher struct {
 func newBatchWrite(plan *translate.Plan, lease clientv3.LeaseID) *batchWrite {
 	w := &batchWrite{cmps: toCmps(plan.Cmps), plan: plan, lease: lease, wake: make(chan struct{}, 1)}
 	for _, o := range plan.Ops {
-		w.size += len(o.Key) + len(o.Value)
+		w.size += len(o.Key) + len(o.End) + len(o.Value)
 	}
+	for _, c := range plan.Cmps {
+		w.size += len(c.Key) + len(c.End)
+	}
+	w.ops = max(len(plan.Cmps), len(plan.Ops))
 	return w
 }
 
@@ -177,17 +190,19 @@ func (bt *batcher) take() []*batchWrite {
 	}
 	var batch []*batchWrite
 	var keys batchKeys
-	size := 0
+	size, nested := 0, 0 // nested: the most compares or operations of a write in batch
 	journaled := bt.queue[0].plan.Journaled()
 	alone := false // the first write admits no other (a range delete)
 	rest := bt.queue[:0]
 	for _, w := range bt.queue {
-		ok := !alone && len(batch) < bt.max && size+w.size <= maxBatchBytes && w.plan.Journaled() == journaled &&
+		ok := !alone && len(batch) < bt.max && size+w.size <= maxBatchBytes &&
+			len(batch)+1+max(nested, w.ops) <= maxTxnOps && w.plan.Journaled() == journaled &&
 			keys.admit(bt.b.layout, w.plan)
 		switch {
 		case ok:
 			batch = append(batch, w)
 			size += w.size
+			nested = max(nested, w.ops)
 		case len(batch) == 0:
 			batch, alone = append(batch, w), true
 		default:

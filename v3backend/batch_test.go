@@ -629,3 +629,65 @@ func TestWritesDecidedOnAReadOfTheMemberKeepTheBatchedIndexes(t *testing.T) {
 		}
 	}
 }
+
+// TestDeepWritesShareTransactionsEtcdAccepts: etcd allows a transaction
+// nested in one only what the outer one leaves of --max-txn-ops (128 less
+// the outer one's operations), and a deep write compares two keys per
+// ancestor: a batch of many deep writes is made no larger than etcd
+// accepts, rather than refused and its writes sent one by one.
+func TestDeepWritesShareTransactionsEtcdAccepts(t *testing.T) {
+	ep := startMember(t, nil)
+	ic := &interceptor{}
+	b := newBackend(t, ep, ic)
+	ctx := context.Background()
+	dir := ""
+	for i := range 40 { // 40 ancestors and the root: 83 compares a write
+		dir += fmt.Sprintf("/%d", i)
+	}
+	const n = 50
+	var reqs []*translate.Request
+	for i := range n {
+		p := fmt.Sprintf("%s/f%d", dir, i)
+		if _, _, err := b.Write(ctx, request(t, "PUT", p, url.Values{"value": {"old"}})); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, request(t, "PUT", p, url.Values{"value": {"new"}}))
+	}
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"old"}})); err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int64
+	ic.after = func(method string, req any, err error) error {
+		if isBatch(req) && err != nil {
+			refused.Add(1)
+			t.Logf("batch refused: %v", err)
+		}
+		return err
+	}
+	held, release := holdFirstTxn(ic)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"f"}}))
+		first <- err
+	}()
+	<-held
+	results := make(chan []writeResult, 1)
+	go func() { results <- writeAll(b, reqs) }()
+	queued(t, b, n)
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range <-results {
+		if r.err != nil {
+			t.Fatalf("write %d: %v", i, r.err)
+		}
+	}
+	ic.armed.Store(false)
+	if v := refused.Load(); v != 0 {
+		t.Errorf("etcd refused %d batches", v)
+	}
+	if v := counterValue(t, b.metrics.writeBatches); v < 2 {
+		t.Errorf("%v transactions of several writes, want at least 2", v)
+	}
+}
