@@ -641,7 +641,7 @@ func TestDeepWritesShareTransactionsEtcdAccepts(t *testing.T) {
 	b := newBackend(t, ep, ic)
 	ctx := context.Background()
 	dir := ""
-	for i := range 40 { // 40 ancestors and the root: 83 compares a write
+	for i := range 40 { // 40 ancestors: 81 compares a write
 		dir += fmt.Sprintf("/%d", i)
 	}
 	const n = 50
