@@ -127,10 +127,10 @@ func (l Layout) IsSweep(evs []V3Event) bool {
 
 // journalMatches reports whether the changes of a revision are what a
 // bridge write of j makes: the node's own key put (a set, create, update,
-// compare-and-swap or refresh — a refresh keeps the value) or removed (a
-// delete), and nothing changed outside the node's subtree but markers of
-// its ancestors (created with it); a sweep removes only what is below its
-// directory.
+// compare-and-swap or refresh — a refresh keeps the value, and changes
+// nothing else in the subtree) or removed (a delete), and nothing changed
+// outside the node's subtree but markers of its ancestors (created with
+// it); a sweep removes only what is below its directory.
 func (l Layout) journalMatches(j *Journal, evs []V3Event) bool {
 	p := j.Node.Key
 	if p == "" || p[0] != '/' || (p != "/" && !validRel(p[1:])) {
@@ -159,6 +159,11 @@ func (l Layout) journalMatches(j *Journal, evs []V3Event) bool {
 			return false
 		}
 		if j.Sweep && (!e.Delete || q == p) {
+			return false
+		}
+		if j.Refresh && e.KV.Key != own && !(e.Delete && q == p) {
+			// A refresh changes only its node (a directory's may replace
+			// the file at its path): a record that says so hides nothing.
 			return false
 		}
 		if e.Delete {

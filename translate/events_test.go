@@ -93,6 +93,10 @@ func TestJournalIsBelievedOnlyWhenItMatchesItsRevision(t *testing.T) {
 		b, _ := json.Marshal(j)
 		return V3Event{KV: KV{Key: l.JournalKey(), Value: b}}
 	}
+	slot := func(i int, j Journal) V3Event {
+		b, _ := json.Marshal(j)
+		return V3Event{KV: KV{Key: l.JournalSlotKey(i), Value: b}}
+	}
 	put := func(k, v string, prev *KV) V3Event { return V3Event{KV: KV{Key: k, Value: []byte(v)}, Prev: prev} }
 	del := func(k string) V3Event {
 		return V3Event{Delete: true, KV: KV{Key: k}, Prev: &KV{Key: k, CreateRevision: 2}}
@@ -128,6 +132,12 @@ func TestJournalIsBelievedOnlyWhenItMatchesItsRevision(t *testing.T) {
 		{"an action no bridge writes", []V3Event{put("/a", "v", nil), rec(Journal{Action: ActionExpire, Node: file("/a")})}, true, "create:/a"},
 		{"a record that is not JSON", []V3Event{put("/a", "v", nil), {KV: KV{Key: l.JournalKey(), Value: []byte("{")}}}, true, "create:/a"},
 		{"a path outside the key space", []V3Event{rec(Journal{Action: ActionDelete, Node: file("../x")})}, true, ""},
+		{"a directory's refresh hiding writes below it", []V3Event{put(l.MarkerKey("/d"), "", &KV{Key: l.MarkerKey("/d")}),
+			put("/d/x", "v", nil), rec(Journal{Action: ActionUpdate, Node: dir("/d"), Refresh: true})}, true, "create:/d/x"},
+		{"a refresh in a slot hiding writes below it", []V3Event{put(l.MarkerKey("/d"), "", &KV{Key: l.MarkerKey("/d")}),
+			put("/d/x", "v", nil), slot(0, Journal{Action: ActionUpdate, Node: dir("/d"), Refresh: true})}, true, "create:/d/x"},
+		{"a directory's refresh is silent", []V3Event{put(l.MarkerKey("/d"), "", &KV{Key: l.MarkerKey("/d")}),
+			rec(Journal{Action: ActionUpdate, Node: dir("/d"), Refresh: true})}, false, ""},
 	} {
 		out, _, forged := l.DecodeRevision(7, c.evs, nil, time.Now())
 		var got []string

@@ -32,7 +32,10 @@ import (
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -41,19 +44,25 @@ import (
 // default (etcd's default --max-txn-ops is 128).
 const DefaultWriteBatch = 64
 
-// maxTxnOps is etcd's default --max-txn-ops. etcd counts a transaction's
-// compares and each branch's operations against it, and a nested
-// transaction's against what its parent leaves: a batch of n writes leaves
-// each write maxTxnOps - n.
-const maxTxnOps = 128
-
-// maxBatchBytes bounds the values and keys of one batch, well under etcd's
-// default request limit of 1.5 MiB; a larger write goes alone.
+// maxBatchBytes bounds the values and keys (compared and written) of one
+// batch, well under etcd's default request limit of 1.5 MiB; a larger write
+// goes alone.
 const maxBatchBytes = 512 << 10
+
+// maxTxnOps is etcd's default --max-txn-ops. etcd allows a transaction
+// nested in another only what the outer one leaves of it: a batch of n
+// writes whose largest has m compares or operations needs n + m of it. (An
+// etcd with a lower limit refuses larger batches, whose writes then go
+// alone.)
+const maxTxnOps = 128
 
 // errBatchRefused tells the writes of a batch etcd refused as a whole that
 // they must be sent alone.
 var errBatchRefused = errors.New("v2bridge: batched transaction refused")
+
+// errBatchPanicked is the result of the writes of a batch whose sender
+// panicked.
+var errBatchPanicked = errors.New("v2bridge: the batched transaction was not sent (its sender failed)")
 
 // batchWrite is one write waiting for, or in, a batch.
 type batchWrite struct {
@@ -61,6 +70,7 @@ type batchWrite struct {
 	plan  *translate.Plan
 	lease clientv3.LeaseID
 	size  int
+	ops   int           // of etcd's --max-txn-ops, nested in a batch
 	wake  chan struct{} // receives once: the result is in, or this write leads its batch
 	batch []*batchWrite // set with lead: the batch this write sends
 
@@ -87,8 +97,12 @@ type batcher struct {
 func newBatchWrite(plan *translate.Plan, lease clientv3.LeaseID) *batchWrite {
 	w := &batchWrite{cmps: toCmps(plan.Cmps), plan: plan, lease: lease, wake: make(chan struct{}, 1)}
 	for _, o := range plan.Ops {
-		w.size += len(o.Key) + len(o.Value)
+		w.size += len(o.Key) + len(o.End) + len(o.Value)
 	}
+	for _, c := range plan.Cmps {
+		w.size += len(c.Key) + len(c.End)
+	}
+	w.ops = max(len(plan.Cmps), len(plan.Ops))
 	return w
 }
 
@@ -130,11 +144,28 @@ func (bt *batcher) commit(ctx context.Context, s *session, w *batchWrite) {
 	}
 }
 
-// send commits batch (its first write is the caller's, ctx its request's),
-// gives every write its result, then hands the queue to its first write, or
-// ends the flight.
+// send commits batch (its first write is the caller's, ctx its request's)
+// and hands off (handOff), even when sending panics.
 func (bt *batcher) send(ctx context.Context, s *session, batch []*batchWrite) {
+	sent := false
+	defer func() {
+		if !sent {
+			// sendBatch panicked: the batch's writes fail and the queue
+			// goes on, so that no write waits for a sender that is gone;
+			// the panic goes on too.
+			for _, w := range batch {
+				w.err = errBatchPanicked
+			}
+		}
+		bt.handOff(batch)
+	}()
 	bt.sendBatch(ctx, s, batch)
+	sent = true
+}
+
+// handOff gives the writes of batch after the first their results, then
+// hands the queue to its next batch's first write, or ends the flight.
+func (bt *batcher) handOff(batch []*batchWrite) {
 	bt.mu.Lock()
 	next := bt.take()
 	if next == nil {
@@ -159,20 +190,19 @@ func (bt *batcher) take() []*batchWrite {
 	}
 	var batch []*batchWrite
 	var keys batchKeys
-	size := 0
+	size, nested := 0, 0 // nested: the most compares or operations of a write in batch
 	journaled := bt.queue[0].plan.Journaled()
 	alone := false // the first write admits no other (a range delete)
-	widest := 0    // the most compares or operations of a write in batch
 	rest := bt.queue[:0]
 	for _, w := range bt.queue {
-		wide := max(widest, len(w.plan.Cmps), len(w.plan.Ops))
-		ok := !alone && len(batch) < bt.max && wide <= maxTxnOps-(len(batch)+1) && size+w.size <= maxBatchBytes &&
-			w.plan.Journaled() == journaled && keys.admit(bt.b.layout, w.plan)
+		ok := !alone && len(batch) < bt.max && size+w.size <= maxBatchBytes &&
+			len(batch)+1+max(nested, w.ops) <= maxTxnOps && w.plan.Journaled() == journaled &&
+			keys.admit(bt.b.layout, w.plan)
 		switch {
 		case ok:
 			batch = append(batch, w)
 			size += w.size
-			widest = wide
+			nested = max(nested, w.ops)
 		case len(batch) == 0:
 			batch, alone = append(batch, w), true
 		default:
@@ -208,10 +238,13 @@ func (bt *batcher) sendBatch(ctx context.Context, s *session, batch []*batchWrit
 	b.metrics.batchedWrites.Add(float64(len(batch)))
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		if ctx.Err() == nil && s.ctx.Err() == nil {
-			// Refused as a whole (a shared lease revoked meanwhile, a limit
-			// of this etcd, a conflict the admission missed): each write
-			// goes alone, and meets its own error.
+		if ctx.Err() == nil && s.ctx.Err() == nil && refusedUnapplied(err) {
+			// Refused as a whole, with nothing applied (a shared lease
+			// revoked meanwhile, a limit of this etcd, a conflict the
+			// admission missed): each write goes alone, and meets its own
+			// error. Any other failure may come after etcd applied the
+			// batch: its writes fail, as a write alone does, rather than
+			// apply twice.
 			err = errors.Join(errBatchRefused, err)
 		}
 		for _, w := range batch {
@@ -230,6 +263,21 @@ func (bt *batcher) sendBatch(ctx context.Context, s *session, batch []*batchWrit
 	for _, w := range batch {
 		w.n = n
 	}
+}
+
+// refusedUnapplied reports whether err is etcd refusing a transaction
+// before applying any of it: checked before it is proposed (too many
+// operations, a key written twice, too large, too many requests pending),
+// or at apply, where a missing lease fails the whole transaction.
+func refusedUnapplied(err error) bool {
+	for _, e := range []error{rpctypes.ErrLeaseNotFound, rpctypes.ErrTooManyOps, rpctypes.ErrDuplicateKey,
+		rpctypes.ErrRequestTooLarge, rpctypes.ErrTooManyRequests} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	// The client's or the server's message size limit: never sent on.
+	return status.Code(err) == codes.ResourceExhausted
 }
 
 // sendAlone commits w in a transaction of its own.

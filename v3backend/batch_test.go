@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 
 	"github.com/v2bridge/v2bridge/translate"
@@ -384,36 +386,316 @@ func TestAWriteThatAdmitsNoOtherGoesAlone(t *testing.T) {
 	}
 }
 
-// TestABatchLeavesEachWriteItsShareOfTheTxnOps: etcd gives each nested
-// transaction what the outer one leaves of --max-txn-ops, so a write with
-// many compares (a deep path) goes with fewer others.
-func TestABatchLeavesEachWriteItsShareOfTheTxnOps(t *testing.T) {
-	l, err := translate.NewLayout("", "_v2bridge/")
+// isBatch reports whether req is a transaction of nested ones (a batch).
+func isBatch(req any) bool {
+	txn, ok := req.(*etcdserverpb.TxnRequest)
+	return ok && len(txn.Success) > 0 && txn.Success[0].GetRequestTxn() != nil
+}
+
+// TestABatchWhoseOutcomeIsUnknownIsNotSentAgain: when a batch fails in a
+// way that does not tell whether etcd applied it (its answer lost, a
+// timeout inside etcd), its writes fail as a write alone would; none is
+// sent again, which would apply it twice (two events for one set) or
+// answer a create that succeeded with "node exists".
+func TestABatchWhoseOutcomeIsUnknownIsNotSentAgain(t *testing.T) {
+	ep := startMember(t, nil)
+	ic := &interceptor{}
+	b := newBackend(t, ep, ic)
+	ctx := context.Background()
+	for _, k := range []string{"/d/b", "/first"} {
+		if _, _, err := b.Write(ctx, request(t, "PUT", k, url.Values{"value": {"old"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var batched, after atomic.Int64
+	ic.after = func(method string, req any, err error) error {
+		txn, ok := req.(*etcdserverpb.TxnRequest)
+		switch {
+		case method != "/etcdserverpb.KV/Txn" || !ok:
+		case isBatch(req):
+			batched.Add(1)
+			if err == nil {
+				return rpctypes.ErrGRPCTimeout // applied, but the writer cannot know
+			}
+		case len(txn.Compare) > 0 && batched.Load() > 0:
+			after.Add(1)
+		}
+		return err
+	}
+	held, release := holdFirstTxn(ic)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"f"}}))
+		first <- err
+	}()
+	<-held
+	reqs := []*translate.Request{
+		request(t, "PUT", "/d/a", url.Values{"value": {"v"}, "prevExist": {"false"}}),
+		request(t, "PUT", "/d/b", url.Values{"value": {"new"}}),
+	}
+	results := make(chan []writeResult, 1)
+	go func() { results <- writeAll(b, reqs) }()
+	queued(t, b, len(reqs))
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	got := <-results
+	ic.armed.Store(false)
+	if batched.Load() != 1 {
+		t.Fatalf("%d batches sent, want 1", batched.Load())
+	}
+	for i, r := range got {
+		var verr *translate.Error
+		switch {
+		case r.err == nil:
+			t.Errorf("write %d answered %s at %d: it was sent again", i, r.ev.Action, r.ev.Node.ModifiedIndex)
+		case errors.As(r.err, &verr):
+			t.Errorf("write %d answered v2 error %d (%s): it was decided again", i, verr.Code, verr.Cause)
+		}
+	}
+	if n := after.Load(); n != 0 {
+		t.Errorf("%d guarded transactions sent after the batch, want none", n)
+	}
+}
+
+// TestAPanicWhileSendingABatchStrandsNoWrite: the writer sending a batch
+// panics (a bug, recovered by the HTTP server): the other writes of its
+// batch fail at once rather than wait for an answer that never comes, and
+// the writes after them are still sent.
+func TestAPanicWhileSendingABatchStrandsNoWrite(t *testing.T) {
+	ep := startMember(t, nil)
+	ic := &interceptor{}
+	b := newBackend(t, ep, ic)
+	ctx := context.Background()
+	for _, k := range []string{"/s", "/t", "/u", "/first"} {
+		if _, _, err := b.Write(ctx, request(t, "PUT", k, url.Values{"value": {"old"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold := &interceptor{}
+	held, release := holdFirstTxn(hold)
+	var panicked atomic.Bool
+	ic.before = func(ctx context.Context, method string, req any) {
+		if isBatch(req) && !panicked.Swap(true) {
+			panic("test: sending a batch")
+		}
+		hold.before(ctx, method, req)
+	}
+	ic.armed.Store(true)
+	type result struct {
+		err       error
+		recovered any
+	}
+	write := func(p string) <-chan result {
+		out := make(chan result, 1)
+		go func() {
+			var r result
+			defer func() {
+				r.recovered = recover()
+				out <- r
+			}()
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, _, r.err = b.Write(wctx, request(t, "PUT", p, url.Values{"value": {"new"}}))
+		}()
+		return out
+	}
+	first := write("/first")
+	<-held
+	s := write("/s")
+	queued(t, b, 1)
+	tt := write("/t")
+	queued(t, b, 2)
+	close(release)
+	if r := <-first; r.err != nil || r.recovered != nil {
+		t.Fatalf("the first write: %v, %v", r.err, r.recovered)
+	}
+	recv := func(c <-chan result) result {
+		select {
+		case r := <-c:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatal("a write of the batch never returned")
+			return result{}
+		}
+	}
+	leader, other := recv(s), recv(tt)
+	if leader.recovered == nil {
+		leader, other = other, leader
+	}
+	if leader.recovered == nil || !panicked.Load() {
+		t.Fatal("no write sent the batch")
+	}
+	if other.err == nil || errors.Is(other.err, context.DeadlineExceeded) {
+		t.Errorf("the other write of the batch: %v, want an error at once", other.err)
+	}
+	start := time.Now()
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/u", url.Values{"value": {"new"}})); err != nil {
+		t.Errorf("a write after the batch: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a write after the batch took %v", d)
+	}
+}
+
+// TestWritesDecidedOnAReadOfTheMemberKeepTheBatchedIndexes: a write
+// decided on a snapshot read from the member (after a conflict, or while
+// the mirror cannot say) answers with the indexes the batched writes before
+// it answered and their watchers saw — prevNode's modifiedIndex, the
+// node's createdIndex — not with their revision's, and its watchers see
+// the same.
+func TestWritesDecidedOnAReadOfTheMemberKeepTheBatchedIndexes(t *testing.T) {
+	ep := startMember(t, nil)
+	ic := &interceptor{}
+	b := newBackend(t, ep, ic)
+	ctx := context.Background()
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"old"}})); err != nil {
+		t.Fatal(err)
+	}
+	// The directory exists: the creates below have no marker to write in
+	// common, and share a transaction.
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/n", url.Values{"dir": {"true"}})); err != nil {
+		t.Fatal(err)
+	}
+	w, _, err := b.Watch(ctx, request(t, "GET", "/n", url.Values{"wait": {"true"}, "recursive": {"true"}, "stream": {"true"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := func(key string, cmps int) *batchWrite {
-		p := &translate.Plan{Ops: []translate.Op{{Type: translate.OpPut, Key: key}}}
-		for i := range cmps {
-			p.Cmps = append(p.Cmps, translate.Cmp{Key: fmt.Sprintf("%s/c%d", key, i), Target: translate.CmpMod, Result: "="})
+	defer w.Cancel()
+	held, release := holdFirstTxn(ic)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"f"}}))
+		first <- err
+	}()
+	<-held
+	create := url.Values{"value": {"v"}, "prevExist": {"false"}}
+	reqs := []*translate.Request{request(t, "PUT", "/n/a", create), request(t, "PUT", "/n/b", create),
+		request(t, "PUT", "/n/c", create)}
+	results := make(chan []writeResult, 1)
+	go func() { results <- writeAll(b, reqs) }()
+	queued(t, b, len(reqs))
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	created := map[string]uint64{}
+	for i, r := range <-results {
+		if r.err != nil {
+			t.Fatalf("write %d: %v", i, r.err)
 		}
-		return &batchWrite{plan: p}
+		created[r.ev.Node.Key] = r.ev.Node.ModifiedIndex
 	}
-	bt := &batcher{b: &Backend{layout: l}, max: DefaultWriteBatch}
-	for i := range 70 {
-		bt.queue = append(bt.queue, plan(fmt.Sprintf("/k%d", i), 3))
-	}
-	bt.queue[10] = plan("/deep", 100)
-	first := bt.take()
-	if len(first) != 28 { // the deep write leaves room for 28 in all: 100 <= 128 - 28
-		t.Errorf("first batch: %d writes, want 28", len(first))
-	}
-	for _, w := range first {
-		if len(w.plan.Cmps) > maxTxnOps-len(first) {
-			t.Errorf("a write of %d compares in a batch of %d", len(w.plan.Cmps), len(first))
+	// The two keys whose creates did not take their revision's own index
+	// (the first two of the batch, in queue order).
+	var inside []string
+	for _, k := range []string{"/n/a", "/n/b", "/n/c"} {
+		if created[k] != translate.Index(translate.Revision(created[k])) {
+			inside = append(inside, k)
 		}
 	}
-	if second := bt.take(); len(second) != 42 {
-		t.Errorf("second batch: %d writes, want the other 42", len(second))
+	if len(inside) != 2 {
+		t.Fatalf("the creates were not batched: %v", created)
+	}
+	// The watcher has seen the creates: the mirror has them.
+	for range reqs {
+		select {
+		case <-w.Events():
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watch event for the creates")
+		}
+	}
+
+	b.mirror.invalidate() // the writes below decide on reads of the member
+	answers := map[string]*translate.Event{}
+	for _, r := range []*translate.Request{
+		request(t, "DELETE", inside[0], nil),
+		request(t, "PUT", inside[1], url.Values{"value": {"w"}, "prevValue": {"v"}}),
+	} {
+		ev, _, err := b.Write(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers[ev.Node.Key] = ev
+		if ev.PrevNode == nil || ev.PrevNode.ModifiedIndex != created[ev.Node.Key] || ev.Node.CreatedIndex != created[ev.Node.Key] {
+			t.Errorf("%s %s answered prevNode %+v, createdIndex %d; want both at %d, as its create answered", ev.Action,
+				ev.Node.Key, ev.PrevNode, ev.Node.CreatedIndex, created[ev.Node.Key])
+		}
+	}
+	for range answers {
+		select {
+		case ev := <-w.Events():
+			want := answers[ev.Node.Key]
+			if want == nil || ev.PrevNode == nil || ev.PrevNode.ModifiedIndex != want.PrevNode.ModifiedIndex ||
+				ev.Node.CreatedIndex != want.Node.CreatedIndex {
+				t.Errorf("watch event %s %s: prevNode %+v, createdIndex %d; its write answered %+v", ev.Action, ev.Node.Key,
+					ev.PrevNode, ev.Node.CreatedIndex, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watch event for the writes")
+		}
+	}
+}
+
+// TestDeepWritesShareTransactionsEtcdAccepts: etcd allows a transaction
+// nested in one only what the outer one leaves of --max-txn-ops (128 less
+// the outer one's operations), and a deep write compares two keys per
+// ancestor: a batch of many deep writes is made no larger than etcd
+// accepts, rather than refused and its writes sent one by one.
+func TestDeepWritesShareTransactionsEtcdAccepts(t *testing.T) {
+	ep := startMember(t, nil)
+	ic := &interceptor{}
+	b := newBackend(t, ep, ic)
+	ctx := context.Background()
+	dir := ""
+	for i := range 40 { // 40 ancestors: 81 compares a write
+		dir += fmt.Sprintf("/%d", i)
+	}
+	const n = 50
+	var reqs []*translate.Request
+	for i := range n {
+		p := fmt.Sprintf("%s/f%d", dir, i)
+		if _, _, err := b.Write(ctx, request(t, "PUT", p, url.Values{"value": {"old"}})); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, request(t, "PUT", p, url.Values{"value": {"new"}}))
+	}
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"old"}})); err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int64
+	ic.after = func(method string, req any, err error) error {
+		if isBatch(req) && err != nil {
+			refused.Add(1)
+			t.Logf("batch refused: %v", err)
+		}
+		return err
+	}
+	held, release := holdFirstTxn(ic)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"f"}}))
+		first <- err
+	}()
+	<-held
+	results := make(chan []writeResult, 1)
+	go func() { results <- writeAll(b, reqs) }()
+	queued(t, b, n)
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range <-results {
+		if r.err != nil {
+			t.Fatalf("write %d: %v", i, r.err)
+		}
+	}
+	ic.armed.Store(false)
+	if v := refused.Load(); v != 0 {
+		t.Errorf("etcd refused %d batches", v)
+	}
+	if v := counterValue(t, b.metrics.writeBatches); v < 2 {
+		t.Errorf("%v transactions of several writes, want at least 2", v)
 	}
 }

@@ -75,10 +75,12 @@ func startEtcd(t *testing.T, extra func(*embed.Config)) (string, func()) {
 }
 
 // interceptor calls before(method, req) ahead of each unary call on the
-// bridge's connection while armed.
+// bridge's connection while armed, and after(method, req, err) once it
+// returned, which may replace its error.
 type interceptor struct {
 	armed  atomic.Bool
 	before func(ctx context.Context, method string, req any)
+	after  func(method string, req any, err error) error
 }
 
 func (i *interceptor) option() grpc.DialOption {
@@ -87,7 +89,11 @@ func (i *interceptor) option() grpc.DialOption {
 		if i.armed.Load() && i.before != nil {
 			i.before(ctx, method, req)
 		}
-		return invoker(ctx, method, req, reply, cc, opts...)
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if i.armed.Load() && i.after != nil {
+			err = i.after(method, req, err)
+		}
+		return err
 	})
 }
 

@@ -181,6 +181,32 @@ func (m *mirror) eventIndexes(rev int64, decoded []*translate.Event) map[string]
 	return idx
 }
 
+// fillIndexes sets on kvs, read from the backend, the event indexes the
+// mirror keeps for the same versions of their keys (ModIndex where the
+// ModRevision is the mirror's, CreateIndex where the CreateRevision is): a
+// read of the backend knows only a key's revisions, and a key written in a
+// revision of several events has an index of its own (apply), which the
+// write that made it answered and its watchers saw. Where the mirror has
+// another version of a key, or none, the revision's index stands.
+func (m *mirror) fillIndexes(lists [][]*translate.KV) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, l := range lists {
+		for _, kv := range l {
+			mk, ok := m.kvs.Get(kv)
+			if !ok {
+				continue
+			}
+			if mk.ModRevision == kv.ModRevision {
+				kv.ModIndex = mk.ModIndex
+			}
+			if mk.CreateRevision == kv.CreateRevision {
+				kv.CreateIndex = mk.CreateIndex
+			}
+		}
+	}
+}
+
 // fillPrev sets each event's previous value from the mirror, which holds the
 // key space as of the revision before theirs (a watch without WithPrevKV
 // leaves them out). Keys the mirror does not keep (the journal) get none.

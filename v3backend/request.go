@@ -75,12 +75,26 @@ func getOpts(serializable bool, rev int64, opts ...clientv3.OpOption) []clientv3
 }
 
 // readSnapshot reads a write's snapshot of p at revision rev (0: now) from
-// the backend, in one transaction.
+// the backend, in one transaction. Its keys take the event indexes the
+// mirror keeps for them (mirror.fillIndexes), once the mirror has their
+// versions (a moment at most, when it is valid): a write decided on it
+// answers with the prevNode and createdIndex its watchers see, which are
+// decoded on the mirror.
 func (b *Backend) readSnapshot(ctx context.Context, s *session, p string, withSeq bool, rev int64) (*translate.Snapshot, error) {
 	lists, at, err := b.readBackend(ctx, s, b.layout.SnapshotReads(p, withSeq), true, rev, true)
 	if err != nil {
 		return nil, err
 	}
+	var newest int64
+	for _, l := range lists {
+		for _, kv := range l {
+			newest = max(newest, kv.ModRevision)
+		}
+	}
+	if mrev, valid := b.mirror.Rev(); valid && mrev < newest {
+		b.mirror.waitFor(ctx, newest, mirrorWait, b.nudge)
+	}
+	b.mirror.fillIndexes(lists)
 	return b.layout.NewSnapshot(p, at, withSeq, firsts(lists)), nil
 }
 
