@@ -80,6 +80,28 @@ func writeAll(b *Backend, reqs []*translate.Request) []writeResult {
 	return out
 }
 
+// behindAHeldWrite holds first's transaction (the first one with compares)
+// in flight, queues reqs behind it, lets it go and returns what reqs
+// answered.
+func behindAHeldWrite(t *testing.T, b *Backend, ic *interceptor, first *translate.Request, reqs []*translate.Request) []writeResult {
+	t.Helper()
+	held, release := holdFirstTxn(ic)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := b.Write(context.Background(), first)
+		done <- err
+	}()
+	<-held
+	results := make(chan []writeResult, 1)
+	go func() { results <- writeAll(b, reqs) }()
+	queued(t, b, len(reqs))
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return <-results
+}
+
 // TestWritesThatArriveDuringAWriteShareOneTransaction: writes that arrive
 // while a write is in flight go together in the next transaction (writes
 // with a journal record apart from those without); each gets its own index,
@@ -145,23 +167,9 @@ func checkSharedTransactions(t *testing.T, batches int, reqs func(*testing.T) []
 	}
 	defer w.Cancel()
 
-	held, release := holdFirstTxn(ic)
-	first := make(chan writeResult, 1)
-	go func() {
-		ev, _, err := b.Write(ctx, request(t, "PUT", "/d/first", url.Values{"value": {"f"}}))
-		first <- writeResult{ev, err}
-	}()
-	<-held
 	rs := reqs(t)
 	n := len(rs)
-	results := make(chan []writeResult, 1)
-	go func() { results <- writeAll(b, rs) }()
-	queued(t, b, n)
-	close(release)
-	if r := <-first; r.err != nil {
-		t.Fatal(r.err)
-	}
-	got := <-results
+	got := behindAHeldWrite(t, b, ic, request(t, "PUT", "/d/first", url.Values{"value": {"f"}}), rs)
 
 	if v := counterValue(t, b.metrics.writeBatches); v != float64(batches) {
 		t.Errorf("%v transactions of several writes, want %d", v, batches)
@@ -265,27 +273,13 @@ func TestBatchedWritesDecideAsIfSentOneAfterTheOther(t *testing.T) {
 		if _, _, err := b.Write(ctx, request(t, "PUT", fmt.Sprintf("/c%d", round), url.Values{"dir": {"true"}})); err != nil {
 			t.Fatal(err)
 		}
-		held, release := holdFirstTxn(ic)
-		done := make(chan error, 1)
-		go func() {
-			_, _, err := b.Write(ctx, request(t, "PUT", fmt.Sprintf("/other%d", round), url.Values{"prevExist": {"false"}}))
-			done <- err
-		}()
-		<-held
 		p := fmt.Sprintf("/c%d/f", round)
 		create := url.Values{"prevExist": {"false"}}
 		reqs := []*translate.Request{request(t, "PUT", p, create), request(t, "PUT", p+"/g", create)}
 		if round == 1 { // the other order
 			reqs[0], reqs[1] = reqs[1], reqs[0]
 		}
-		results := make(chan []writeResult, 1)
-		go func() { results <- writeAll(b, reqs) }()
-		queued(t, b, 2)
-		close(release)
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		got := <-results
+		got := behindAHeldWrite(t, b, ic, request(t, "PUT", fmt.Sprintf("/other%d", round), create), reqs)
 		ok := 0
 		for _, r := range got {
 			var verr *translate.Error
@@ -422,25 +416,11 @@ func TestABatchWhoseOutcomeIsUnknownIsNotSentAgain(t *testing.T) {
 		}
 		return err
 	}
-	held, release := holdFirstTxn(ic)
-	first := make(chan error, 1)
-	go func() {
-		_, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"f"}}))
-		first <- err
-	}()
-	<-held
 	reqs := []*translate.Request{
 		request(t, "PUT", "/d/a", url.Values{"value": {"v"}, "prevExist": {"false"}}),
 		request(t, "PUT", "/d/b", url.Values{"value": {"new"}}),
 	}
-	results := make(chan []writeResult, 1)
-	go func() { results <- writeAll(b, reqs) }()
-	queued(t, b, len(reqs))
-	close(release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	got := <-results
+	got := behindAHeldWrite(t, b, ic, request(t, "PUT", "/first", url.Values{"value": {"f"}}), reqs)
 	ic.armed.Store(false)
 	if batched.Load() != 1 {
 		t.Fatalf("%d batches sent, want 1", batched.Load())
@@ -563,25 +543,11 @@ func TestWritesDecidedOnAReadOfTheMemberKeepTheBatchedIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Cancel()
-	held, release := holdFirstTxn(ic)
-	first := make(chan error, 1)
-	go func() {
-		_, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"f"}}))
-		first <- err
-	}()
-	<-held
 	create := url.Values{"value": {"v"}, "prevExist": {"false"}}
 	reqs := []*translate.Request{request(t, "PUT", "/n/a", create), request(t, "PUT", "/n/b", create),
 		request(t, "PUT", "/n/c", create)}
-	results := make(chan []writeResult, 1)
-	go func() { results <- writeAll(b, reqs) }()
-	queued(t, b, len(reqs))
-	close(release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
 	created := map[string]uint64{}
-	for i, r := range <-results {
+	for i, r := range behindAHeldWrite(t, b, ic, request(t, "PUT", "/first", url.Values{"value": {"f"}}), reqs) {
 		if r.err != nil {
 			t.Fatalf("write %d: %v", i, r.err)
 		}
@@ -672,21 +638,7 @@ func TestDeepWritesShareTransactionsEtcdAccepts(t *testing.T) {
 		}
 		return err
 	}
-	held, release := holdFirstTxn(ic)
-	first := make(chan error, 1)
-	go func() {
-		_, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"f"}}))
-		first <- err
-	}()
-	<-held
-	results := make(chan []writeResult, 1)
-	go func() { results <- writeAll(b, reqs) }()
-	queued(t, b, n)
-	close(release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range <-results {
+	for i, r := range behindAHeldWrite(t, b, ic, request(t, "PUT", "/first", url.Values{"value": {"f"}}), reqs) {
 		if r.err != nil {
 			t.Fatalf("write %d: %v", i, r.err)
 		}
