@@ -247,6 +247,12 @@ func (bt *batcher) sendBatch(ctx context.Context, s *session, batch []*batchWrit
 			// apply twice.
 			err = errors.Join(errBatchRefused, err)
 		}
+		if s.ctx.Err() != nil {
+			// The session the batch went on was lost: its writes, some
+			// of which began on the next one, fail as a write alone on a
+			// lost session does.
+			err = ErrUnavailable
+		}
 		for _, w := range batch {
 			w.err = err
 		}
