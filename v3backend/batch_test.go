@@ -651,4 +651,3 @@ func TestDeepWritesShareTransactionsEtcdAccepts(t *testing.T) {
 		t.Errorf("%v transactions of several writes, want at least 2", v)
 	}
 }
-
