@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -48,6 +49,13 @@ const DefaultWriteBatch = 64
 // batch, well under etcd's default request limit of 1.5 MiB; a larger write
 // goes alone.
 const maxBatchBytes = 512 << 10
+
+// maxQueueWait bounds how long the writes in the queue wait for the
+// transaction in flight before they go alone (dissolve). A transaction waits as long
+// as etcd has no leader, or until its member is declared lost (2–3 s), and
+// the writes that arrive meanwhile must not all wait for it: alone, each
+// would have been answered as soon as the cluster could.
+const maxQueueWait = 100 * time.Millisecond
 
 // maxTxnOps is etcd's default --max-txn-ops. etcd allows a transaction
 // nested in another only what the outer one leaves of it: a batch of n
@@ -71,11 +79,12 @@ type batchWrite struct {
 	lease clientv3.LeaseID
 	size  int
 	ops   int           // of etcd's --max-txn-ops, nested in a batch
-	wake  chan struct{} // receives once: the result is in, or this write leads its batch
+	wake  chan struct{} // receives once: the result is in, this write leads its batch, or it goes alone
 	batch []*batchWrite // set with lead: the batch this write sends
 
-	// Set before wake (by the sender of its batch).
+	// Set before wake (by the sender of its batch, or by dissolve).
 	lead      bool
+	alone     bool // the transaction in flight took too long: this write goes alone
 	succeeded bool
 	rev       int64 // the batch's revision
 	pos, n    int   // position among the batch's successful writes, and how many there were
@@ -127,28 +136,56 @@ func (bt *batcher) commit(ctx context.Context, s *session, w *batchWrite) {
 	select {
 	case <-w.wake:
 	case <-ctx.Done():
-		bt.mu.Lock()
-		for i, q := range bt.queue {
-			if q == w {
-				bt.queue = append(bt.queue[:i], bt.queue[i+1:]...)
-				bt.mu.Unlock()
-				w.err = ctx.Err()
-				return
-			}
+		if bt.leave(w) {
+			w.err = ctx.Err()
+			return
 		}
-		bt.mu.Unlock()
-		<-w.wake // taken into a batch meanwhile
+		<-w.wake // taken into a batch, or dissolved, meanwhile
 	}
-	if w.lead {
+	switch {
+	case w.alone:
+		bt.sendAlone(ctx, s, w)
+	case w.lead:
 		bt.send(ctx, s, w.batch)
 	}
+}
+
+// dissolve sends every write waiting in the queue alone: the transaction
+// in flight has had no answer for maxQueueWait.
+func (bt *batcher) dissolve() {
+	bt.mu.Lock()
+	waiting := bt.queue
+	bt.queue = nil
+	bt.mu.Unlock()
+	for _, w := range waiting {
+		w.alone = true
+		w.wake <- struct{}{}
+	}
+}
+
+// leave takes w out of the queue and reports whether it was still there
+// (false: a batch has taken it).
+func (bt *batcher) leave(w *batchWrite) bool {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	for i, q := range bt.queue {
+		if q == w {
+			bt.queue = append(bt.queue[:i], bt.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // send commits batch (its first write is the caller's, ctx its request's)
 // and hands off (handOff), even when sending panics.
 func (bt *batcher) send(ctx context.Context, s *session, batch []*batchWrite) {
+	// One timer per transaction in flight, not per waiting write: under
+	// load a transaction carries dozens of writes and takes milliseconds.
+	stuck := time.AfterFunc(maxQueueWait, bt.dissolve)
 	sent := false
 	defer func() {
+		stuck.Stop() // before the hand-off: the queue is the next transaction's then
 		if !sent {
 			// sendBatch panicked: the batch's writes fail and the queue
 			// goes on, so that no write waits for a sender that is gone;

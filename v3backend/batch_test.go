@@ -24,19 +24,17 @@ import (
 // holding it.
 func holdFirstTxn(ic *interceptor) (held <-chan struct{}, release chan struct{}) {
 	h, r := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	var taken atomic.Bool // only the first is held; the others pass
 	ic.before = func(ctx context.Context, method string, req any) {
 		txn, ok := req.(*etcdserverpb.TxnRequest)
-		if method != "/etcdserverpb.KV/Txn" || !ok || len(txn.Compare) == 0 {
+		if method != "/etcdserverpb.KV/Txn" || !ok || len(txn.Compare) == 0 || !taken.CompareAndSwap(false, true) {
 			return
 		}
-		once.Do(func() {
-			close(h)
-			select {
-			case <-r:
-			case <-ctx.Done():
-			}
-		})
+		close(h)
+		select {
+		case <-r:
+		case <-ctx.Done():
+		}
 	}
 	ic.armed.Store(true)
 	return h, r
@@ -649,5 +647,49 @@ func TestDeepWritesShareTransactionsEtcdAccepts(t *testing.T) {
 	}
 	if v := counterValue(t, b.metrics.writeBatches); v < 2 {
 		t.Errorf("%v transactions of several writes, want at least 2", v)
+	}
+}
+
+// TestWritesDoNotWaitLongForAStuckTransaction: while the transaction in
+// flight gets no answer (a member without a leader), the writes behind it
+// stop waiting for it after maxQueueWait and go alone.
+func TestWritesDoNotWaitLongForAStuckTransaction(t *testing.T) {
+	ep := startMember(t, nil)
+	ic := &interceptor{}
+	b := newBackend(t, ep, ic)
+	ctx := context.Background()
+	for _, k := range []string{"/first", "/a", "/b"} {
+		if _, _, err := b.Write(ctx, request(t, "PUT", k, url.Values{"value": {"old"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, release := holdFirstTxn(ic)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"f"}}))
+		first <- err
+	}()
+	<-held
+	start := time.Now()
+	for i, r := range writeAll(b, []*translate.Request{request(t, "PUT", "/a", url.Values{"value": {"new"}}),
+		request(t, "PUT", "/b", url.Values{"value": {"new"}})}) {
+		if r.err != nil {
+			t.Errorf("write %d: %v", i, r.err)
+		}
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the writes behind a stuck transaction took %v", d)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the held write ended (%v) before it was let go", err)
+	default:
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if v := counterValue(t, b.metrics.writeBatches); v != 0 {
+		t.Errorf("%v transactions of several writes, want none (each went alone)", v)
 	}
 }
