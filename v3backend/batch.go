@@ -97,10 +97,12 @@ type batcher struct {
 	b   *Backend
 	max int // writes per batch
 
-	// mu guards queue and flying; it is never held across a backend call.
+	// mu guards queue, flying and stuck; it is never held across a backend
+	// call.
 	mu     sync.Mutex
 	queue  []*batchWrite
 	flying bool // a batch is in flight: its sender hands the queue on
+	stuck  bool // it has had no answer for maxQueueWait: writes go alone until it ends
 }
 
 func newBatchWrite(plan *translate.Plan, lease clientv3.LeaseID) *batchWrite {
@@ -126,7 +128,7 @@ func (bt *batcher) commit(ctx context.Context, s *session, w *batchWrite) {
 		bt.send(ctx, s, []*batchWrite{w})
 		return
 	}
-	if w.size > maxBatchBytes {
+	if w.size > maxBatchBytes || bt.stuck {
 		bt.mu.Unlock()
 		bt.sendAlone(ctx, s, w)
 		return
@@ -150,12 +152,13 @@ func (bt *batcher) commit(ctx context.Context, s *session, w *batchWrite) {
 	}
 }
 
-// dissolve sends every write waiting in the queue alone: the transaction
-// in flight has had no answer for maxQueueWait.
+// dissolve sends every write waiting in the queue alone, and the writes
+// that come until the transaction in flight ends: it has had no answer for
+// maxQueueWait.
 func (bt *batcher) dissolve() {
 	bt.mu.Lock()
 	waiting := bt.queue
-	bt.queue = nil
+	bt.queue, bt.stuck = nil, true
 	bt.mu.Unlock()
 	for _, w := range waiting {
 		w.alone = true
@@ -208,6 +211,7 @@ func (bt *batcher) handOff(batch []*batchWrite) {
 	if next == nil {
 		bt.flying = false
 	}
+	bt.stuck = false // the next transaction, if any, has its own timer
 	bt.mu.Unlock()
 	for _, w := range batch[1:] {
 		w.wake <- struct{}{}
