@@ -99,12 +99,6 @@ func (s *Shadow) compare(j *job) {
 		s.drop(reasonUpstream)
 		return
 	}
-	if op == "read" {
-		s.counts.reads.Add(1)
-	} else {
-		s.counts.writes.Add(1)
-	}
-	s.m.compared.WithLabelValues(op).Inc()
 	switch res.outcome {
 	case agreedLate:
 		s.counts.retried.Add(1)
@@ -117,6 +111,14 @@ func (s *Shadow) compare(j *job) {
 		kind := kindOf(res.x, res.diffs)
 		s.m.divergences.WithLabelValues(kind).Inc()
 		s.report(j.method, res, kind)
+	}
+	// Counted as compared last: a reader that sees the comparison in Stats
+	// finds everything else about it (metrics, log, divergence) in place.
+	s.m.compared.WithLabelValues(op).Inc()
+	if op == "read" {
+		s.counts.reads.Add(1)
+	} else {
+		s.counts.writes.Add(1)
 	}
 }
 
