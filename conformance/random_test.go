@@ -843,7 +843,9 @@ func (rs *randSeq) learn(x *Exchange) {
 		}
 		rs.model[key] = m
 		for _, a := range ancestorsOf(key) {
-			if rs.model[a] == nil {
+			// A directory now, whatever the model held there (a file
+			// whose TTL ran out, say, and then a key written below it).
+			if rs.model[a] == nil || !rs.model[a].dir {
 				rs.model[a] = &mnode{dir: true, mod: ord}
 			}
 		}
