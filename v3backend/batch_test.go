@@ -78,6 +78,20 @@ func writeAll(b *Backend, reqs []*translate.Request) []writeResult {
 	return out
 }
 
+// batchBackend starts a member and a backend whose unary calls go through
+// the interceptor it returns, with a file (value "old") at each of files.
+func batchBackend(t *testing.T, files ...string) (*Backend, *interceptor) {
+	t.Helper()
+	ic := &interceptor{}
+	b := newBackend(t, startMember(t, nil), ic)
+	for _, k := range files {
+		if _, _, err := b.Write(context.Background(), request(t, "PUT", k, url.Values{"value": {"old"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b, ic
+}
+
 // behindAHeldWrite holds first's transaction (the first one with compares)
 // in flight, queues reqs behind it, lets it go and returns what reqs
 // answered.
@@ -150,15 +164,8 @@ func TestWritesThatArriveDuringAWriteShareOneTransaction(t *testing.T) {
 // checks what the writes answered, what a watcher of /d saw and what reads
 // show.
 func checkSharedTransactions(t *testing.T, batches int, reqs func(*testing.T) []*translate.Request, action func(int) string) {
-	ep := startMember(t, nil)
-	ic := &interceptor{}
-	b := newBackend(t, ep, ic)
+	b, ic := batchBackend(t, "/d/k0", "/d/k1", "/d/k2", "/d/k3", "/d/k4", "/d/k5", "/d/k6", "/d/first")
 	ctx := context.Background()
-	for _, k := range []string{"/d/k0", "/d/k1", "/d/k2", "/d/k3", "/d/k4", "/d/k5", "/d/k6", "/d/first"} {
-		if _, _, err := b.Write(ctx, request(t, "PUT", k, url.Values{"value": {"old"}})); err != nil {
-			t.Fatal(err)
-		}
-	}
 	w, _, err := b.Watch(ctx, request(t, "GET", "/d", url.Values{"wait": {"true"}, "recursive": {"true"}, "stream": {"true"}}))
 	if err != nil {
 		t.Fatal(err)
@@ -390,15 +397,7 @@ func isBatch(req any) bool {
 // sent again, which would apply it twice (two events for one set) or
 // answer a create that succeeded with "node exists".
 func TestABatchWhoseOutcomeIsUnknownIsNotSentAgain(t *testing.T) {
-	ep := startMember(t, nil)
-	ic := &interceptor{}
-	b := newBackend(t, ep, ic)
-	ctx := context.Background()
-	for _, k := range []string{"/d/b", "/first"} {
-		if _, _, err := b.Write(ctx, request(t, "PUT", k, url.Values{"value": {"old"}})); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b, ic := batchBackend(t, "/d/b", "/first")
 	var batched, after atomic.Int64
 	ic.after = func(method string, req any, err error) error {
 		txn, ok := req.(*etcdserverpb.TxnRequest)
@@ -442,15 +441,8 @@ func TestABatchWhoseOutcomeIsUnknownIsNotSentAgain(t *testing.T) {
 // batch fail at once rather than wait for an answer that never comes, and
 // the writes after them are still sent.
 func TestAPanicWhileSendingABatchStrandsNoWrite(t *testing.T) {
-	ep := startMember(t, nil)
-	ic := &interceptor{}
-	b := newBackend(t, ep, ic)
+	b, ic := batchBackend(t, "/s", "/t", "/u", "/first")
 	ctx := context.Background()
-	for _, k := range []string{"/s", "/t", "/u", "/first"} {
-		if _, _, err := b.Write(ctx, request(t, "PUT", k, url.Values{"value": {"old"}})); err != nil {
-			t.Fatal(err)
-		}
-	}
 	hold := &interceptor{}
 	held, release := holdFirstTxn(hold)
 	var panicked atomic.Bool
@@ -654,15 +646,8 @@ func TestDeepWritesShareTransactionsEtcdAccepts(t *testing.T) {
 // flight gets no answer (a member without a leader), the writes behind it
 // stop waiting for it after maxQueueWait and go alone.
 func TestWritesDoNotWaitLongForAStuckTransaction(t *testing.T) {
-	ep := startMember(t, nil)
-	ic := &interceptor{}
-	b := newBackend(t, ep, ic)
+	b, ic := batchBackend(t, "/first", "/a", "/b")
 	ctx := context.Background()
-	for _, k := range []string{"/first", "/a", "/b"} {
-		if _, _, err := b.Write(ctx, request(t, "PUT", k, url.Values{"value": {"old"}})); err != nil {
-			t.Fatal(err)
-		}
-	}
 	held, release := holdFirstTxn(ic)
 	first := make(chan error, 1)
 	go func() {
