@@ -51,12 +51,23 @@ type Event struct {
 }
 
 // Encode sets Encoded from the event as it is now.
-func (e *Event) Encode() {
+func (e *Event) Encode() { e.Encoded = e.marshal() }
+
+// JSON is the event's JSON and a newline, as json.Encoder writes it:
+// Encoded when it is set.
+func (e *Event) JSON() []byte {
+	if e.Encoded != nil {
+		return e.Encoded
+	}
+	return e.marshal()
+}
+
+func (e *Event) marshal() []byte {
 	b, err := json.Marshal(e)
 	if err != nil {
-		return // plain fields: cannot fail
+		return nil // plain fields: cannot fail
 	}
-	e.Encoded = append(b, '\n')
+	return append(b, '\n')
 }
 
 // IsCreated reports whether v2 answers this event with 201.

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log"
@@ -907,7 +906,7 @@ func (dc *detachedConn) answer(wa Watch, head *[]byte, ends []func(bytes int, go
 		}
 	}
 	if ev != nil {
-		body = encodeEvent(ev)
+		body = ev.JSON()
 	}
 	wa.Cancel()
 	dc.h.waiting.Add(-1)
@@ -958,17 +957,6 @@ func (dc *detachedConn) answer(wa Watch, head *[]byte, ends []func(bytes int, go
 	}
 	// Otherwise the reader, still reading, serves what the client sends
 	// next.
-}
-
-func encodeEvent(ev *translate.Event) []byte {
-	if ev.Encoded != nil {
-		return ev.Encoded
-	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return nil // an event is plain data; it always encodes
-	}
-	return append(b, '\n')
 }
 
 // appendChunk appends body as one chunk of a chunked HTTP/1.1 body.

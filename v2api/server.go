@@ -392,16 +392,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Re
 	if fl != nil && (req.Stream || len(wa.Events()) == 0) {
 		fl.Flush()
 	}
-	enc := json.NewEncoder(w)
 	send := func(ev *translate.Event) bool {
-		var err error
-		if ev.Encoded != nil {
-			// Encoded once for every watcher the event reaches.
-			_, err = w.Write(ev.Encoded)
-		} else {
-			err = enc.Encode(ev)
-		}
-		if err != nil || !req.Stream {
+		// Encoded once for every watcher the event reaches.
+		if _, err := w.Write(ev.JSON()); err != nil || !req.Stream {
 			return false
 		}
 		if fl != nil {
