@@ -513,7 +513,7 @@ func TestWritesCommittedTogetherDecodeToTheirAnswers(t *testing.T) {
 			}
 			for i, p := range plans {
 				got, _ := json.Marshal(out[i])
-				want := p.ResultAt(rev, EventIndex(rev, i, len(plans)))
+				want := p.ResultAt(EventIndex(rev, i, len(plans)))
 				want.EtcdIndex = 0
 				wantJSON, _ := json.Marshal(want)
 				if string(got) != string(wantJSON) {

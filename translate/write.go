@@ -660,13 +660,13 @@ func (p *Plan) OpsInSlot(i int) []Op {
 }
 
 // Result is the v2 response of the plan committed at revision rev.
-func (p *Plan) Result(rev int64) *Event { return p.ResultAt(rev, Index(rev)) }
+func (p *Plan) Result(rev int64) *Event { return p.ResultAt(Index(rev)) }
 
-// ResultAt is the v2 response of the plan committed at revision rev as the
-// event of index idx (one of several events of rev). X-Etcd-Index is idx
-// too, as v2 answers a write with the index it made: a client that resumes
-// a watch after it sees the later events of the revision.
-func (p *Plan) ResultAt(rev int64, idx uint64) *Event {
+// ResultAt is the v2 response of the plan committed as the event of index
+// idx (one of several events of its revision). X-Etcd-Index is idx too, as
+// v2 answers a write with the index it made: a client that resumes a watch
+// after it sees the later events of the revision.
+func (p *Plan) ResultAt(idx uint64) *Event {
 	ev := p.event
 	n := *ev.Node
 	n.ModifiedIndex = idx

@@ -166,7 +166,7 @@ type Backend struct {
 	cur     curRev // shares the current-revision reads of watch requests
 	quorum  curRev // shares the linearizable reads of quorum GETs
 	mirror  *mirror
-	batch   batcher // sends concurrent writes that decode by rule together
+	batch   batcher // sends concurrent writes together, in one transaction
 	// shared is the shared feed now open (nil between feeds), for progress
 	// requests.
 	shared atomic.Pointer[feed]

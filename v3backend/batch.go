@@ -51,10 +51,10 @@ const DefaultWriteBatch = 64
 const maxBatchBytes = 512 << 10
 
 // maxQueueWait bounds how long the writes in the queue wait for the
-// transaction in flight before they go alone (dissolve). A transaction waits as long
-// as etcd has no leader, or until its member is declared lost (2–3 s), and
-// the writes that arrive meanwhile must not all wait for it: alone, each
-// would have been answered as soon as the cluster could.
+// transaction in flight before they go alone (dissolve). A transaction
+// waits as long as etcd has no leader, or until its member is declared lost
+// (2–3 s), and the writes that arrive meanwhile must not all wait for it:
+// alone, each would have been answered as soon as the cluster could.
 const maxQueueWait = 100 * time.Millisecond
 
 // maxTxnOps is etcd's default --max-txn-ops. etcd allows a transaction

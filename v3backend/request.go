@@ -348,7 +348,7 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		if plan.Batchable() && b.batch.max > 1 {
 			b.batch.commit(ctx, s, w)
 			if errors.Is(w.err, errBatchRefused) {
-				w = newBatchWrite(plan, lease)
+				w.err = nil
 				b.batch.sendAlone(ctx, s, w)
 			}
 		} else {
@@ -364,7 +364,9 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 			return nil, w.err
 		}
 		if !w.succeeded {
-			b.conflict(attempt)
+			b.metrics.writeRetries.Inc()
+			// Back off a little so contending bridges do not lock-step.
+			time.Sleep(time.Duration(rand.IntN(1+attempt)) * time.Millisecond)
 			continue
 		}
 		b.noteHeader(w.header)
@@ -372,16 +374,9 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		if lease != 0 && !recorded {
 			b.pool.recorded(plan.TTL, lease)
 		}
-		return plan.ResultAt(w.rev, translate.EventIndex(w.rev, w.pos, w.n)), nil
+		return plan.ResultAt(translate.EventIndex(w.rev, w.pos, w.n)), nil
 	}
 	return nil, errors.New("v2bridge: write gave up after too many conflicting concurrent writes")
-}
-
-// conflict counts a write whose guards failed and backs off a little, so
-// contending bridges do not lock-step.
-func (b *Backend) conflict(attempt int) {
-	b.metrics.writeRetries.Inc()
-	time.Sleep(time.Duration(rand.IntN(1+attempt)) * time.Millisecond)
 }
 
 // toCmps builds the v3 compares (as clientv3.Compare would, without boxing
