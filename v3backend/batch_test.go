@@ -267,9 +267,7 @@ func checkSharedTransactions(t *testing.T, batches int, reqs func(*testing.T) []
 // whose compares etcd evaluates before any of its writes: exactly one of
 // them succeeds, as when they are sent one after the other.
 func TestBatchedWritesDecideAsIfSentOneAfterTheOther(t *testing.T) {
-	ep := startMember(t, nil)
-	ic := &interceptor{}
-	b := newBackend(t, ep, ic)
+	b, ic := batchBackend(t)
 	ctx := context.Background()
 	for round := range 3 {
 		// The directory exists, so the two writes have no key to write
@@ -516,13 +514,8 @@ func TestAPanicWhileSendingABatchStrandsNoWrite(t *testing.T) {
 // node's createdIndex — not with their revision's, and its watchers see
 // the same.
 func TestWritesDecidedOnAReadOfTheMemberKeepTheBatchedIndexes(t *testing.T) {
-	ep := startMember(t, nil)
-	ic := &interceptor{}
-	b := newBackend(t, ep, ic)
+	b, ic := batchBackend(t, "/first")
 	ctx := context.Background()
-	if _, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"old"}})); err != nil {
-		t.Fatal(err)
-	}
 	// The directory exists: the creates below have no marker to write in
 	// common, and share a transaction.
 	if _, _, err := b.Write(ctx, request(t, "PUT", "/n", url.Values{"dir": {"true"}})); err != nil {
@@ -600,9 +593,7 @@ func TestWritesDecidedOnAReadOfTheMemberKeepTheBatchedIndexes(t *testing.T) {
 // ancestor: a batch of many deep writes is made no larger than etcd
 // accepts, rather than refused and its writes sent one by one.
 func TestDeepWritesShareTransactionsEtcdAccepts(t *testing.T) {
-	ep := startMember(t, nil)
-	ic := &interceptor{}
-	b := newBackend(t, ep, ic)
+	b, ic := batchBackend(t, "/first")
 	ctx := context.Background()
 	dir := ""
 	for i := range 40 { // 40 ancestors: 81 compares a write
@@ -616,9 +607,6 @@ func TestDeepWritesShareTransactionsEtcdAccepts(t *testing.T) {
 			t.Fatal(err)
 		}
 		reqs = append(reqs, request(t, "PUT", p, url.Values{"value": {"new"}}))
-	}
-	if _, _, err := b.Write(ctx, request(t, "PUT", "/first", url.Values{"value": {"old"}})); err != nil {
-		t.Fatal(err)
 	}
 	var refused atomic.Int64
 	ic.after = func(method string, req any, err error) error {
