@@ -179,11 +179,8 @@ type Backend struct {
 	// on a mirror that has its own path's recent writes, without waiting
 	// for every other write in flight.
 	recent [recentSlots]atomic.Int64
-	// writeSlots serialize this bridge's writes to the same path (by hash):
-	// each is a one-place semaphore, taken for the whole write (its round
-	// trips included, bounded by the request deadline), never together
-	// with a lock.
-	writeSlots [1024]chan struct{}
+	// writeSlots serialize this bridge's writes to the same path (by hash).
+	writeSlots [1024]writeSlot
 	// forged counts journal records ignored (for rate-limited warnings).
 	forged atomic.Int64
 
@@ -226,7 +223,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.quorum.linearizable = true
 	b.batch = batcher{b: b, max: cfg.WriteBatch}
 	for i := range b.writeSlots {
-		b.writeSlots[i] = make(chan struct{}, 1)
+		b.writeSlots[i].turn = make(chan struct{}, 1)
 	}
 	s, err := b.connect(ctx)
 	if err != nil {

@@ -229,16 +229,36 @@ func (b *Backend) Write(ctx context.Context, r *translate.Request) (*translate.E
 	// This bridge's writes to one path (a POST: to one directory) take
 	// turns: they would only conflict with each other and retry. Writes
 	// through other bridges still meet the guarded transaction.
-	slot := b.writeSlots[recentSlot(r.Path)%len(b.writeSlots)]
+	slot := &b.writeSlots[recentSlot(r.Path)%len(b.writeSlots)]
 	var present int64 // a revision the decision must include (0: this bridge's own writes)
+	// A write with a precondition that finds another write to its path in
+	// flight decides first without a turn, and again once that write has
+	// ended: under contention (many clients swapping one key) most such
+	// decisions are errors (a compare the node has moved past), which
+	// commit nothing and so need no turn, instead of taking turns one
+	// after another behind the write that beat them. A decision to commit
+	// queues for the turn.
+	probes := 0
+	if (r.HasCompare() || r.PrevExist != nil) && slot.busy() {
+		probes = 2
+	}
 	for {
-		select {
-		case slot <- struct{}{}:
-		case <-ctx.Done():
-			return nil, b.Meta(), b.mapErr(s, ctx.Err())
+		if probes == 0 {
+			if err := slot.take(ctx); err != nil {
+				return nil, b.Meta(), b.mapErr(s, err)
+			}
 		}
-		ev, err := b.write(ctx, s, r, present)
-		<-slot
+		ev, err := b.write(ctx, s, r, present, probes > 0)
+		if probes == 0 {
+			slot.give()
+		} else if errors.Is(err, errWouldCommit) {
+			if probes--; probes > 0 {
+				slot.awaitGiven(ctx)
+			}
+			continue
+		} else {
+			probes = 0
+		}
 		var early *earlyError
 		if !errors.As(err, &early) {
 			return ev, b.Meta(), b.mapErr(s, err)
@@ -273,10 +293,15 @@ func (e *earlyError) Error() string { return e.err.Error() }
 
 const maxWriteAttempts = 64
 
+// errWouldCommit is what a write's probe (a decision made without the
+// path's turn) answers when the decision is to commit.
+var errWouldCommit = errors.New("v3backend: the write would commit")
+
 // write decides and commits r; present > 0 is a revision the decision must
 // include (a linearizable read's), and a v2 error decided without one comes
-// back as an earlyError.
-func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, present int64) (*translate.Event, error) {
+// back as an earlyError. probe: decide only, answering errWouldCommit in
+// place of committing.
+func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, present int64, probe bool) (*translate.Event, error) {
 	need := max(b.recentAt(r.Path), present)
 	if r.Method == "POST" {
 		// An in-order name is the decision's revision + 1: on a copy with
@@ -324,6 +349,9 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 				return nil, &earlyError{err: verr, rev: snap.Rev}
 			}
 			return nil, verr // decided on a copy that waited for present (at most mirrorWait)
+		}
+		if probe {
+			return nil, errWouldCommit
 		}
 		var lease clientv3.LeaseID
 		var exp time.Time
