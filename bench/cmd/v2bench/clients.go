@@ -235,6 +235,7 @@ type v3kv struct{ cli *clientv3.Client }
 // bridgeTxner sends the transaction shape of a bridge's v2 PUT.
 type bridgeTxner interface {
 	bridgeTxn(ctx context.Context, key, val string) error
+	oneCompareTxn(ctx context.Context, key, val string) error
 }
 
 // bridgeTxn is what a bridge sends for a v2 PUT of key over a file: compares
@@ -248,6 +249,17 @@ func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
 	r, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k, val)).Commit()
 	if err == nil && !r.Succeeded {
 		err = errors.New("bridge-shaped transaction: a compare failed")
+	}
+	return err
+}
+
+// oneCompareTxn puts val at key in a transaction with one compare, on the
+// key's own revision (it holds).
+func (c v3kv) oneCompareTxn(ctx context.Context, key, val string) error {
+	k := v3Prefix + key
+	r, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "<", 1<<62)).Then(clientv3.OpPut(k, val)).Commit()
+	if err == nil && !r.Succeeded {
+		err = errors.New("one-compare transaction: the compare failed")
 	}
 	return err
 }

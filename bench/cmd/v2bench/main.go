@@ -447,7 +447,9 @@ func header(cfg *config, elapsed time.Duration) string {
 			"of a transaction per write: clientv3 itself sending, one transaction per write, the transactions a bridge "+
 			"sends for put-seq and put-64 (the guarded put) and for ttl-cycle-64 (the guarded put with a shared lease and the "+
 			"journal record), so etcd's cost of the bridge's protocol with no bridge in the way, had each write a "+
-			"transaction of its own (the bridge sends concurrent writes together, each guarded on its own, and can pass them). One process per server for the whole section, shared where the "+
+			"transaction of its own (the bridge sends concurrent writes together, each guarded on its own, and can pass them). "+
+			"put-seq-one-compare (direct systems only) is clientv3 sending put-seq's writes as a transaction with a single "+
+			"compare, on the key's own revision: the least a write guarded against a concurrent change costs in etcd. One process per server for the whole section, shared where the "+
 			"comparison needs it: v2bridge and direct-v3 use the one bridge child's embedded member; etcd v2, "+
 			"direct-v3-ext, v2bridge-ext and v2bridge-passthrough use one etcd 3.5 process (its v2 store, its v3 API "+
 			"directly, its v3 API through the bridge child, its v2 store through the passthrough child), in disjoint "+
