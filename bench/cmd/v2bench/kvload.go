@@ -207,17 +207,7 @@ func (b *kvBench) putSeq(ns string) {
 // transaction a bridge sends for each (direct systems only): etcd's latency
 // for the bridge's guarded put, with no bridge in the way.
 func (b *kvBench) putSeqBridgeTxn(ns string) {
-	t, ok := b.k.(bridgeTxner)
-	if !ok {
-		return
-	}
-	c := b.cfg
-	r := runLoad(b.in, 1, c.warm, c.dur, func(ctx context.Context, _, i int) (bool, error) {
-		return true, t.bridgeTxn(ctx, fmt.Sprintf("%s/seqtxn/k%d", ns, i%100), value64)
-	})
-	b.report("put-seq-bridge-txn", r)
-	b.res.add("put-seq-bridge-txn", b.sys, "latency p50", "ms", true, ms(r.lat.pct(0.50)))
-	b.res.add("put-seq-bridge-txn", b.sys, "server CPU per op", "µs", true, r.cpuPerOp())
+	b.seqBound("put-seq-bridge-txn", ns+"/seqtxn", bridgeTxner.bridgeTxn)
 }
 
 // put-seq-one-compare: put-seq's writes sent by clientv3 itself as a
@@ -225,17 +215,23 @@ func (b *kvBench) putSeqBridgeTxn(ns string) {
 // only): the least any write guarded against a concurrent change costs in
 // etcd, below the bridge's guarded put (which also guards the ancestors).
 func (b *kvBench) putSeqOneCompare(ns string) {
+	b.seqBound("put-seq-one-compare", ns+"/seq1", bridgeTxner.oneCompareTxn)
+}
+
+// seqBound runs put-seq's load, under dir, with each write sent by send
+// (direct systems only), as the row name.
+func (b *kvBench) seqBound(name, dir string, send func(bridgeTxner, context.Context, string, string) error) {
 	t, ok := b.k.(bridgeTxner)
 	if !ok {
 		return
 	}
 	c := b.cfg
 	r := runLoad(b.in, 1, c.warm, c.dur, func(ctx context.Context, _, i int) (bool, error) {
-		return true, t.oneCompareTxn(ctx, fmt.Sprintf("%s/seq1/k%d", ns, i%100), value64)
+		return true, send(t, ctx, fmt.Sprintf("%s/k%d", dir, i%100), value64)
 	})
-	b.report("put-seq-one-compare", r)
-	b.res.add("put-seq-one-compare", b.sys, "latency p50", "ms", true, ms(r.lat.pct(0.50)))
-	b.res.add("put-seq-one-compare", b.sys, "server CPU per op", "µs", true, r.cpuPerOp())
+	b.report(name, r)
+	b.res.add(name, b.sys, "latency p50", "ms", true, ms(r.lat.pct(0.50)))
+	b.res.add(name, b.sys, "server CPU per op", "µs", true, r.cpuPerOp())
 }
 
 // PUT, 64 clients: throughput.
