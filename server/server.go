@@ -43,6 +43,9 @@ type Config struct {
 	// KeepWatchesInHTTPServer keeps waiting one-shot watches inside
 	// net/http instead of on detached connections (see v2api's detach.go).
 	KeepWatchesInHTTPServer bool
+	// KeepKeysInHTTPServer leaves every plain key-value request to
+	// net/http instead of the listener's own reader (see v2api's keys.go).
+	KeepKeysInHTTPServer bool
 
 	Logger *zap.Logger
 	// Registry receives every metric and is served on /metrics; nil means a
@@ -205,8 +208,12 @@ func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
 		ln = newLimitListener(ln, b.cfg.HTTP.MaxConnections)
 	}
 	lim := b.cfg.HTTP
-	home := v2api.NewHome(ln, v2api.HomeConfig{Handler: srv.Handler, ReadHeaderTimeout: lim.ReadHeaderTimeout,
-		IdleTimeout: lim.IdleTimeout, ErrorLog: srv.ErrorLog})
+	// The Home's reader reads a body within the body limits itself, so
+	// its handler is h, not bodyLimits' reading of it again.
+	home := v2api.NewHome(ln, v2api.HomeConfig{Handler: h, ServeKeys: !b.cfg.KeepKeysInHTTPServer,
+		KeepWatches: b.cfg.KeepWatchesInHTTPServer, ReadHeaderTimeout: lim.ReadHeaderTimeout,
+		IdleTimeout: lim.IdleTimeout, BodyReadTimeout: lim.BodyReadTimeout, MaxBodyBytes: lim.MaxBodyBytes,
+		ErrorLog: srv.ErrorLog})
 	srv.ConnContext = home.Context
 	b.servers = append(b.servers, srv)
 	b.homes = append(b.homes, home)
