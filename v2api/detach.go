@@ -264,6 +264,7 @@ type detachedConn struct {
 	// then until the client sends more, unless a watch waits; 0 until its
 	// first answer.
 	idleSince atomic.Int64
+	born      int64 // when the Home adopted it (Unix ns), before its reader started
 
 	// mu guards w, extra, busy and shut. The waiter holds it while it
 	// writes the answer, so the reader sees the watch answered before it
@@ -441,26 +442,28 @@ func (dc *detachedConn) readLoop() {
 // deadline, the idle timeout, set when it starts and set again only when it
 // goes off: setting it after every answer and lifting it for every waiting
 // watch cost two timer updates per delivery. rearm reports whether the
-// connection is to stay (a watch waits on it, or it answered less than the
-// idle timeout ago), with the deadline set again.
+// connection is to stay (a watch waits on it, it answered less than the
+// idle timeout ago, or, new from the listener and not answered yet, it is
+// within the header timeout), with the deadline set again.
 func (dc *detachedConn) rearm() bool {
-	d := dc.h.cfg.IdleTimeout
-	if d <= 0 {
-		return false
-	}
+	cfg := &dc.h.cfg
 	dc.mu.Lock()
 	waiting := dc.w != nil
 	dc.mu.Unlock()
 	now := time.Now()
+	var until time.Time
 	since := dc.idleSince.Load()
-	if since == 0 && !waiting {
-		return false // a new connection that sent no request within the header timeout
+	switch {
+	case waiting: // a waiting watch is not idle
+		until = after(cfg.IdleTimeout)
+	case since == 0: // adopted, and its first request not read yet
+		if cfg.ReadHeaderTimeout > 0 {
+			until = time.Unix(0, dc.born).Add(cfg.ReadHeaderTimeout)
+		}
+	case cfg.IdleTimeout > 0:
+		until = time.Unix(0, since).Add(cfg.IdleTimeout)
 	}
-	until := time.Unix(0, since).Add(d)
-	if waiting { // a waiting watch is not idle
-		until = now.Add(d)
-	}
-	if !until.After(now) {
+	if !until.IsZero() && !until.After(now) {
 		return false
 	}
 	_ = dc.c.SetReadDeadline(until)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"net"
 	"sync"
+	"time"
 )
 
 // The plain key-value requests of v2 clients — a GET, PUT, POST or DELETE of
@@ -41,7 +42,8 @@ func (h *Home) adopt(c net.Conn) bool {
 	if d == nil {
 		return false
 	}
-	dc := &detachedConn{h: h, c: c, direct: d, gone: make(chan struct{})}
+	now := time.Now()
+	dc := &detachedConn{h: h, c: c, direct: d, gone: make(chan struct{}), born: now.UnixNano()}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -52,8 +54,13 @@ func (h *Home) adopt(c net.Conn) bool {
 	h.wg.Add(1) // the reader
 	h.mu.Unlock()
 	// The first request's head is due within the header timeout, as in
-	// net/http; the idle timeout counts only from an answer (rearm).
-	_ = c.SetReadDeadline(after(h.cfg.ReadHeaderTimeout))
+	// net/http, and the idle timeout counts from an answer: the deadline
+	// is the nearer of the two, and rearm sets the next.
+	deadline := after(h.cfg.ReadHeaderTimeout)
+	if t := after(h.cfg.IdleTimeout); deadline.IsZero() || !t.IsZero() && t.Before(deadline) {
+		deadline = t
+	}
+	_ = c.SetReadDeadline(deadline)
 	go dc.readLoop()
 	return true
 }
