@@ -71,8 +71,9 @@ func parseHead(head []byte, rules headRules) (*request, int) {
 	if !ok {
 		return nil, 0
 	}
-	p, rawQuery, _ := strings.Cut(target, "?")
-	if !isKeysPath(p) || !plainPath(p) || rawQuery != "" && !plainQuery(rawQuery) {
+	p, rawQuery, q := strings.Cut(target, "?")
+	// A '?' with no query after it is a URL of its own (ForceQuery).
+	if !isKeysPath(p) || !plainPath(p) || q && !plainQuery(rawQuery) {
 		return nil, 0
 	}
 	query := watchForm(rawQuery)
