@@ -43,6 +43,9 @@ type Config struct {
 	// KeepWatchesInHTTPServer keeps waiting one-shot watches inside
 	// net/http instead of on detached connections (see v2api's detach.go).
 	KeepWatchesInHTTPServer bool
+	// KeepKeysInHTTPServer leaves every plain key-value request to
+	// net/http instead of the listener's own reader (see v2api's keys.go).
+	KeepKeysInHTTPServer bool
 
 	Logger *zap.Logger
 	// Registry receives every metric and is served on /metrics; nil means a
@@ -192,22 +195,13 @@ func (b *Bridge) WaitReady(ctx context.Context) error {
 // Serve serves h (the v2 API, or the metrics handler) on ln until Close;
 // errors other than a normal close go to errc when it is not nil.
 func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
-	srv := NewHTTPServer(h, b.cfg.HTTP, zap.NewStdLog(b.lg.Named("http")))
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		_ = ln.Close()
 		return
 	}
-	if b.cfg.HTTP.MaxConnections > 0 {
-		// A watch's connection counts until it is closed, detached or
-		// not: the limit wraps the listener its Home hands them back to.
-		ln = newLimitListener(ln, b.cfg.HTTP.MaxConnections)
-	}
-	lim := b.cfg.HTTP
-	home := v2api.NewHome(ln, v2api.HomeConfig{Handler: srv.Handler, ReadHeaderTimeout: lim.ReadHeaderTimeout,
-		IdleTimeout: lim.IdleTimeout, ErrorLog: srv.ErrorLog})
-	srv.ConnContext = home.Context
+	srv, home := newServer(ln, h, b.cfg, zap.NewStdLog(b.lg.Named("http")))
 	b.servers = append(b.servers, srv)
 	b.homes = append(b.homes, home)
 	b.wg.Add(1)
@@ -218,6 +212,28 @@ func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
 			errc <- err
 		}
 	}()
+}
+
+// newServer builds the HTTP server of h on ln and the Home it serves, within
+// c's limits (set to their defaults); the caller runs srv.Serve(home).
+func newServer(ln net.Listener, h http.Handler, c Config, errorLog *log.Logger) (*http.Server, *v2api.Home) {
+	lim := c.HTTP
+	lim.setDefaults()
+	srv := NewHTTPServer(h, lim, errorLog)
+	if lim.MaxConnections > 0 {
+		// A watch's connection counts until it is closed, detached or
+		// not, and so does one on the Home's reader: the limit wraps the
+		// listener the Home accepts from and hands connections back to.
+		ln = newLimitListener(ln, lim.MaxConnections)
+	}
+	// The Home's reader reads a body within the body limits itself, so
+	// its handler is h, not bodyLimits' reading of it again.
+	home := v2api.NewHome(ln, v2api.HomeConfig{Handler: h, ServeKeys: !c.KeepKeysInHTTPServer,
+		KeepWatches: c.KeepWatchesInHTTPServer, ReadHeaderTimeout: lim.ReadHeaderTimeout,
+		IdleTimeout: lim.IdleTimeout, BodyReadTimeout: lim.BodyReadTimeout, MaxBodyBytes: lim.MaxBodyBytes,
+		ErrorLog: srv.ErrorLog})
+	srv.ConnContext = home.Context
+	return srv, home
 }
 
 // NewHTTPServer serves h within the limits l (defaults for zero values).

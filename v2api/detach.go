@@ -3,8 +3,6 @@
 package v2api
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -64,13 +62,25 @@ const (
 // HomeConfig configures a Home.
 type HomeConfig struct {
 	// Handler serves the requests read on detached connections: the same
-	// handler the http.Server serving the Home has.
+	// handler the http.Server serving the Home has (less what reads a
+	// body within the limits below, which the reader does itself).
 	Handler http.Handler
+	// ServeKeys lets the Home's reader serve the plain key-value requests
+	// of /v2/keys too (see keys.go): connections on a plain socket start
+	// on it rather than in net/http, and detached ones take them.
+	ServeKeys bool
+	// KeepWatches: the handler keeps watches inside net/http (its Config's
+	// DetachWatches is off), so the reader hands them back.
+	KeepWatches bool
 	// ReadHeaderTimeout bounds reading a request's head on a detached
 	// connection; IdleTimeout closes one idle between requests (as the
 	// http.Server's limits of the same names do; 0: no limit).
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	// BodyReadTimeout bounds reading a body on the reader (0: no limit);
+	// a body of MaxBodyBytes or more is left to net/http (0: no cap).
+	BodyReadTimeout time.Duration
+	MaxBodyBytes    int64
 	// ErrorLog receives the panics of handlers run on detached connections
 	// (nil: the log package's standard logger), as http.Server's does.
 	ErrorLog *log.Logger
@@ -82,7 +92,8 @@ type HomeConfig struct {
 // its watch inside net/http.
 type Home struct {
 	net.Listener
-	cfg HomeConfig
+	cfg   HomeConfig
+	rules headRules // what the reader serves itself
 
 	accepted chan accepted // from the accept goroutine
 	back     chan net.Conn // connections handed back to net/http
@@ -112,6 +123,13 @@ type accepted struct {
 func NewHome(l net.Listener, cfg HomeConfig) *Home {
 	h := &Home{Listener: l, cfg: cfg, accepted: make(chan accepted), back: make(chan net.Conn),
 		done: make(chan struct{}), conns: map[*detachedConn]struct{}{}}
+	h.rules = headRules{watches: !cfg.KeepWatches}
+	if cfg.ServeKeys {
+		h.rules.keys, h.rules.maxBody = true, keysBodyMax
+		if m := cfg.MaxBodyBytes; m > 0 && m <= keysBodyMax {
+			h.rules.maxBody = int(m) - 1 // a body of the cap is net/http's to refuse
+		}
+	}
 	h.wg.Add(1)
 	go h.acceptLoop()
 	return h
@@ -121,6 +139,9 @@ func (h *Home) acceptLoop() {
 	defer h.wg.Done()
 	for {
 		c, err := h.Listener.Accept()
+		if err == nil && h.cfg.ServeKeys && h.adopt(c) {
+			continue
+		}
 		select {
 		case h.accepted <- accepted{c, err}:
 		case <-h.done:
@@ -159,9 +180,12 @@ func (h *Home) Close() error {
 	h.mu.Unlock()
 	for _, dc := range conns {
 		dc.mu.Lock()
-		idle := dc.w == nil
+		// A waiter closes its own connection once it has answered, and a
+		// reader serving a request once it has answered it.
+		idle := dc.w == nil && !dc.busy
+		dc.shut = dc.shut || idle
 		dc.mu.Unlock()
-		if idle { // a waiter closes its own connection once it has answered
+		if idle {
 			_ = dc.c.Close()
 		}
 	}
@@ -184,6 +208,16 @@ func (h *Home) Wait(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// closing reports whether the Home has been closed.
+func (h *Home) closing() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -225,35 +259,27 @@ type detachedConn struct {
 	// gone is closed when the reader stops while a watch waits: the client
 	// closed the connection or sent a request behind the watch (extra).
 	gone     chan struct{}
-	pre      []byte // read by the reader, still to be read by the request reader
 	finished sync.Once
 	// idleSince is when the connection last answered (Unix ns): idle from
-	// then until the client sends more, unless a watch waits.
+	// then until the client sends more, unless a watch waits; 0 until its
+	// first answer.
 	idleSince atomic.Int64
+	born      int64 // when the Home adopted it (Unix ns), before its reader started
 
-	// mu guards w and extra. The waiter holds it while it writes the
-	// answer, so the reader sees the watch answered before it reads what
-	// the client sends next.
+	// mu guards w, extra, busy and shut. The waiter holds it while it
+	// writes the answer, so the reader sees the watch answered before it
+	// reads what the client sends next.
 	mu    sync.Mutex
 	w     Watch // the watch waiting on the connection; nil between watches
 	extra bool  // the client sent bytes while a watch waited
+	busy  bool  // the reader is reading or serving a request
+	shut  bool  // the Home's Close closed the connection, idle
 	// head holds the waiting watch's head, from headOff on still to be
 	// written, when its writing is left to the head flusher (nil: written,
 	// or none). Whoever has it (the flusher that writes it all, or the
 	// waiter) puts it back to answerBufs.
 	head    *[]byte
 	headOff int
-}
-
-// Read feeds the request reader: what the reader's read got, then the
-// connection.
-func (dc *detachedConn) Read(b []byte) (int, error) {
-	if len(dc.pre) > 0 {
-		n := copy(b, dc.pre)
-		dc.pre = dc.pre[n:]
-		return n, nil
-	}
-	return dc.c.Read(b)
 }
 
 // finish closes the connection, or hands it back to net/http with the bytes
@@ -381,7 +407,8 @@ func (dc *detachedConn) readLoop() {
 			continue
 		}
 		dc.mu.Lock()
-		waiting := dc.w != nil
+		waiting, shut := dc.w != nil, dc.shut
+		dc.busy = !waiting && len(in) > 0 && err == nil
 		if waiting {
 			// The client went away, or pipelined a request behind the
 			// watch: the watch ends at once (with the empty end, which
@@ -397,10 +424,10 @@ func (dc *detachedConn) readLoop() {
 		stay := false
 		switch {
 		case waiting:
-		case len(in) == 0 || err != nil: // gone, idle too long, or the Home closed it
+		case len(in) == 0 || err != nil || shut: // gone, idle too long, or the Home closed it
 			dc.finish(nil)
 		default:
-			stay = dc.serve(in)
+			stay = dc.serve(in) && dc.served()
 		}
 		if buf != nil {
 			rawBufs.Put(buf)
@@ -415,22 +442,28 @@ func (dc *detachedConn) readLoop() {
 // deadline, the idle timeout, set when it starts and set again only when it
 // goes off: setting it after every answer and lifting it for every waiting
 // watch cost two timer updates per delivery. rearm reports whether the
-// connection is to stay (a watch waits on it, or it answered less than the
-// idle timeout ago), with the deadline set again.
+// connection is to stay (a watch waits on it, it answered less than the
+// idle timeout ago, or, new from the listener and not answered yet, it is
+// within the header timeout), with the deadline set again.
 func (dc *detachedConn) rearm() bool {
-	d := dc.h.cfg.IdleTimeout
-	if d <= 0 {
-		return false
-	}
+	cfg := &dc.h.cfg
 	dc.mu.Lock()
 	waiting := dc.w != nil
 	dc.mu.Unlock()
 	now := time.Now()
-	until := time.Unix(0, dc.idleSince.Load()).Add(d)
-	if waiting { // a waiting watch is not idle
-		until = now.Add(d)
+	var until time.Time
+	since := dc.idleSince.Load()
+	switch {
+	case waiting: // a waiting watch is not idle
+		until = after(cfg.IdleTimeout)
+	case since == 0: // adopted, and its first request not read yet
+		if cfg.ReadHeaderTimeout > 0 {
+			until = time.Unix(0, dc.born).Add(cfg.ReadHeaderTimeout)
+		}
+	case cfg.IdleTimeout > 0:
+		until = time.Unix(0, since).Add(cfg.IdleTimeout)
 	}
-	if !until.After(now) {
+	if !until.IsZero() && !until.After(now) {
 		return false
 	}
 	_ = dc.c.SetReadDeadline(until)
@@ -441,32 +474,24 @@ func (dc *detachedConn) rearm() bool {
 // hundred bytes, a larger one is read on with a reader of detachedHeadMax.
 var rawBufs = sync.Pool{New: func() any { b := make([]byte, 1024); return &b }}
 
-var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, detachedHeadMax) }}
-
 var headEnd = []byte("\r\n\r\n")
 
-// serve reads the request that begins with in and serves it if it is a
-// one-shot watch; anything else goes back to net/http. It reports whether
+// serve reads the request that begins with in and serves it if it is one
+// the reader takes; anything else goes back to net/http. It reports whether
 // the connection stays detached.
 func (dc *detachedConn) serve(in []byte) bool {
-	var req *http.Request
-	if i := bytes.Index(in, headEnd); i >= 0 {
-		// The whole head came in one read, as a client's re-watch does.
-		if i+len(headEnd) == len(in) {
-			req = parseWatchHead(in)
-		}
-		if req == nil { // not a watch, or more than a head
-			dc.finish(bytes.Clone(in))
-			return false
-		}
-	} else if req = dc.readHead(in); req == nil {
+	r := dc.readRequest(in)
+	if r == nil {
 		return false
 	}
+	req := &r.req
 	h := dc.h
 	// The request keeps the background context: it has no cancellation (a
 	// watch waits past its handler, and a cancelable parent would cost
 	// every derived context a registration), and a watch on a detached
 	// connection needs no Home from it (its writer says where it runs).
+	// The backend bounds every call of a request with a deadline of its
+	// own, so a client that leaves mid-request holds nothing for long.
 	if dc.remote == "" {
 		dc.remote = dc.c.RemoteAddr().String()
 	}
@@ -481,8 +506,9 @@ func (dc *detachedConn) serve(in []byte) bool {
 		return true
 	}
 	err := dw.finish()
+	closing := dw.closing
 	dw.release()
-	if err != nil {
+	if err != nil || closing {
 		dc.finish(nil)
 		return false
 	}
@@ -490,42 +516,19 @@ func (dc *detachedConn) serve(in []byte) bool {
 	return true
 }
 
-// readHead reads the rest of a head that began with in, within the header
-// timeout, and parses it. It returns nil when the connection has been
-// handed back to net/http (a head too large, not a watch, pipelined
-// requests) or closed.
-func (dc *detachedConn) readHead(in []byte) *http.Request {
-	dc.pre = in
-	br := readers.Get().(*bufio.Reader)
-	br.Reset(dc)
-	defer func() {
-		dc.pre = nil
-		br.Reset(nil)
-		readers.Put(br)
-	}()
-	_ = dc.c.SetReadDeadline(after(dc.h.cfg.ReadHeaderTimeout))
-	if err := peekHead(br); err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			dc.finish(buffered(br)) // a large head: net/http's to read
-		} else {
-			dc.finish(nil)
-		}
-		return nil
+// served ends the reader's turn with a request it served: the connection is
+// idle again (unless a watch waits on it), or closes if the Home has closed
+// meanwhile. It reports whether the connection stays.
+func (dc *detachedConn) served() bool {
+	dc.mu.Lock()
+	dc.busy = false
+	waiting := dc.w != nil
+	dc.mu.Unlock()
+	if !waiting && dc.h.closing() {
+		dc.finish(nil)
+		return false
 	}
-	// The head is parsed from a view of br's buffer, which a request that
-	// goes back to net/http leaves unconsumed.
-	b, _ := br.Peek(br.Buffered())
-	var req *http.Request
-	if bytes.Index(b, headEnd)+len(headEnd) == len(b) {
-		req = parseWatchHead(b)
-	}
-	if req == nil { // not a watch, or more than one request's head
-		dc.finish(buffered(br))
-		return nil
-	}
-	_, _ = br.Discard(len(b))
-	_ = dc.c.SetReadDeadline(after(dc.h.cfg.IdleTimeout)) // the idle deadline again, for rearm
-	return req
+	return true
 }
 
 // run serves req, recovering a panic as net/http does: the connection
@@ -547,27 +550,6 @@ func (h *Home) run(w *detachedWriter, req *http.Request) (ok bool) {
 	return true
 }
 
-// peekHead buffers a request's head (through its blank line) without
-// consuming it.
-func peekHead(br *bufio.Reader) error {
-	for {
-		b, _ := br.Peek(br.Buffered())
-		if bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\n\n")) {
-			return nil
-		}
-		// Wait for more (ErrBufferFull at once when the buffer is full).
-		if _, err := br.Peek(br.Buffered() + 1); err != nil {
-			return err
-		}
-	}
-}
-
-// buffered copies what br holds.
-func buffered(br *bufio.Reader) []byte {
-	b, _ := br.Peek(br.Buffered())
-	return bytes.Clone(b)
-}
-
 // after is now + d, or no deadline when d is 0 (as http.Server's limits).
 func after(d time.Duration) time.Time {
 	if d <= 0 {
@@ -585,6 +567,7 @@ type detachedWriter struct {
 	flushed bool // the head is chunked, and out (or the connection) has it
 	waiting bool // a watch was left waiting on the connection
 	reader  bool // served on the detached reader, from writers (release puts it back)
+	closing bool // the connection closes after the answer (finish decides)
 	body    []byte
 	out     []byte // what goes out next, not written yet
 	err     error
@@ -614,7 +597,7 @@ func (w *detachedWriter) release() {
 	for k, vs := range w.hdr { // keys and slices kept for the next answer's setHeader
 		w.hdr[k] = vs[:0]
 	}
-	w.dc, w.code, w.flushed, w.waiting, w.err, w.wa, w.ends = nil, 0, false, false, nil, nil, nil
+	w.dc, w.code, w.flushed, w.waiting, w.closing, w.err, w.wa, w.ends = nil, 0, false, false, false, nil, nil, nil
 	if cap(w.body) > 64<<10 || cap(w.out) > 64<<10 { // a large answer's buffers are not kept
 		w.body, w.out = nil, nil
 	}
@@ -733,13 +716,28 @@ func (h *Home) httpDate() string {
 }
 
 // finish sends what the handler wrote, as a whole answer, in one write.
+// An answer the reader serves says, as net/http's would, that the
+// connection closes after it when the handler asks for that or the Home
+// is closing (closing), and has its Content-Type sniffed if it has none.
 func (w *detachedWriter) finish() error {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
+	if w.reader {
+		w.closing = w.dc.h.closing()
+		for _, v := range w.hdr["Connection"] {
+			w.closing = w.closing || strings.EqualFold(v, "close")
+		}
+	}
 	if w.flushed {
 		w.out = append(appendChunk(w.out, w.body), "0\r\n\r\n"...)
 	} else {
+		if w.closing {
+			setHeader(w.hdr, "Connection", "close")
+		}
+		if len(w.hdr["Content-Type"]) == 0 && w.reader && len(w.body) > 0 { // a recycled header keeps its keys
+			w.hdr["Content-Type"] = []string{http.DetectContentType(w.body)}
+		}
 		w.out = append(w.head(w.out, len(w.body)), w.body...)
 	}
 	w.write(w.out)
@@ -1008,8 +1006,6 @@ func asDetached(w http.ResponseWriter) *detachedWriter {
 		}
 	}
 }
-
-var _ io.Reader = (*detachedConn)(nil)
 
 // detachable reports whether r's connection may leave net/http: bodiless
 // HTTP/1.1 that keeps the connection, from a Home. Only net/http knows where
