@@ -19,6 +19,12 @@ import (
 // did not come through net/http.
 func serveHome(t *testing.T, h http.Handler, l HTTPLimits, onReader *atomic.Int64) string {
 	t.Helper()
+	return serveHomeWith(t, h, Config{HTTP: l}, onReader)
+}
+
+// serveHomeWith is serveHome with the whole server configuration.
+func serveHomeWith(t *testing.T, h http.Handler, cfg Config, onReader *atomic.Int64) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +35,7 @@ func serveHome(t *testing.T, h http.Handler, l HTTPLimits, onReader *atomic.Int6
 		}
 		h.ServeHTTP(w, r)
 	})
-	srv, home := newServer(ln, counted, Config{HTTP: l}, nil)
+	srv, home := newServer(ln, counted, cfg, nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -45,6 +51,26 @@ func serveHome(t *testing.T, h http.Handler, l HTTPLimits, onReader *atomic.Int6
 		}
 	})
 	return ln.Addr().String()
+}
+
+// KeepKeysInHTTPServer (--keys-detach=false) leaves every request to
+// net/http.
+func TestKeepKeysInHTTPServerLeavesRequestsToNetHTTP(t *testing.T) {
+	var onReader atomic.Int64
+	addr := serveHomeWith(t, ok, Config{KeepKeysInHTTPServer: true}, &onReader)
+	c := dial(t, addr)
+	br := bufio.NewReader(c)
+	for range 2 {
+		fmt.Fprint(c, formHead+"Content-Length: 7\r\n\r\nvalue=v")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("PUT: %v %v", resp, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}
+	if n := onReader.Load(); n != 0 {
+		t.Fatalf("%d served by the reader, want none", n)
+	}
 }
 
 const formHead = "PUT /v2/keys/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"

@@ -50,6 +50,7 @@ type config struct {
 	httpIdleTimeout         time.Duration
 	httpBodyReadTimeout     time.Duration
 	maxConnections          int
+	keysDetach              bool
 	autoSyncInterval        time.Duration
 	discoverySRV            string
 	discoverySRVName        string
@@ -168,6 +169,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.httpIdleTimeout, "http-idle-timeout", h.IdleTimeout, "close a client's keep-alive connection idle this long between requests (a parked watch is not idle)")
 	fs.DurationVar(&c.httpBodyReadTimeout, "http-body-read-timeout", h.BodyReadTimeout, "deadline for reading a request's body")
 	fs.IntVar(&c.maxConnections, "max-connections", h.MaxConnections, "client connections served at once per listener; more wait to be accepted (0: no cap)")
+	fs.BoolVar(&c.keysDetach, "keys-detach", true, "plain key-value requests on keep-alive connections (GET, PUT, POST, DELETE of /v2/keys with a small form body) are read and answered by the bridge's own connection reader, the one detached watches use, instead of net/http's per-request machinery (false: net/http serves every request)")
 	fs.Float64Var(&c.shadowSampleRate, "shadow-sample-rate", 1, "passthrough mode with --endpoints: share of forwarded reads and writes compared with etcd v3, off the request path (0 disables)")
 	fs.IntVar(&c.shadowQueue, "shadow-queue", shadow.Defaults.Queue, "sampled requests waiting for a shadow comparison; more are dropped (counted), and the sample rate halves while it overflows")
 	fs.StringVar(&c.shadowPrefix, "shadow-prefix", "/", "v2 subtree the shadow comparison covers: the one migrate --follow copies (its --from-prefix)")

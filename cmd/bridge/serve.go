@@ -72,6 +72,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
 	br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
 		EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true, KeepWatchesInHTTPServer: !c.watchDetach,
+		KeepKeysInHTTPServer: !c.keysDetach,
 		HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
 			MaxConnections: c.maxConnections}})
 	cancel()
