@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -25,10 +24,7 @@ func serveHome(t *testing.T, h http.Handler, l HTTPLimits, onReader *atomic.Int6
 // serveHomeWith is serveHome with the whole server configuration.
 func serveHomeWith(t *testing.T, h http.Handler, cfg Config, onReader *atomic.Int64) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenLoopback(t)
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Value(http.ServerContextKey) == nil { // not from net/http
 			onReader.Add(1)
@@ -36,41 +32,12 @@ func serveHomeWith(t *testing.T, h http.Handler, cfg Config, onReader *atomic.In
 		h.ServeHTTP(w, r)
 	})
 	srv, home := newServer(ln, counted, cfg, nil)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(home)
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
+	serveUntilCleanup(t, srv, home, func(ctx context.Context) {
 		if err := home.Wait(ctx); err != nil {
 			t.Errorf("the Home's connections outlived the server: %v", err)
 		}
 	})
 	return ln.Addr().String()
-}
-
-// KeepKeysInHTTPServer (--keys-detach=false) leaves every request to
-// net/http.
-func TestKeepKeysInHTTPServerLeavesRequestsToNetHTTP(t *testing.T) {
-	var onReader atomic.Int64
-	addr := serveHomeWith(t, ok, Config{KeepKeysInHTTPServer: true}, &onReader)
-	c := dial(t, addr)
-	br := bufio.NewReader(c)
-	for range 2 {
-		fmt.Fprint(c, formHead+"Content-Length: 7\r\n\r\nvalue=v")
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("PUT: %v %v", resp, err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-	}
-	if n := onReader.Load(); n != 0 {
-		t.Fatalf("%d served by the reader, want none", n)
-	}
 }
 
 const formHead = "PUT /v2/keys/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
@@ -80,42 +47,38 @@ const formHead = "PUT /v2/keys/a HTTP/1.1\r\nHost: x\r\nContent-Type: applicatio
 // net/http, which answers it as it answers such a body; a connection idle
 // for the idle timeout closes; connections beyond the cap wait.
 func TestKeyRequestsOnTheReaderKeepTheLimits(t *testing.T) {
-	t.Run("a plain PUT", func(t *testing.T) {
-		var onReader atomic.Int64
-		addr := serveHome(t, ok, HTTPLimits{}, &onReader)
-		c := dial(t, addr)
-		br := bufio.NewReader(c)
-		for range 2 {
-			fmt.Fprint(c, formHead+"Content-Length: 7\r\n\r\nvalue=v")
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil || resp.StatusCode != 200 {
-				t.Fatalf("PUT: %v %v", resp, err)
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		onReader int64
+	}{
+		{"two plain PUTs", Config{}, 2},
+		{"two plain PUTs with KeepKeysInHTTPServer (--keys-detach=false): net/http's", Config{KeepKeysInHTTPServer: true}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var onReader atomic.Int64
+			addr := serveHomeWith(t, ok, tc.cfg, &onReader)
+			c := dial(t, addr)
+			br := bufio.NewReader(c)
+			for range 2 {
+				fmt.Fprint(c, formHead+"Content-Length: 7\r\n\r\nvalue=v")
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("PUT: %v %v", resp, err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
 			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-		}
-		if onReader.Load() != 2 {
-			t.Fatalf("%d served by the reader, want 2", onReader.Load())
-		}
-	})
+			if n := onReader.Load(); n != tc.onReader {
+				t.Fatalf("%d served by the reader, want %d", n, tc.onReader)
+			}
+		})
+	}
 	t.Run("a slow body", func(t *testing.T) {
 		var onReader atomic.Int64
 		addr := serveHome(t, ok, HTTPLimits{BodyReadTimeout: 300 * time.Millisecond}, &onReader)
 		c := dial(t, addr)
 		fmt.Fprint(c, formHead+"Content-Length: 100\r\n\r\nvalue=")
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() { // one byte every 100 ms: 10 s for the whole body
-			for range 100 {
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-				if _, err := c.Write([]byte("v")); err != nil {
-					return
-				}
-			}
-		}()
+		defer trickle(c, 100)()
 		start := time.Now()
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil || resp.StatusCode != http.StatusRequestTimeout {
@@ -165,23 +128,7 @@ func TestKeyRequestsOnTheReaderKeepTheLimits(t *testing.T) {
 	t.Run("the connection cap", func(t *testing.T) {
 		var onReader atomic.Int64
 		addr := serveHome(t, ok, HTTPLimits{MaxConnections: 1, IdleTimeout: time.Minute}, &onReader)
-		first := dial(t, addr)
-		fmt.Fprint(first, "GET /v2/keys/a HTTP/1.1\r\nHost: x\r\n\r\n")
-		if resp, err := http.ReadResponse(bufio.NewReader(first), nil); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("first: %v %v", resp, err)
-		}
-		second := dial(t, addr)
-		fmt.Fprint(second, "GET /v2/keys/a HTTP/1.1\r\nHost: x\r\n\r\n")
-		_ = second.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-		br := bufio.NewReader(second)
-		if _, err := br.ReadByte(); err == nil {
-			t.Fatal("a connection beyond the cap was served")
-		}
-		first.Close()
-		_ = second.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("the waiting connection was not served once the first closed: %v %v", resp, err)
-		}
+		beyondTheCapWaits(t, addr, "/v2/keys/a")
 		if onReader.Load() != 2 {
 			t.Fatalf("%d served by the reader, want 2", onReader.Load())
 		}

@@ -18,14 +18,28 @@ import (
 // serveLimited serves h within l on a free loopback port until the test ends.
 func serveLimited(t *testing.T, h http.Handler, l HTTPLimits) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenLoopback(t)
 	srv := NewHTTPServer(h, l, nil)
 	if l.MaxConnections > 0 {
 		ln = newLimitListener(ln, l.MaxConnections)
 	}
+	serveUntilCleanup(t, srv, ln, nil)
+	return ln.Addr().String()
+}
+
+// listenLoopback listens on a free loopback port.
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// serveUntilCleanup serves srv on ln until the test ends, then shuts it
+// down and runs after (if any) within the shutdown's deadline.
+func serveUntilCleanup(t *testing.T, srv *http.Server, ln net.Listener, after func(context.Context)) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -36,8 +50,10 @@ func serveLimited(t *testing.T, h http.Handler, l HTTPLimits) string {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		<-done
+		if after != nil {
+			after(ctx)
+		}
 	})
-	return ln.Addr().String()
 }
 
 func dial(t *testing.T, addr string) net.Conn {
@@ -78,16 +94,15 @@ func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
 	}
 }
 
-func TestSlowBodyIsCutOff(t *testing.T) {
-	addr := serveLimited(t, ok, HTTPLimits{BodyReadTimeout: 300 * time.Millisecond})
-	c := dial(t, addr)
-	fmt.Fprint(c, "PUT /v2/keys/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n")
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // one byte every 100 ms: 10 s for the whole body
-		for i := 0; i < 100; i++ {
+// trickle writes n bytes to c, one every 100 ms, until the function it
+// returns is called (which waits for the writer to stop).
+func trickle(c net.Conn, n int) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for range n {
 			select {
-			case <-stop:
+			case <-done:
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
@@ -96,6 +111,17 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 			}
 		}
 	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
+
+func TestSlowBodyIsCutOff(t *testing.T) {
+	addr := serveLimited(t, ok, HTTPLimits{BodyReadTimeout: 300 * time.Millisecond})
+	c := dial(t, addr)
+	fmt.Fprint(c, "PUT /v2/keys/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n")
+	defer trickle(c, 100)()
 	start := time.Now()
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -169,14 +195,22 @@ func TestParkedRequestOutlivesEveryTimeout(t *testing.T) {
 }
 
 func TestConnectionsBeyondTheCapWait(t *testing.T) {
-	addr := serveLimited(t, ok, HTTPLimits{MaxConnections: 1, IdleTimeout: time.Minute})
+	beyondTheCapWaits(t, serveLimited(t, ok, HTTPLimits{MaxConnections: 1, IdleTimeout: time.Minute}), "/")
+}
+
+// beyondTheCapWaits checks, on a server at addr that serves one connection
+// at a time, that a second connection's GET of path waits until the first
+// connection closes, and is served then.
+func beyondTheCapWaits(t *testing.T, addr, path string) {
+	t.Helper()
+	get := "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n"
 	first := dial(t, addr)
-	fmt.Fprint(first, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	fmt.Fprint(first, get)
 	if resp, err := http.ReadResponse(bufio.NewReader(first), nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("first: %v %v", resp, err)
 	}
 	second := dial(t, addr) // accepted by the kernel, not served
-	fmt.Fprint(second, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	fmt.Fprint(second, get)
 	_ = second.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 	br := bufio.NewReader(second)
 	if _, err := br.ReadByte(); err == nil {
