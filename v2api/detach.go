@@ -617,7 +617,37 @@ func (w *detachedWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
+	if w.reader && !w.waiting && len(w.body)+len(b) > largeAnswer {
+		return w.writeChunk(b)
+	}
 	w.body = append(w.body, b...)
+	return len(b), nil
+}
+
+// largeAnswer is the most of an answer the reader's writer gathers to send
+// with a Content-Length; more goes out chunked as the handler writes it, as
+// net/http sends a large answer, instead of copied whole twice (gathered,
+// then behind the head) into buffers too large to keep.
+const largeAnswer = 32 << 10
+
+// writeChunk sends the head (chunked, the first time), what the handler
+// wrote before, and b as a chunk, without copying b.
+func (w *detachedWriter) writeChunk(b []byte) (int, error) {
+	if !w.flushed && len(w.hdr["Content-Type"]) == 0 { // as finish would have
+		w.hdr["Content-Type"] = []string{http.DetectContentType(append(w.body[:len(w.body):len(w.body)], b[:min(len(b), 512)]...))}
+	}
+	w.stage()
+	w.out = strconv.AppendUint(w.out, uint64(len(b)), 16)
+	w.out = append(w.out, "\r\n"...)
+	if w.err == nil {
+		bufs := net.Buffers{w.out, b, []byte("\r\n")}
+		_ = w.dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
+		_, w.err = bufs.WriteTo(w.dc.c)
+	}
+	w.out = w.out[:0]
+	if w.err != nil {
+		return 0, w.err
+	}
 	return len(b), nil
 }
 

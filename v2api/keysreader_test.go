@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -156,6 +157,58 @@ func TestKeyRequestsOnTheReaderAnswerAsNetHTTP(t *testing.T) {
 				t.Fatalf("answered\n%q\nnet/http answers\n%q", got, want)
 			}
 		})
+	}
+}
+
+// An answer larger than the reader gathers goes out chunked as the handler
+// writes it, with the bytes net/http sends.
+func TestALargeAnswerOnTheReaderIsChunkedAsNetHTTPs(t *testing.T) {
+	st := fuzzStore()
+	small := st.answer
+	st.answer = func(op string, r *translate.Request) (*translate.Event, error) {
+		if r.Path != "/big" {
+			return small(op, r)
+		}
+		dir := &translate.Node{Key: "/big", Dir: true, ModifiedIndex: 3, CreatedIndex: 3}
+		for i := range 2000 {
+			dir.Nodes = append(dir.Nodes, &translate.Node{Key: fmt.Sprintf("/big/k%04d", i), Value: strp("some value"),
+				ModifiedIndex: 9, CreatedIndex: 9})
+		}
+		return &translate.Event{Action: "get", Node: dir, EtcdIndex: 9}, nil
+	}
+	f := startKeys(t, st)
+	req := "GET /v2/keys/big?recursive=true HTTP/1.1\r\nHost: 127.0.0.1:2379\r\n\r\n"
+	got := exchange(t, f.home, req, 200*time.Millisecond)
+	want := exchange(t, f.plain, req, 200*time.Millisecond)
+	if f.onReader.Load() != 1 {
+		t.Fatalf("not served by the reader")
+	}
+	if !strings.Contains(got, "Transfer-Encoding: chunked") || len(got) < largeAnswer {
+		t.Fatalf("a large answer not chunked: %.300q", got)
+	}
+	if sortedHead(got) != sortedHead(want) {
+		t.Fatalf("answered\n%.300q\nnet/http answers\n%.300q", got, want)
+	}
+	// The connection serves on after it.
+	c, err := net.Dial("tcp", f.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for _, r := range []string{req, "GET /v2/keys/a HTTP/1.1\r\nHost: x\r\n\r\n"} {
+		_, _ = io.WriteString(c, r)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%q on one connection: %v %v", r, resp, err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatalf("%q: %v", r, err)
+		}
+	}
+	if n := f.onReader.Load(); n != 3 {
+		t.Fatalf("%d served by the reader, want 3", n)
 	}
 }
 
