@@ -144,8 +144,14 @@ func (ls Leases) apply(n *Node, lease int64, now time.Time) {
 
 // FileNode is the v2 node of a file stored at kv.
 func FileNode(p string, kv *KV, ls Leases, now time.Time) *Node {
-	n := &Node{Key: p, Value: strPtr(string(kv.Value)),
-		ModifiedIndex: kv.Modified(), CreatedIndex: kv.Created()}
+	// The node and its value in one allocation: a listing makes one per
+	// file.
+	f := &struct {
+		n Node
+		v string
+	}{v: string(kv.Value)}
+	n := &f.n
+	n.Key, n.Value, n.ModifiedIndex, n.CreatedIndex = p, &f.v, kv.Modified(), kv.Created()
 	ls.apply(n, kv.Lease, now)
 	return n
 }
