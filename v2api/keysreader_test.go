@@ -608,3 +608,49 @@ func FuzzParseHead(f *testing.F) {
 		}
 	})
 }
+
+// A client that half-closes in the middle of a head gets what net/http
+// answers what came (its 400), not a silent close.
+func TestHeadCutShortByAHalfCloseGetsNetHTTPsAnswer(t *testing.T) {
+	f := startKeys(t, fuzzStore())
+	req := "PUT /v2/keys/a HTTP/1.1\r\nHost: x\r\n" + form("value=v")
+	for _, cut := range []int{5, 20, strings.Index(req, "\r\n\r\n") + 2} {
+		t.Run(strconv.Itoa(cut), func(t *testing.T) {
+			got := halfClosedExchange(t, f.home, req[:cut])
+			want := halfClosedExchange(t, f.plain, req[:cut])
+			if got != want {
+				t.Fatalf("answered %q, net/http answers %q", got, want)
+			}
+			if n := f.onReader.Load(); n != 0 {
+				t.Fatalf("%d served by the reader", n)
+			}
+		})
+	}
+}
+
+// halfClosedExchange sends part on a new connection to addr, the first
+// byte alone (as a trickling client would), half-closes it and returns what
+// comes back until the server closes it.
+func halfClosedExchange(t *testing.T, addr, part string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send(t, c, part[:1])
+	time.Sleep(20 * time.Millisecond) // the reader reads the first byte alone
+	send(t, c, part[1:])
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, _ := io.ReadAll(c)
+	var out []string
+	for _, line := range strings.SplitAfter(string(got), "\r\n") {
+		if !strings.HasPrefix(line, "Date: ") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "")
+}
