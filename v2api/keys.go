@@ -4,7 +4,9 @@ package v2api
 
 import (
 	"bytes"
+	"errors"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -112,8 +114,14 @@ func (dc *detachedConn) readRest(in []byte) *request {
 		}
 		n, err := c.Read(b[len(b):detachedHeadMax])
 		b = b[:len(b)+n]
-		if err != nil { // gone, or too slow: net/http closes such a connection too
+		if errors.Is(err, os.ErrDeadlineExceeded) { // too slow: net/http closes such a connection unanswered too
 			dc.finish(nil)
+			return nil
+		}
+		if err != nil {
+			// Cut short (a half-close, a reset): net/http reads what came
+			// and the end, and answers it as it would (its 400).
+			dc.finish(bytes.Clone(b))
 			return nil
 		}
 	}
