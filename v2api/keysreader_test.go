@@ -654,3 +654,41 @@ func halfClosedExchange(t *testing.T, addr, part string) string {
 	}
 	return strings.Join(out, "")
 }
+
+// The first request's head is due within the header timeout of the
+// connection's start, as in net/http, however late its first byte comes:
+// a client that waits, then trickles its head, is cut off at the timeout.
+func TestFirstHeadIsDueWithinTheHeaderTimeoutOfTheConnection(t *testing.T) {
+	const header = 500 * time.Millisecond
+	f := startKeys(t, fuzzStore(), func(hc *HomeConfig) { hc.ReadHeaderTimeout = header })
+	c, err := net.Dial("tcp", f.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	time.Sleep(header * 9 / 10)
+	closed := make(chan time.Duration, 1)
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, _ = io.Copy(io.Discard, c)
+		closed <- time.Since(start)
+	}()
+	head := "GET /v2/keys/a HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("p", 200)
+	for i := 0; i < len(head); i++ {
+		select {
+		case d := <-closed:
+			if d > header*3/2 {
+				t.Fatalf("cut off %v after the connection began, want about the header timeout (%v)", d, header)
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if _, err := io.WriteString(c, head[i:i+1]); err != nil {
+			break
+		}
+	}
+	if d := <-closed; d > header*3/2 {
+		t.Fatalf("cut off %v after the connection began, want about the header timeout (%v)", d, header)
+	}
+}
