@@ -91,7 +91,8 @@ func (dc *detachedConn) readRequest(in []byte) *request {
 }
 
 // readRest reads the rest of a request that began with in: its head within
-// the header timeout, its body within the body-read timeout.
+// the header timeout (of the connection's start, for its first request; of
+// its first byte for the others), its body within the body-read timeout.
 func (dc *detachedConn) readRest(in []byte) *request {
 	bp := reqBufs.Get().(*[]byte)
 	b := append((*bp)[:0], in...)
@@ -100,7 +101,13 @@ func (dc *detachedConn) readRest(in []byte) *request {
 		reqBufs.Put(bp)
 	}()
 	c, cfg := dc.c, &dc.h.cfg
-	_ = c.SetReadDeadline(after(cfg.ReadHeaderTimeout))
+	if cfg.ReadHeaderTimeout > 0 && dc.born != 0 && dc.idleSince.Load() == 0 {
+		// The first request's head is due within the header timeout of
+		// the connection's start, as in net/http, however late it began.
+		_ = c.SetReadDeadline(time.Unix(0, dc.born).Add(cfg.ReadHeaderTimeout))
+	} else {
+		_ = c.SetReadDeadline(after(cfg.ReadHeaderTimeout))
+	}
 	end := 0
 	for {
 		if i := bytes.Index(b, headEnd); i >= 0 {
