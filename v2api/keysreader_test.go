@@ -692,3 +692,29 @@ func TestFirstHeadIsDueWithinTheHeaderTimeoutOfTheConnection(t *testing.T) {
 		t.Fatalf("cut off %v after the connection began, want about the header timeout (%v)", d, header)
 	}
 }
+
+// An answer larger than net/http buffers before it chunks (2 KiB) goes out
+// chunked, as net/http sends it, and one of up to 2 KiB with its length.
+func TestAnswerOver2KiBOnTheReaderIsChunkedAsNetHTTPs(t *testing.T) {
+	f := startKeys(t, fuzzStore())
+	post := func(value string) string {
+		return "POST /v2/keys/q HTTP/1.1\r\nHost: x\r\n" + form("value="+value)
+	}
+	// A POST's answer holds its value once: its length is the value's and
+	// that of the rest.
+	_, rest, _ := strings.Cut(exchange(t, f.plain, post(""), 200*time.Millisecond), "\r\n\r\n")
+	for _, size := range []int{2047, 2048, 2049, 6000} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			req := post(strings.Repeat("v", size-len(rest)))
+			before := f.onReader.Load()
+			got := exchange(t, f.home, req, 200*time.Millisecond)
+			want := exchange(t, f.plain, req, 200*time.Millisecond)
+			if f.onReader.Load() != before+1 {
+				t.Fatalf("not served by the reader")
+			}
+			if sortedHead(got) != sortedHead(want) {
+				t.Fatalf("answered\n%.400q\nnet/http answers\n%.400q", got, want)
+			}
+		})
+	}
+}
