@@ -745,10 +745,16 @@ func (h *Home) httpDate() string {
 	return d.text
 }
 
+// chunkingSize is the most of a body net/http's server holds before it
+// sends the head: a larger body goes out chunked, a body up to it with its
+// Content-Length.
+const chunkingSize = 2048
+
 // finish sends what the handler wrote, as a whole answer, in one write.
 // An answer the reader serves says, as net/http's would, that the
 // connection closes after it when the handler asks for that or the Home
-// is closing (closing), and has its Content-Type sniffed if it has none.
+// is closing (closing), has its Content-Type sniffed if it has none, and
+// is chunked when its body is larger than chunkingSize.
 func (w *detachedWriter) finish() error {
 	if w.code == 0 {
 		w.code = http.StatusOK
@@ -768,7 +774,12 @@ func (w *detachedWriter) finish() error {
 		if len(w.hdr["Content-Type"]) == 0 && w.reader && len(w.body) > 0 { // a recycled header keeps its keys
 			w.hdr["Content-Type"] = []string{http.DetectContentType(w.body)}
 		}
-		w.out = append(w.head(w.out, len(w.body)), w.body...)
+		if w.reader && len(w.body) > chunkingSize {
+			// net/http sends a body it cannot hold whole chunked.
+			w.out = append(appendChunk(w.head(w.out, -1), w.body), "0\r\n\r\n"...)
+		} else {
+			w.out = append(w.head(w.out, len(w.body)), w.body...)
+		}
 	}
 	w.write(w.out)
 	return w.err
