@@ -41,11 +41,12 @@ import (
 // to the listener the connection came from (its Home), with the bytes read
 // so far, and net/http serves it as any other.
 
+// detachWriteTimeout bounds writing an answer on a detached connection:
+// a client that does not read loses its connection instead of holding a
+// goroutine. (A variable for tests.)
+var detachWriteTimeout = 10 * time.Second
+
 const (
-	// detachWriteTimeout bounds writing an answer on a detached connection:
-	// a client that does not read loses its connection instead of holding
-	// a goroutine.
-	detachWriteTimeout = 10 * time.Second
 	// closeUnreadDelay is the longest a connection the client sent more on
 	// is kept, half-closed and drained, before it is closed (net/http waits
 	// as long); closeUnreadMax bounds what is drained.

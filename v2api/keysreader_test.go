@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -717,4 +718,60 @@ func TestAnswerOver2KiBOnTheReaderIsChunkedAsNetHTTPs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A large answer to a client that reads it slowly but steadily is written
+// whole, however long that takes in all, as net/http (which has no write
+// timeout here) writes it; only a client that takes nothing for the write
+// timeout loses its connection.
+func TestLargeAnswerToASteadySlowClientIsWrittenWhole(t *testing.T) {
+	saved := detachWriteTimeout
+	detachWriteTimeout = time.Second
+	t.Cleanup(func() { detachWriteTimeout = saved }) // after the fixture's end
+	big := strings.Repeat("v", 8<<20)
+	st := fuzzStore()
+	st.answer = func(op string, r *translate.Request) (*translate.Event, error) {
+		return &translate.Event{Action: "get", Node: &translate.Node{Key: r.Path, Value: strp(big)}, EtcdIndex: 9}, nil
+	}
+	f := startKeys(t, st)
+	for _, steady := range []bool{true, false} {
+		t.Run(fmt.Sprintf("steady %v", steady), func(t *testing.T) {
+			d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+				return rc.Control(func(fd uintptr) { // a small window: the socket holds little of the answer
+					_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 32<<10)
+				})
+			}}
+			c, err := d.Dial("tcp", f.home)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			send(t, c, "GET /v2/keys/big HTTP/1.1\r\nHost: x\r\n\r\n")
+			if !steady {
+				time.Sleep(3 * detachWriteTimeout) // takes nothing: the write times out
+			}
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			// A few MB/s: seconds in all, never a second without progress.
+			slow := bufio.NewReaderSize(&slowReader{r: c, pause: 10 * time.Millisecond}, 64<<10)
+			var got int
+			if resp, err := http.ReadResponse(slow, nil); err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				got = len(body)
+			}
+			if whole := got > len(big); whole != steady {
+				t.Fatalf("read %d bytes of an answer of over %d, want it whole %v", got, len(big), steady)
+			}
+		})
+	}
+}
+
+// slowReader reads from r after a pause each time.
+type slowReader struct {
+	r     io.Reader
+	pause time.Duration
+}
+
+func (s *slowReader) Read(b []byte) (int, error) {
+	time.Sleep(s.pause)
+	return s.r.Read(b)
 }
