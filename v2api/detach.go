@@ -640,10 +640,8 @@ func (w *detachedWriter) writeChunk(b []byte) (int, error) {
 	w.stage()
 	w.out = strconv.AppendUint(w.out, uint64(len(b)), 16)
 	w.out = append(w.out, "\r\n"...)
-	if w.err == nil {
-		bufs := net.Buffers{w.out, b, []byte("\r\n")}
-		_ = w.dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
-		_, w.err = bufs.WriteTo(w.dc.c)
+	if w.err == nil { // as long as the client takes some, as write does
+		w.err = w.dc.writeSteady(net.Buffers{w.out, b, []byte("\r\n")})
 	}
 	w.out = w.out[:0]
 	if w.err != nil {
@@ -677,13 +675,24 @@ func (w *detachedWriter) write(b []byte) {
 	if w.err != nil || len(b) == 0 {
 		return
 	}
-	w.err = w.dc.write(b)
+	// The reader holds no lock while it writes: an answer of its own may
+	// take as long as its client keeps reading, as in net/http.
+	w.err = w.dc.writeOut(b, w.reader)
 }
 
-// write writes b within detachWriteTimeout. An answer nearly always fits
-// in the socket's buffer at once: a direct write that does not wait needs
-// no deadline set (a timer each); what it leaves is written under one.
-func (dc *detachedConn) write(b []byte) error {
+// write writes b within detachWriteTimeout.
+func (dc *detachedConn) write(b []byte) error { return dc.writeOut(b, false) }
+
+// writeOut writes b within detachWriteTimeout, or, when steady, with each
+// detachWriteTimeout taking some of it: a large answer to a slow client is
+// written whole, however long it takes in all (net/http's server has no
+// write timeout), and only a client that takes nothing for that long loses
+// its connection. The waiter and the flusher, which write under
+// detachedConn.mu, keep the plain bound. An answer
+// nearly always fits in the socket's buffer at once: a direct write that
+// does not wait needs no deadline set (a timer each); what it leaves is
+// written under one.
+func (dc *detachedConn) writeOut(b []byte, steady bool) error {
 	if dc.direct != nil {
 		n, err := dc.direct.writeNow(b)
 		if n == len(b) {
@@ -694,9 +703,24 @@ func (dc *detachedConn) write(b []byte) error {
 		}
 		b = b[n:]
 	}
+	if steady {
+		return dc.writeSteady(net.Buffers{b})
+	}
 	_ = dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
 	_, err := dc.c.Write(b)
 	return err
+}
+
+// writeSteady writes bufs with each detachWriteTimeout taking some of them
+// (see writeOut).
+func (dc *detachedConn) writeSteady(bufs net.Buffers) error {
+	for {
+		_ = dc.c.SetWriteDeadline(time.Now().Add(detachWriteTimeout))
+		n, err := bufs.WriteTo(dc.c) // consumes what it wrote
+		if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+	}
 }
 
 // head appends the status line and headers; contentLength < 0: chunked.
