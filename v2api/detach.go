@@ -267,9 +267,10 @@ type detachedConn struct {
 	idleSince atomic.Int64
 	born      int64 // when the Home adopted it (Unix ns), before its reader started
 
-	// mu guards w, extra, busy and shut. The waiter holds it while it
-	// writes the answer, so the reader sees the watch answered before it
-	// reads what the client sends next.
+	// mu guards w, extra, busy, shut, head and headOff. The waiter holds
+	// it while it writes the answer, so the reader sees the watch answered
+	// before it reads what the client sends next, and the flusher while it
+	// writes a head, so a head never follows its answer.
 	mu    sync.Mutex
 	w     Watch // the watch waiting on the connection; nil between watches
 	extra bool  // the client sent bytes while a watch waited
@@ -687,8 +688,8 @@ func (dc *detachedConn) write(b []byte) error { return dc.writeOut(b, false) }
 // detachWriteTimeout taking some of it: a large answer to a slow client is
 // written whole, however long it takes in all (net/http's server has no
 // write timeout), and only a client that takes nothing for that long loses
-// its connection. The waiter and the flusher, which write under
-// detachedConn.mu, keep the plain bound. An answer
+// its connection. The waiter, which writes under detachedConn.mu (that the
+// head flusher may wait for), keeps the plain bound. An answer
 // nearly always fits in the socket's buffer at once: a direct write that
 // does not wait needs no deadline set (a timer each); what it leaves is
 // written under one.
