@@ -898,7 +898,14 @@ func (h *Home) flushHeads() {
 		}
 		h.hmu.Unlock()
 		for i, dc := range batch {
-			dc.flushHead()
+			if !dc.flushHead() {
+				// Its waiter is writing: the head goes with that answer,
+				// or, if the lock was someone else's for a moment, in the
+				// next round.
+				h.hmu.Lock()
+				h.heads = append(h.heads, dc)
+				h.hmu.Unlock()
+			}
 			batch[i] = nil
 		}
 		t.Reset(headDelay)
@@ -907,12 +914,16 @@ func (h *Home) flushHeads() {
 
 // flushHead writes what it can of the head of dc's waiting watch without
 // waiting (a client that does not read holds up no other); the answer
-// writes the rest.
-func (dc *detachedConn) flushHead() {
-	dc.mu.Lock()
+// writes the rest. It reports false, having done nothing, when dc's lock is
+// held: by its waiter, maybe writing a large answer to a client that takes
+// it slowly, which must not hold up the heads of other connections.
+func (dc *detachedConn) flushHead() bool {
+	if !dc.mu.TryLock() {
+		return false
+	}
 	defer dc.mu.Unlock()
 	if dc.head == nil {
-		return
+		return true
 	}
 	b := (*dc.head)[dc.headOff:]
 	n, err := dc.direct.writeNow(b)
@@ -924,10 +935,11 @@ func (dc *detachedConn) flushHead() {
 	}
 	if n < len(b) {
 		dc.headOff += n
-		return
+		return true
 	}
 	putAnswerBuf(dc.head)
 	dc.head = nil
+	return true
 }
 
 // answer waits for wa's event or end and writes it, then leaves the

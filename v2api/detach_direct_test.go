@@ -4,6 +4,7 @@ package v2api
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -335,5 +336,61 @@ func TestIdleTimeoutCountsFromTheLastAnswer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A connection whose waiter holds it (writing a large answer to a client
+// that takes it slowly) holds up no other connection's head: the flusher
+// writes the others' and comes back to it.
+func TestHeadFlusherPassesAConnectionBusyWriting(t *testing.T) {
+	h := NewHome(listen(t), HomeConfig{})
+	t.Cleanup(func() {
+		_ = h.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := h.Wait(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	const head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+	pending := func() (*detachedConn, net.Conn) {
+		ln := listen(t)
+		client, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.Close()
+		t.Cleanup(func() { client.Close(); server.Close() })
+		dc := &detachedConn{h: h, c: server, direct: newDirectIO(server), gone: make(chan struct{})}
+		b := answerBufs.Get().(*[]byte)
+		*b = append((*b)[:0], head...)
+		dc.head = b
+		return dc, client
+	}
+	readHead := func(c net.Conn, within time.Duration) error {
+		_ = c.SetReadDeadline(time.Now().Add(within))
+		got := make([]byte, len(head))
+		_, err := io.ReadFull(c, got)
+		if err == nil && string(got) != head {
+			err = fmt.Errorf("read %q", got)
+		}
+		return err
+	}
+	busy, busyClient := pending()
+	other, otherClient := pending()
+	busy.mu.Lock() // its waiter, writing
+	h.deferHead(busy)
+	h.deferHead(other)
+	if err := readHead(otherClient, 2*time.Second); err != nil {
+		busy.mu.Unlock()
+		t.Fatalf("the other connection's head, while one is busy: %v", err)
+	}
+	busy.mu.Unlock()
+	if err := readHead(busyClient, 2*time.Second); err != nil {
+		t.Fatalf("the busy connection's head, once it is free: %v", err)
 	}
 }
