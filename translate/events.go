@@ -45,26 +45,38 @@ func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Tim
 		if evs[i].KV.Key != jk || evs[i].Delete {
 			continue
 		}
-		var j Journal
-		if err := decodeJournal(evs[i].KV.Value, &j); err != nil || j.Node == nil {
-			forged = true
-			continue
-		}
-		if j.DataPrefix != l.DataPrefix {
-			continue // a bridge with another data prefix sharing the meta prefix
-		}
-		if !l.journalMatches(&j, evs) {
-			forged = true
+		j, use, f := l.readRecord(evs[i].KV.Value, evs)
+		if !use {
+			forged = forged || f
 			continue
 		}
 		if j.Refresh || j.Sweep {
 			return nil, nil, false
 		}
-		return []*Event{l.fromJournal(rev, &j, evs)}, nil, false
+		return []*Event{l.fromJournal(rev, j, evs)}, nil, false
 	}
 	out, sweeps = l.decodeByRule(rev, evs, ls, now)
 	NumberEvents(rev, out)
 	return out, sweeps, forged
+}
+
+// readRecord reads a journal record, value, put with the changes evs. use
+// reports whether the record describes them and the revision is decoded
+// from it; when it does not, forged reports whether it was no true record
+// of a bridge (unreadable, or not matching evs) rather than one of a bridge
+// with another data prefix sharing the meta prefix. j is the record read,
+// nil when unreadable.
+func (l Layout) readRecord(value []byte, evs []V3Event) (j *Journal, use, forged bool) {
+	j = &Journal{}
+	switch err := decodeJournal(value, j); {
+	case err != nil || j.Node == nil:
+		return nil, false, true
+	case j.DataPrefix != l.DataPrefix:
+		return j, false, false
+	case !l.journalMatches(j, evs):
+		return j, false, true
+	}
+	return j, true, false
 }
 
 // decodeBatch decodes a revision of several journaled writes: each part of
@@ -85,18 +97,15 @@ func (l Layout) decodeBatch(rev int64, evs []V3Event, ls Leases, now time.Time) 
 		}
 		part := evs[start : i+1]
 		start = i + 1
-		var j Journal
-		switch err := decodeJournal(evs[i].KV.Value, &j); {
-		case err != nil || j.Node == nil || j.Sweep:
+		switch j, use, f := l.readRecord(evs[i].KV.Value, part); {
+		case j != nil && j.Sweep: // sweeps are never batched
 			forged = true
 			byRule(part)
-		case j.DataPrefix != l.DataPrefix: // a bridge with another data prefix
-			byRule(part)
-		case !l.journalMatches(&j, part):
-			forged = true
+		case !use:
+			forged = forged || f
 			byRule(part)
 		case !j.Refresh: // a refresh makes no event
-			out = append(out, l.fromJournal(rev, &j, part))
+			out = append(out, l.fromJournal(rev, j, part))
 		}
 	}
 	if start < len(evs) {
