@@ -140,6 +140,13 @@ func getUint64(form url.Values, key string) (uint64, error) {
 	return 0, nil
 }
 
+// FlagSet reports whether form sets the flag key true, as ParseRequest
+// reads a flag (a value it cannot read sets nothing).
+func FlagSet(form url.Values, key string) bool {
+	b, err := getBool(form, key)
+	return err == nil && b
+}
+
 func getBool(form url.Values, key string) (bool, error) {
 	if vals, ok := form[key]; ok && len(vals) > 0 {
 		return strconv.ParseBool(vals[0])

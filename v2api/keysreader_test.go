@@ -601,10 +601,10 @@ func FuzzParseHead(f *testing.F) {
 		default:
 			t.Fatalf("%q: method %s taken", raw, r.Method)
 		}
-		if isTrue(r.Form, "stream") {
+		if translate.FlagSet(r.Form, "stream") {
 			t.Fatalf("%q: a stream taken", raw)
 		}
-		if r.Method == http.MethodGet && isTrue(r.Form, "wait") && !isTrue(r.Form, "quorum") && r.Form.Get("wait") != "true" {
+		if r.Method == http.MethodGet && translate.FlagSet(r.Form, "wait") && !translate.FlagSet(r.Form, "quorum") && r.Form.Get("wait") != "true" {
 			t.Fatalf("%q: a watch taken as v2 clients do not send it", raw)
 		}
 	})

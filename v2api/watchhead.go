@@ -6,9 +6,9 @@ import (
 	"bytes"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
+	"github.com/v2bridge/v2bridge/translate"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -77,13 +77,13 @@ func parseHead(head []byte, rules headRules) (*request, int) {
 		return nil, 0
 	}
 	query := watchForm(rawQuery)
-	if query == nil || isTrue(query, "stream") {
+	if query == nil || translate.FlagSet(query, "stream") {
 		return nil, 0
 	}
 	if method == http.MethodGet {
 		// A watch for the handler (translate.Request.IsWatch) is taken
 		// under the watch rules, and only as v2 clients send it.
-		watch := isTrue(query, "wait") && !isTrue(query, "quorum")
+		watch := translate.FlagSet(query, "wait") && !translate.FlagSet(query, "quorum")
 		if watch && !(rules.watches && query.Get("wait") == "true") || !watch && !rules.keys {
 			return nil, 0
 		}
@@ -163,17 +163,6 @@ func mergeForm(a, b url.Values) url.Values {
 		}
 	}
 	return m
-}
-
-// isTrue reports whether form's first value of key is one strconv.ParseBool
-// takes as true, as translate reads a flag.
-func isTrue(form url.Values, key string) bool {
-	vs := form[key]
-	if len(vs) == 0 {
-		return false
-	}
-	b, err := strconv.ParseBool(vs[0])
-	return err == nil && b
 }
 
 // fields is what headerFields makes of a head's header lines.
