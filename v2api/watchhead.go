@@ -34,17 +34,6 @@ type headRules struct {
 // formType is the one Content-Type the reader takes a body of.
 const formType = "application/x-www-form-urlencoded"
 
-// parseWatchHead parses head, one whole request head through its blank
-// line, as a request the detached reader serves: a bodiless one-shot
-// HTTP/1.1 GET of /v2/keys with wait=true that keeps its connection, in the
-// plain form v2 clients send. It returns nil for anything else.
-func parseWatchHead(head []byte) *http.Request {
-	if r, _ := parseHead(head, headRules{watches: true}); r != nil {
-		return &r.req
-	}
-	return nil
-}
-
 // parseHead parses head, one whole request head through its blank line, as
 // a request the Home's reader serves under rules: HTTP/1.1 that keeps its
 // connection, in the plain form v2 clients send. It returns the request and

@@ -48,6 +48,17 @@ func netHTTPWatch(head []byte) (*http.Request, bool) {
 	return r, true
 }
 
+// parseWatchHead is parseHead under the rules of a Home that serves only
+// watches (its keys kept in net/http): a bodiless one-shot HTTP/1.1 GET of
+// /v2/keys with wait=true that keeps its connection, in the plain form v2
+// clients send; nil for anything else.
+func parseWatchHead(head []byte) *http.Request {
+	if r, _ := parseHead(head, headRules{watches: true}); r != nil {
+		return &r.req
+	}
+	return nil
+}
+
 // checkAgainstNetHTTP fails t when parseWatchHead takes head and net/http
 // would not, or would hand the handler a different request.
 func checkAgainstNetHTTP(t *testing.T, head []byte) *http.Request {
