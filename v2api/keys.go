@@ -77,17 +77,29 @@ func (dc *detachedConn) readRequest(in []byte) *request {
 		r, n := parseHead(in[:end], dc.h.rules)
 		switch {
 		case r == nil || end+n < len(in): // not one to take, or more than one request
-			dc.finish(bytes.Clone(in))
-			return nil
+			return dc.handBack(in)
 		case end+n == len(in): // the whole request in one read, as clients send it
-			if n > 0 && !r.setBody(in[end:]) {
-				dc.finish(bytes.Clone(in))
-				return nil
-			}
-			return r
+			return dc.complete(r, in, end)
 		}
 	}
 	return dc.readRest(in)
+}
+
+// handBack gives the connection back to net/http with b, what was read of
+// it, and returns nil.
+func (dc *detachedConn) handBack(b []byte) *request {
+	dc.finish(bytes.Clone(b))
+	return nil
+}
+
+// complete gives r, parsed from the head b[:end], its body: the rest of b,
+// all of it and nothing behind it. A body that is no form goes back to
+// net/http (nil).
+func (dc *detachedConn) complete(r *request, b []byte, end int) *request {
+	if len(b) > end && !r.setBody(b[end:]) {
+		return dc.handBack(b)
+	}
+	return r
 }
 
 // readRest reads the rest of a request that began with in: its head within
@@ -116,8 +128,7 @@ func (dc *detachedConn) readRest(in []byte) *request {
 		}
 		if bytes.Contains(b, []byte("\n\n")) || len(b) >= detachedHeadMax {
 			// Not a head the reader takes: net/http's to read, or refuse.
-			dc.finish(bytes.Clone(b))
-			return nil
+			return dc.handBack(b)
 		}
 		n, err := c.Read(b[len(b):detachedHeadMax])
 		b = b[:len(b)+n]
@@ -128,14 +139,12 @@ func (dc *detachedConn) readRest(in []byte) *request {
 		if err != nil {
 			// Cut short (a half-close, a reset): net/http reads what came
 			// and the end, and answers it as it would (its 400).
-			dc.finish(bytes.Clone(b))
-			return nil
+			return dc.handBack(b)
 		}
 	}
 	r, n := parseHead(b[:end], dc.h.rules)
 	if r == nil || end+n < len(b) {
-		dc.finish(bytes.Clone(b))
-		return nil
+		return dc.handBack(b)
 	}
 	if end+n > len(b) {
 		_ = c.SetReadDeadline(after(cfg.BodyReadTimeout))
@@ -145,19 +154,15 @@ func (dc *detachedConn) readRest(in []byte) *request {
 			if err != nil {
 				// A body cut short or too slow: net/http answers it (after a
 				// body-read timeout of its own) as it would have.
-				dc.finish(bytes.Clone(b))
-				return nil
+				return dc.handBack(b)
 			}
 		}
 		if len(b) > end+n { // a request behind it
-			dc.finish(bytes.Clone(b))
-			return nil
+			return dc.handBack(b)
 		}
 	}
-	if n > 0 && !r.setBody(b[end:]) {
-		dc.finish(bytes.Clone(b))
-		return nil
+	if r = dc.complete(r, b, end); r != nil {
+		_ = c.SetReadDeadline(after(cfg.IdleTimeout)) // the idle deadline again, for rearm
 	}
-	_ = c.SetReadDeadline(after(cfg.IdleTimeout)) // the idle deadline again, for rearm
 	return r
 }
