@@ -635,8 +635,8 @@ const largeAnswer = 32 << 10
 // writeChunk sends the head (chunked, the first time), what the handler
 // wrote before, and b as a chunk, without copying b.
 func (w *detachedWriter) writeChunk(b []byte) (int, error) {
-	if !w.flushed && len(w.hdr["Content-Type"]) == 0 { // as finish would have
-		w.hdr["Content-Type"] = []string{http.DetectContentType(append(w.body[:len(w.body):len(w.body)], b[:min(len(b), 512)]...))}
+	if !w.flushed {
+		w.sniff(b)
 	}
 	w.stage()
 	w.out = strconv.AppendUint(w.out, uint64(len(b)), 16)
@@ -656,6 +656,20 @@ func (w *detachedWriter) Flush() {
 	w.stage()
 	w.write(w.out)
 	w.out = w.out[:0]
+}
+
+// sniff sets the Content-Type net/http sets on an answer whose handler set
+// none, from the body's first bytes: what the handler wrote so far, then
+// more (nil: nothing more).
+func (w *detachedWriter) sniff(more []byte) {
+	if len(w.hdr["Content-Type"]) > 0 || len(w.body)+len(more) == 0 { // a recycled header keeps its keys
+		return
+	}
+	first := w.body
+	if len(first) < 512 && len(more) > 0 {
+		first = append(first[:len(first):len(first)], more[:min(len(more), 512-len(first))]...)
+	}
+	w.hdr["Content-Type"] = []string{http.DetectContentType(first)}
 }
 
 // stage moves the head (chunked, the first time) and the body so far to
@@ -791,21 +805,21 @@ func (w *detachedWriter) finish() error {
 			w.closing = w.closing || strings.EqualFold(v, "close")
 		}
 	}
-	if w.flushed {
-		w.out = append(appendChunk(w.out, w.body), "0\r\n\r\n"...)
-	} else {
+	if !w.flushed {
 		if w.closing {
 			setHeader(w.hdr, "Connection", "close")
 		}
-		if len(w.hdr["Content-Type"]) == 0 && w.reader && len(w.body) > 0 { // a recycled header keeps its keys
-			w.hdr["Content-Type"] = []string{http.DetectContentType(w.body)}
+		if w.reader {
+			w.sniff(nil)
+			if len(w.body) > chunkingSize {
+				w.stage() // net/http sends a body it cannot hold whole chunked
+			}
 		}
-		if w.reader && len(w.body) > chunkingSize {
-			// net/http sends a body it cannot hold whole chunked.
-			w.out = append(appendChunk(w.head(w.out, -1), w.body), "0\r\n\r\n"...)
-		} else {
-			w.out = append(w.head(w.out, len(w.body)), w.body...)
-		}
+	}
+	if w.flushed {
+		w.out = append(appendChunk(w.out, w.body), "0\r\n\r\n"...)
+	} else {
+		w.out = append(w.head(w.out, len(w.body)), w.body...)
 	}
 	w.write(w.out)
 	return w.err
