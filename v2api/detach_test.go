@@ -66,6 +66,14 @@ func startHome(t testing.TB, ln net.Listener, st *fakeStore, opts ...func(*HomeC
 		}
 	}
 	hc.Handler = newTestServer(t, st, cfg)
+	return serveOnHome(t, ln, hc)
+}
+
+// serveOnHome serves hc.Handler with an http.Server on a Home of ln (hc)
+// until the test ends, which shuts it down and checks that every detached
+// connection was done with.
+func serveOnHome(t testing.TB, ln net.Listener, hc HomeConfig) *homeFixture {
+	t.Helper()
 	f := &homeFixture{url: "http://" + ln.Addr().String(), home: NewHome(ln, hc), served: make(chan struct{})}
 	f.srv = &http.Server{Handler: hc.Handler, ConnContext: f.home.Context}
 	go func() {
@@ -74,7 +82,7 @@ func startHome(t testing.TB, ln net.Listener, st *fakeStore, opts ...func(*HomeC
 	}()
 	t.Cleanup(func() {
 		if err := f.shutdown(); err != nil {
-			t.Errorf("detached connections still served after the server closed: %v", err)
+			t.Errorf("the Home's connections still served after the server closed: %v", err)
 		}
 	})
 	return f

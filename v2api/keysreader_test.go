@@ -51,18 +51,7 @@ func startKeys(t *testing.T, st *fakeStore, opts ...func(*HomeConfig)) *keysFixt
 		api.ServeHTTP(w, r)
 	})
 	ln := listen(t)
-	h := &homeFixture{url: "http://" + ln.Addr().String(), home: NewHome(ln, hc), served: make(chan struct{})}
-	h.srv = &http.Server{Handler: hc.Handler, ConnContext: h.home.Context}
-	go func() {
-		defer close(h.served)
-		_ = h.srv.Serve(h.home)
-	}()
-	t.Cleanup(func() {
-		if err := h.shutdown(); err != nil {
-			t.Errorf("the Home's connections still served after the server closed: %v", err)
-		}
-	})
-	f.h, f.home = h, ln.Addr().String()
+	f.h, f.home = serveOnHome(t, ln, hc), ln.Addr().String()
 	pln := listen(t)
 	plain := &http.Server{Handler: api}
 	done := make(chan struct{})
@@ -110,6 +99,28 @@ func exchange(t *testing.T, addr, req string, quiet time.Duration) string {
 	return strings.Join(out, "")
 }
 
+// compareWithNetHTTP sends req to the Home and to the plain server, and
+// fails t unless the reader served it (onReader) and the two answers are
+// alike but for the order of their header lines, or the reader did not
+// (!onReader) and they are the same bytes (net/http answered both). It
+// returns the Home's answer.
+func (f *keysFixture) compareWithNetHTTP(t *testing.T, req string, onReader bool) string {
+	t.Helper()
+	before := f.onReader.Load()
+	got := exchange(t, f.home, req, 200*time.Millisecond)
+	want := exchange(t, f.plain, req, 200*time.Millisecond)
+	served := f.onReader.Load() - before
+	switch {
+	case onReader && served != 1:
+		t.Fatalf("%d served by the reader, want 1", served)
+	case !onReader && served != 0:
+		t.Fatalf("%d served by the reader, want none", served)
+	case onReader && sortedHead(got) != sortedHead(want), !onReader && got != want:
+		t.Fatalf("answered\n%.400q\nnet/http answers\n%.400q", got, want)
+	}
+	return got
+}
+
 // sortedHead is an answer with its header lines sorted (the reader writes
 // them in the map's order, as HTTP allows).
 func sortedHead(answer string) string {
@@ -147,17 +158,7 @@ func TestKeyRequestsOnTheReaderAnswerAsNetHTTP(t *testing.T) {
 		{"a ready watch", "GET /v2/keys/w?wait=true HTTP/1.1\r\n" + host + "\r\n"},
 		{"Connection: keep-alive", "GET /v2/keys/a HTTP/1.1\r\n" + host + "Connection: keep-alive\r\n\r\n"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			before := f.onReader.Load()
-			got := exchange(t, f.home, tc.req, 200*time.Millisecond)
-			want := exchange(t, f.plain, tc.req, 200*time.Millisecond)
-			if f.onReader.Load() != before+1 {
-				t.Fatalf("not served by the reader")
-			}
-			if sortedHead(got) != sortedHead(want) {
-				t.Fatalf("answered\n%q\nnet/http answers\n%q", got, want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { f.compareWithNetHTTP(t, tc.req, true) })
 	}
 }
 
@@ -179,16 +180,8 @@ func TestALargeAnswerOnTheReaderIsChunkedAsNetHTTPs(t *testing.T) {
 	}
 	f := startKeys(t, st)
 	req := "GET /v2/keys/big?recursive=true HTTP/1.1\r\nHost: 127.0.0.1:2379\r\n\r\n"
-	got := exchange(t, f.home, req, 200*time.Millisecond)
-	want := exchange(t, f.plain, req, 200*time.Millisecond)
-	if f.onReader.Load() != 1 {
-		t.Fatalf("not served by the reader")
-	}
-	if !strings.Contains(got, "Transfer-Encoding: chunked") || len(got) < largeAnswer {
+	if got := f.compareWithNetHTTP(t, req, true); !strings.Contains(got, "Transfer-Encoding: chunked") || len(got) < largeAnswer {
 		t.Fatalf("a large answer not chunked: %.300q", got)
-	}
-	if sortedHead(got) != sortedHead(want) {
-		t.Fatalf("answered\n%.300q\nnet/http answers\n%.300q", got, want)
 	}
 	// The connection serves on after it.
 	c, err := net.Dial("tcp", f.home)
@@ -242,17 +235,7 @@ func TestRequestsTheReaderLeavesGetNetHTTPsAnswer(t *testing.T) {
 		{"a bare LF", "GET /v2/keys/a HTTP/1.1\n" + host[:len(host)-2] + "\n\n"},
 		{"garbage", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			before := f.onReader.Load()
-			got := exchange(t, f.home, tc.req, 200*time.Millisecond)
-			want := exchange(t, f.plain, tc.req, 200*time.Millisecond)
-			if n := f.onReader.Load() - before; n != 0 {
-				t.Fatalf("%d served by the reader, want none", n)
-			}
-			if got != want {
-				t.Fatalf("answered\n%q\nnet/http answers\n%q", got, want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { f.compareWithNetHTTP(t, tc.req, false) })
 	}
 }
 
@@ -706,16 +689,7 @@ func TestAnswerOver2KiBOnTheReaderIsChunkedAsNetHTTPs(t *testing.T) {
 	_, rest, _ := strings.Cut(exchange(t, f.plain, post(""), 200*time.Millisecond), "\r\n\r\n")
 	for _, size := range []int{2047, 2048, 2049, 6000} {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
-			req := post(strings.Repeat("v", size-len(rest)))
-			before := f.onReader.Load()
-			got := exchange(t, f.home, req, 200*time.Millisecond)
-			want := exchange(t, f.plain, req, 200*time.Millisecond)
-			if f.onReader.Load() != before+1 {
-				t.Fatalf("not served by the reader")
-			}
-			if sortedHead(got) != sortedHead(want) {
-				t.Fatalf("answered\n%.400q\nnet/http answers\n%.400q", got, want)
-			}
+			f.compareWithNetHTTP(t, post(strings.Repeat("v", size-len(rest))), true)
 		})
 	}
 }
