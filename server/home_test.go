@@ -114,14 +114,7 @@ func TestKeyRequestsOnTheReaderKeepTheLimits(t *testing.T) {
 	t.Run("the idle timeout", func(t *testing.T) {
 		var onReader atomic.Int64
 		addr := serveHome(t, ok, HTTPLimits{IdleTimeout: 200 * time.Millisecond}, &onReader)
-		c := dial(t, addr)
-		fmt.Fprint(c, "GET /v2/keys/a HTTP/1.1\r\nHost: x\r\n\r\n")
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("GET: %v %v", resp, err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		if !closedWithin(c, 5*time.Second) || onReader.Load() != 1 {
+		if !closedWhenIdle(t, addr, "/v2/keys/a") || onReader.Load() != 1 {
 			t.Fatal("an idle connection on the reader was kept past the idle timeout")
 		}
 	})

@@ -81,17 +81,24 @@ var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 })
 
 func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
-	addr := serveLimited(t, ok, HTTPLimits{IdleTimeout: 200 * time.Millisecond})
-	c := dial(t, addr)
-	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("first request: %v %v", resp, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if !closedWithin(c, 5*time.Second) {
+	if !closedWhenIdle(t, serveLimited(t, ok, HTTPLimits{IdleTimeout: 200 * time.Millisecond}), "/") {
 		t.Fatal("an idle keep-alive connection was kept past the idle timeout")
 	}
+}
+
+// closedWhenIdle GETs path on a new connection to the server at addr, which
+// has a short idle timeout, sends nothing more, and reports whether the
+// server closes the connection within 5 s.
+func closedWhenIdle(t *testing.T, addr, path string) bool {
+	t.Helper()
+	c := dial(t, addr)
+	fmt.Fprint(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %v %v", path, resp, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return closedWithin(c, 5*time.Second)
 }
 
 // trickle writes n bytes to c, one every 100 ms, until the function it
