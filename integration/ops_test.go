@@ -208,9 +208,24 @@ func TestUnixSocketListener(t *testing.T) {
 	r.Body.Close()
 }
 
-// TestMetrics: the metrics exist, are named v2bridge_*, and move.
+// TestMetrics: the metrics exist, are named v2bridge_*, and move; the gRPC
+// client's exist when the bridge reaches its embedded member over gRPC, and
+// not when it calls it in-process.
 func TestMetrics(t *testing.T) {
-	url := startHealthyBridge(t, embedded(t, "--enable-pprof")).url
+	for _, tc := range []struct {
+		name string
+		args []string
+		grpc bool
+	}{
+		{"in-process", nil, false},
+		{"over gRPC", []string{"--embedded-in-process=false"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkMetrics(t, tc.args, tc.grpc) })
+	}
+}
+
+func checkMetrics(t *testing.T, args []string, grpcMetrics bool) {
+	url := startHealthyBridge(t, embedded(t, append([]string{"--enable-pprof"}, args...)...)).url
 	scrape := func() string { return do(t, "GET", url, "/metrics", nil).body }
 	value := func(body, series string) string {
 		for _, line := range strings.Split(body, "\n") {
@@ -224,11 +239,13 @@ func TestMetrics(t *testing.T) {
 	// bridge answers /health: /readyz says when.
 	waitFor(t, 10*time.Second, "the bridge to be ready", func() bool { return do(t, "GET", url, "/readyz", nil).status == 200 })
 	before := scrape()
-	for _, m := range []string{"v2bridge_backend_up 1", "v2bridge_v3_watches 1", "go_goroutines", "process_resident_memory_bytes",
-		"v2bridge_grpc_client_started_total"} {
+	for _, m := range []string{"v2bridge_backend_up 1", "v2bridge_v3_watches 1", "go_goroutines", "process_resident_memory_bytes"} {
 		if !strings.Contains(before, m) {
 			t.Errorf("metric %q missing", m)
 		}
+	}
+	if got := strings.Contains(before, "v2bridge_grpc_client_started_total"); got != grpcMetrics {
+		t.Errorf("gRPC client metrics present: %v, want %v", got, grpcMetrics)
 	}
 	do(t, "PUT", url, "/v2/keys/m", form("value", "1"))
 	do(t, "GET", url, "/v2/keys/m", nil)

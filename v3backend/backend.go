@@ -29,6 +29,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -93,6 +94,14 @@ type Config struct {
 	MaxReplayRevisions int64
 	MaxReplays         int
 	ReplaySkimAfter    int64
+
+	// Member, when set, is the etcd member running in this process (the
+	// embedded one): the bridge calls its v3 services directly rather than
+	// over a loopback gRPC connection, whose marshalling, HTTP/2 framing
+	// and socket wake-ups, on both ends in one process, cost a lone write
+	// about half its CPU. Endpoints then only name sessions. In-process
+	// calls carry no credentials: with a Username, Member is not used.
+	Member *etcdserver.EtcdServer
 
 	// WriteBatch is how many concurrent v2 writes one v3 transaction may
 	// carry, each guarded on its own (1: every write alone; 0: the
@@ -211,6 +220,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	cfg.setDefaults()
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("v3backend: no endpoints")
+	}
+	if cfg.Username != "" {
+		cfg.Member = nil // credentials go over gRPC, where the member checks them
 	}
 	b := &Backend{cfg: cfg, layout: cfg.Layout, lg: cfg.Logger, sessCh: make(chan struct{}),
 		eps: append([]string(nil), cfg.Endpoints...)}

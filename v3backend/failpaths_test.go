@@ -52,18 +52,26 @@ func startMember(t *testing.T, extra func(*embed.Config)) string {
 // what stops it (once; it is stopped when the test ends).
 func startEtcd(t *testing.T, extra func(*embed.Config)) (string, func()) {
 	t.Helper()
+	e, stop := startEmbed(t, extra)
+	cfg := e.Config()
+	return cfg.ListenClientUrls[0].String(), stop
+}
+
+// startEmbed starts an embedded etcd member and returns it and what stops it
+// (once; it is stopped when the test ends).
+func startEmbed(t *testing.T, extra func(*embed.Config)) (*embed.Etcd, func()) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("needs an etcd member")
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ { // a free port can be taken before etcd binds it
-		cu := freeURL(t)
-		e, err := StartEmbedded(EmbeddedConfig{Name: "m", Dir: t.TempDir(), ClientURL: cu, PeerURL: freeURL(t),
+		e, err := StartEmbedded(EmbeddedConfig{Name: "m", Dir: t.TempDir(), ClientURL: freeURL(t), PeerURL: freeURL(t),
 			LogLevel: "fatal", Extra: extra})
 		if err == nil {
 			stop := sync.OnceFunc(e.Close)
 			t.Cleanup(stop)
-			return cu, stop
+			return e, stop
 		}
 		lastErr = err
 		if !strings.Contains(err.Error(), "address already in use") {
@@ -71,7 +79,7 @@ func startEtcd(t *testing.T, extra func(*embed.Config)) (string, func()) {
 		}
 	}
 	t.Fatal(lastErr)
-	return "", nil
+	return nil, nil
 }
 
 // interceptor calls before(method, req) ahead of each unary call on the

@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
+	"go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter"
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/translate"
@@ -211,7 +213,7 @@ func (b *Backend) openFeed(s *session, from int64, shared bool, skim []string) *
 	case sk == nil: // a skim decodes nothing: it needs no previous values
 		opts = append(opts, clientv3.WithPrevKV())
 	}
-	f := &feed{b: b, s: s, shared: shared, skim: sk, w: clientv3.NewWatcher(s.cli), cancel: cancel}
+	f := &feed{b: b, s: s, shared: shared, skim: sk, w: b.newWatcher(s), cancel: cancel}
 	f.wch = f.w.Watch(ctx, lo, opts...)
 	b.metrics.v3Watches.Inc()
 	return f
@@ -493,4 +495,13 @@ func (b *Backend) nudge() {
 	ctx, cancel := b.reqCtx(context.Background(), f.s)
 	defer cancel()
 	_ = f.w.RequestProgress(clientv3.WithRequireLeader(ctx)) // the watch's stream is keyed by its metadata
+}
+
+// newWatcher opens a watch stream of its own on s (closing it ends only this
+// feed's watches).
+func (b *Backend) newWatcher(s *session) clientv3.Watcher {
+	if m := b.cfg.Member; m != nil {
+		return clientv3.NewWatchFromWatchClient(adapter.WatchServerToWatchClient(v3rpc.NewWatchServer(m)), s.cli)
+	}
+	return clientv3.NewWatcher(s.cli)
 }

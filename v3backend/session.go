@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -36,6 +37,9 @@ func (s *session) end() {
 }
 
 func (b *Backend) dial(ctx context.Context, endpoint string) (*clientv3.Client, error) {
+	if b.cfg.Member != nil {
+		return v3client.New(b.cfg.Member), nil
+	}
 	return clientv3.New(clientv3.Config{
 		Endpoints:            []string{endpoint},
 		DialTimeout:          b.cfg.DialTimeout,
@@ -63,6 +67,17 @@ func (b *Backend) dial(ctx context.Context, endpoint string) (*clientv3.Client, 
 // timeouts). A leader election in a healthy cluster leaves a follower
 // without a leader for well under a second, less than the misses needed.
 func (b *Backend) health(ctx context.Context, cli *clientv3.Client) error {
+	if m := b.cfg.Member; m != nil {
+		select {
+		case <-m.StopNotify():
+			return errors.New("the embedded member has stopped")
+		default:
+		}
+		if m.Leader() == 0 {
+			return errors.New("the embedded member has no leader")
+		}
+		return nil
+	}
 	resp, err := healthpb.NewHealthClient(cli.ActiveConnection()).Check(clientv3.WithRequireLeader(ctx),
 		&healthpb.HealthCheckRequest{})
 	if err != nil {

@@ -31,7 +31,7 @@ var flagGroups = []flagGroup{
 		"dial-timeout", "dial-keepalive-time", "dial-keepalive-timeout", "request-timeout", "write-batch",
 		"heartbeat-interval", "heartbeat-timeout", "heartbeat-failures"}},
 	{"Embedded etcd (a private store for trying the bridge out; see the backend rule below)", []string{"embedded", "data-dir",
-		"embedded-client-urls", "embedded-peer-urls", "embedded-auto-compaction-retention"}},
+		"embedded-client-urls", "embedded-peer-urls", "embedded-auto-compaction-retention", "embedded-in-process"}},
 	{"Key layout in etcd v3", []string{"data-prefix", "meta-prefix"}},
 	{"Logging, configuration, version", []string{"log-level", "log-format", "config-file", "version"}},
 }

@@ -65,6 +65,11 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	if etcd != nil && c.embeddedInProcess && bcfg.Username == "" {
+		// In-process calls carry no credentials: with --user they go over
+		// gRPC, where the member checks them.
+		bcfg.Member = etcd.Server
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBridgeInfo(reg, c.embeddedMode != "")

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"go.etcd.io/etcd/server/v3/etcdserver"
 	"context"
 	"errors"
 	"expvar"
@@ -69,6 +70,7 @@ func serveBridge(args []string) error {
 	if *etcdOnly && len(eps) > 0 {
 		return errors.New("-etcd-only starts an embedded member: it takes no -endpoints")
 	}
+	var member *etcdserver.EtcdServer
 	if len(eps) == 0 {
 		dir, err := os.MkdirTemp("", "v2bench-bridge-*")
 		if err != nil {
@@ -81,6 +83,7 @@ func serveBridge(args []string) error {
 				ClientURL: cu, PeerURL: pu, LogLevel: "fatal"})
 			if err == nil {
 				eps = []string{cu}
+				member = e.Server
 				defer e.Close()
 				break
 			}
@@ -107,7 +110,7 @@ func serveBridge(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	br, err := server.New(ctx, server.Config{Registry: reg, AdvertiseURLs: []string{u},
-		Backend: v3backend.Config{Endpoints: eps, Layout: layout,
+		Backend: v3backend.Config{Endpoints: eps, Layout: layout, Member: member,
 			HeartbeatTimeout: *hbTimeout, HeartbeatFailures: *hbFailures}})
 	cancel()
 	if err != nil {
