@@ -27,7 +27,7 @@ func TestInProcessMemberServesWithoutItsClientURL(t *testing.T) {
 		t.Fatalf("write: %v", err)
 	}
 	w, _, err := b.Watch(ctx, request(t, "GET", "/a", url.Values{"wait": {"true"},
-		"waitIndex": {strconv.FormatUint(ev.Node.ModifiedIndex + 1, 10)}}))
+		"waitIndex": {strconv.FormatUint(ev.Node.ModifiedIndex+1, 10)}}))
 	if err != nil {
 		t.Fatalf("watch: %v", err)
 	}

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"go.etcd.io/etcd/server/v3/etcdserver"
 	"context"
 	"errors"
 	"expvar"
@@ -16,6 +15,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"go.etcd.io/etcd/server/v3/etcdserver"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
