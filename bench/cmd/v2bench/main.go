@@ -427,7 +427,8 @@ func header(cfg *config, elapsed time.Duration) string {
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cpu, runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		cfg.runs, elapsed.Round(time.Second))
 	b.WriteString("Systems, all on loopback, started by the benchmark: **v2bridge** over an embedded etcd 3.6 member " +
-		"(bridge and member in one child process); **direct clientv3** to that same member; **etcd v2** = etcd 3.5 " +
+		"(bridge and member in one child process, the bridge calling the member in-process as `--embedded` does); " +
+		"**direct clientv3** to that same member over gRPC; **etcd v2** = etcd 3.5 " +
 		"with the v2 store (v2ref); **etcd v2v3** = etcd 3.5's experimental v2-over-v3 emulation (v2ref --v2v3); " +
 		"**v2bridge-ext** = the bridge as deployed, in a child process of its own (`--endpoints`), in front of the " +
 		"v3 API of an external etcd 3.5 (v2ref, v2 store enabled too); **direct-v3-ext** = clientv3 straight to that " +
