@@ -65,10 +65,8 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	if etcd != nil && c.embeddedInProcess && bcfg.Username == "" {
-		// In-process calls carry no credentials: with --user they go over
-		// gRPC, where the member checks them.
-		bcfg.Member = etcd.Server
+	if etcd != nil && c.embeddedInProcess {
+		bcfg.Member = etcd.Server // not used with --user: the backend keeps credentials on gRPC
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
