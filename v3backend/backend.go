@@ -233,7 +233,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.pool = newLeasePool()
 	b.mirror = newMirror(cfg.Layout)
 	b.quorum.linearizable = true
-	b.batch = batcher{b: b, max: cfg.WriteBatch}
+	b.batch = batcher{b: b, max: cfg.WriteBatch, queueWait: maxQueueWait}
 	for i := range b.writeSlots {
 		b.writeSlots[i].turn = make(chan struct{}, 1)
 	}

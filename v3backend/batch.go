@@ -96,6 +96,9 @@ type batchWrite struct {
 type batcher struct {
 	b   *Backend
 	max int // writes per batch
+	// queueWait is maxQueueWait; the tests that hold a transaction on
+	// purpose, to queue writes behind it, raise it.
+	queueWait time.Duration
 
 	// mu guards queue, flying and stuck; it is never held across a backend
 	// call.
@@ -185,7 +188,7 @@ func (bt *batcher) leave(w *batchWrite) bool {
 func (bt *batcher) send(ctx context.Context, s *session, batch []*batchWrite) {
 	// One timer per transaction in flight, not per waiting write: under
 	// load a transaction carries dozens of writes and takes milliseconds.
-	stuck := time.AfterFunc(maxQueueWait, bt.dissolve)
+	stuck := time.AfterFunc(bt.queueWait, bt.dissolve)
 	sent := false
 	defer func() {
 		stuck.Stop() // before the hand-off: the queue is the next transaction's then

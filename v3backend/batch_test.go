@@ -94,9 +94,13 @@ func batchBackend(t *testing.T, files ...string) (*Backend, *interceptor) {
 
 // behindAHeldWrite holds first's transaction (the first one with compares)
 // in flight, queues reqs behind it, lets it go and returns what reqs
-// answered.
+// answered. The queue does not give up on the held transaction meanwhile:
+// on a busy machine, deciding the writes it queues can take longer than
+// maxQueueWait (that bound has a test of its own).
 func behindAHeldWrite(t *testing.T, b *Backend, ic *interceptor, first *translate.Request, reqs []*translate.Request) []writeResult {
 	t.Helper()
+	b.batch.queueWait = time.Minute
+	defer func() { b.batch.queueWait = maxQueueWait }()
 	held, release := holdFirstTxn(ic)
 	done := make(chan error, 1)
 	go func() {
