@@ -51,10 +51,17 @@ func serveBridge(args []string) error {
 	endpoints := fs.String("endpoints", "", "comma-separated client URLs of an external etcd (empty: start an embedded member)")
 	etcdOnly := fs.Bool("etcd-only", false, "start the embedded member only, no bridge")
 	v2Upstream := fs.String("v2-upstream", "", "run the bridge in passthrough mode in front of this v2 server")
+	grpcHop := fs.String("grpc-hop", "", "run no bridge: forward etcd's KV and Lease gRPC services to this client URL")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	raiseNofile()
+	if *grpcHop != "" {
+		if *etcdOnly || *endpoints != "" || *v2Upstream != "" {
+			return errors.New("-grpc-hop runs a gRPC forwarder alone: it takes no other mode")
+		}
+		return serveGRPCHop(*grpcHop)
+	}
 	if *v2Upstream != "" {
 		if *etcdOnly || *endpoints != "" {
 			return errors.New("-v2-upstream runs passthrough mode: it takes no -endpoints nor -etcd-only")

@@ -230,7 +230,21 @@ func (c *v2kv) refresh(ctx context.Context, key, val string, ttl int, handle uin
 // "_v2bridge/"), so the bridge's hub does not see them.
 const v3Prefix = "v3bench"
 
-type v3kv struct{ cli *clientv3.Client }
+// v3PrefixOf is the prefix of sys's keys: direct-v3-hop reaches the etcd
+// direct-v3-ext writes to, so it keeps apart from its keys (a create with
+// prevExist=false must not find the other's key).
+func v3PrefixOf(sys string) string {
+	if sys == sysV3Hop {
+		return "v3hop"
+	}
+	return v3Prefix
+}
+
+// v3kv drives clientv3, every key under prefix.
+type v3kv struct {
+	cli    *clientv3.Client
+	prefix string
+}
 
 // bridgeTxner sends the transaction shape of a bridge's v2 PUT.
 type bridgeTxner interface {
@@ -244,8 +258,8 @@ type bridgeTxner interface {
 // of the value (a set over a file needs no journal record: watchers decode
 // it by rule). The compares hold; their values do not matter to the cost.
 func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
-	k := v3Prefix + key
-	cmps := bridgeGuards(key, clientv3.Compare(clientv3.ModRevision(k), "<", 1<<62))
+	k := c.prefix + key
+	cmps := bridgeGuards(c.prefix, key, clientv3.Compare(clientv3.ModRevision(k), "<", 1<<62))
 	r, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k, val)).Commit()
 	if err == nil && !r.Succeeded {
 		err = errors.New("bridge-shaped transaction: a compare failed")
@@ -256,7 +270,7 @@ func (c v3kv) bridgeTxn(ctx context.Context, key, val string) error {
 // oneCompareTxn puts val at key in a transaction with one compare, on the
 // key's own revision (it holds).
 func (c v3kv) oneCompareTxn(ctx context.Context, key, val string) error {
-	k := v3Prefix + key
+	k := c.prefix + key
 	r, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "<", 1<<62)).Then(clientv3.OpPut(k, val)).Commit()
 	if err == nil && !r.Succeeded {
 		err = errors.New("one-compare transaction: the compare failed")
@@ -266,13 +280,13 @@ func (c v3kv) oneCompareTxn(ctx context.Context, key, val string) error {
 
 // bridgeGuards is the key's own compare followed by the compares a bridge
 // sends on every ancestor of key: no file there, its marker unchanged.
-func bridgeGuards(key string, own clientv3.Cmp) []clientv3.Cmp {
+func bridgeGuards(prefix, key string, own clientv3.Cmp) []clientv3.Cmp {
 	cmps := []clientv3.Cmp{own}
 	for i := 1; i < len(key); i++ {
 		if key[i] == '/' {
 			a := key[:i]
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(v3Prefix+a), "=", 0),
-				clientv3.Compare(clientv3.ModRevision(v3Prefix+"_m"+a), "<", 1<<62))
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(prefix+a), "=", 0),
+				clientv3.Compare(clientv3.ModRevision(prefix+"_m"+a), "<", 1<<62))
 		}
 	}
 	return cmps
@@ -286,12 +300,12 @@ func bridgeGuards(key string, own clientv3.Cmp) []clientv3.Cmp {
 // renewal's compareAndSwap from it). The shared lease is granted by the
 // caller, once, as the bridge grants one for many writes.
 func (c v3kv) bridgeTTLTxn(ctx context.Context, key, val string, lease clientv3.LeaseID, prev int64) (int64, error) {
-	k := v3Prefix + key
-	cmps := bridgeGuards(key, clientv3.Compare(clientv3.ModRevision(k), "=", prev))
+	k := c.prefix + key
+	cmps := bridgeGuards(c.prefix, key, clientv3.Compare(clientv3.ModRevision(k), "=", prev))
 	journal := `{"action":"compareAndSwap","node":{"key":"` + key + `","expiration":"2026-01-01T00:00:00Z","ttl":60,` +
 		`"modifiedIndex":0,"createdIndex":0},"prevNode":{"key":"` + key + `","modifiedIndex":0,"createdIndex":0}}`
 	r, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k, val, clientv3.WithLease(lease)),
-		clientv3.OpPut(v3Prefix+"_journal", journal)).Commit()
+		clientv3.OpPut(c.prefix+"_journal", journal)).Commit()
 	if err == nil && !r.Succeeded {
 		err = errors.New("bridge-shaped TTL transaction: a compare failed")
 	}
@@ -302,7 +316,7 @@ func (c v3kv) bridgeTTLTxn(ctx context.Context, key, val string, lease clientv3.
 }
 
 func (c v3kv) put(ctx context.Context, key, val string) (uint64, error) {
-	r, err := c.cli.Put(ctx, v3Prefix+key, val)
+	r, err := c.cli.Put(ctx, c.prefix+key, val)
 	if err != nil {
 		return 0, err
 	}
@@ -314,12 +328,12 @@ func (c v3kv) get(ctx context.Context, key string, quorum bool) error {
 	if !quorum {
 		opts = append(opts, clientv3.WithSerializable())
 	}
-	_, err := c.cli.Get(ctx, v3Prefix+key, opts...)
+	_, err := c.cli.Get(ctx, c.prefix+key, opts...)
 	return err
 }
 
 func (c v3kv) getIndex(ctx context.Context, key string) (uint64, error) {
-	r, err := c.cli.Get(ctx, v3Prefix+key, clientv3.WithSerializable())
+	r, err := c.cli.Get(ctx, c.prefix+key, clientv3.WithSerializable())
 	if err != nil {
 		return 0, err
 	}
@@ -332,7 +346,7 @@ func (c v3kv) getIndex(ctx context.Context, key string) (uint64, error) {
 // cas is v3's idiom: compare the mod revision, and on a miss read the
 // current one in the same transaction.
 func (c v3kv) cas(ctx context.Context, key, val string, prev uint64) (uint64, bool, error) {
-	k := v3Prefix + key
+	k := c.prefix + key
 	r, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", int64(prev))).
 		Then(clientv3.OpPut(k, val)).Else(clientv3.OpGet(k)).Commit()
 	if err != nil {
@@ -348,7 +362,7 @@ func (c v3kv) cas(ctx context.Context, key, val string, prev uint64) (uint64, bo
 }
 
 func (c v3kv) list(ctx context.Context, dir string, count bool) (int, error) {
-	r, err := c.cli.Get(ctx, v3Prefix+dir+"/", clientv3.WithPrefix(), clientv3.WithSerializable())
+	r, err := c.cli.Get(ctx, c.prefix+dir+"/", clientv3.WithPrefix(), clientv3.WithSerializable())
 	if err != nil {
 		return 0, err
 	}
@@ -360,7 +374,7 @@ func (c v3kv) create(ctx context.Context, key, val string, ttl int) (uint64, err
 	if err != nil {
 		return 0, err
 	}
-	k := v3Prefix + key
+	k := c.prefix + key
 	r, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 		Then(clientv3.OpPut(k, val, clientv3.WithLease(g.ID))).Commit()
 	if err != nil {

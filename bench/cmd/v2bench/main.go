@@ -241,6 +241,13 @@ func runKV(cfg *config, res *results) {
 				n++
 			}
 			in = proc("passthrough", func() (*instance, error) { return startPassthroughBridge(etcd) })
+		case sysV3Hop:
+			etcd := proc("etcd35", etcd35)
+			if len(procs) > n {
+				order = append(order, etcd)
+				n++
+			}
+			in = proc("grpc-hop", func() (*instance, error) { return startGRPCHop(etcd) })
 		case sysV2V3:
 			in = proc("v2v3", func() (*instance, error) { return startV2Ref(true) })
 		default:
@@ -251,7 +258,7 @@ func runKV(cfg *config, res *results) {
 		}
 		b := &kvBench{in: in, cfg: cfg, res: res, sys: sys, profiled: map[string]bool{}}
 		if isV3(sys) {
-			b.k = v3kv{in.V3()}
+			b.k = v3kv{cli: in.V3(), prefix: v3PrefixOf(sys)}
 		} else {
 			k := newV2KV(in.v2URL)
 			if sys == sysPassthrough {
@@ -436,7 +443,12 @@ func header(cfg *config, elapsed time.Duration) string {
 		"**v2bridge-passthrough** = the bridge in passthrough mode (`--v2-upstream`), in a child process of its own, " +
 		"forwarding every v2 request (one HTTP round trip each) to the v2 API of the etcd 3.5 that serves etcd v2; " +
 		"its passthrough/etcd-v2 column is what the extra hop costs against talking to that v2 server directly. " +
-		"It runs in the key-value section only (the watch sections skip it). " +
+		"**direct-v3-hop** = clientv3 through a child process of its own that forwards each gRPC call unchanged, " +
+		"over one connection, to the v3 API of that same etcd 3.5: no translation, only a process in between " +
+		"(a decode, an encode and a loopback round trip per call, a third process on the cores); its " +
+		"v3-hop/direct-v3-ext column is the bound any separate process puts on the bridge as deployed, and its " +
+		"-bridge-txn rows are the bridge's own transactions through that hop. " +
+		"v2bridge-passthrough and direct-v3-hop run in the key-value section only (the watch sections skip them). " +
 		"v2 traffic is raw HTTP/1.1 with keep-alive; v3 traffic is clientv3. Clients run in the benchmark process, " +
 		"on the same 2 cores.\n\n")
 	if cfg.kv {
@@ -452,14 +464,16 @@ func header(cfg *config, elapsed time.Duration) string {
 			"put-seq-one-compare (direct systems only) is clientv3 sending put-seq's writes as a transaction with a single "+
 			"compare, on the key's own revision: the least a write guarded against a concurrent change costs in etcd. One process per server for the whole section, shared where the "+
 			"comparison needs it: v2bridge and direct-v3 use the one bridge child's embedded member; etcd v2, "+
-			"direct-v3-ext, v2bridge-ext and v2bridge-passthrough use one etcd 3.5 process (its v2 store, its v3 API "+
-			"directly, its v3 API through the bridge child, its v2 store through the passthrough child), in disjoint "+
-			"key spaces (v2 store apart from v3; direct clientv3 keys under v3bench/, outside the bridge's range; "+
+			"direct-v3-ext, v2bridge-ext, v2bridge-passthrough and direct-v3-hop use one etcd 3.5 process (its v2 store, its v3 API "+
+			"directly, its v3 API through the bridge child, its v2 store through the passthrough child, its v3 API "+
+			"through the forwarder child), in disjoint "+
+			"key spaces (v2 store apart from v3; direct clientv3 keys under v3bench/, outside the bridge's range, "+
+			"direct-v3-hop's under v3hop/; "+
 			"v2bridge-passthrough's v2 keys under /passthrough/, apart from etcd v2's); the loads run one at a time, "+
 			"systems taking turns. "+
 			"Server CPU per op = CPU time of the server processes over the whole load ÷ operations: bridge + its "+
 			"embedded etcd (one process) for v2bridge; for v2bridge-ext and v2bridge-passthrough the bridge process "+
-			"**plus** the etcd 3.5 process behind it; that etcd alone for etcd v2, direct-v3-ext and the others. Throughputs depend on the "+
+			"**plus** the etcd 3.5 process behind it, for direct-v3-hop the forwarder plus that etcd; that etcd alone for etcd v2, direct-v3-ext and the others. Throughputs depend on the "+
 			"machine's other load; the CPU-per-op rows much less.\n\n", cfg.dur, cfg.warm)
 	}
 	if cfg.watch {
@@ -506,6 +520,7 @@ func header(cfg *config, elapsed time.Duration) string {
 			hc.settle, histHot, commas(histWithin), histRingWalk, commas(int64(hc.walkEvents)), hc.walkFor, commas(histWithin))
 	}
 	b.WriteString("↑ higher is better, ↓ lower is better; ratios are bridge ÷ other (bridge-ext ÷ other for the " +
-		"v2bridge-ext ratios, passthrough ÷ etcd-v2 for v2bridge-passthrough, against the same etcd 3.5).\n")
+		"v2bridge-ext ratios, passthrough ÷ etcd-v2 for v2bridge-passthrough, hop ÷ direct-v3-ext for direct-v3-hop, " +
+		"all against the same etcd 3.5).\n")
 	return b.String()
 }

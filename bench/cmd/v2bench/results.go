@@ -126,6 +126,7 @@ var ratioCols = []struct{ title, num, den string }{
 	{"bridge-ext/direct-v3-ext", sysBridgeExt, sysV3Ext},
 	{"bridge-ext/etcd-v2", sysBridgeExt, sysV2},
 	{"passthrough/etcd-v2", sysPassthrough, sysV2},
+	{"v3-hop/direct-v3-ext", sysV3Hop, sysV3Ext},
 }
 
 // markdown renders the table: each cell the median of its runs, then the
@@ -135,7 +136,7 @@ func (r *results) markdown(header string) string {
 	defer r.mu.Unlock()
 	var b strings.Builder
 	b.WriteString(header)
-	b.WriteString("\n| workload | metric | unit | v2bridge | direct clientv3 | etcd v2 | etcd v2v3 | v2bridge-ext | direct-v3-ext | v2bridge-passthrough |")
+	b.WriteString("\n| workload | metric | unit | v2bridge | direct clientv3 | etcd v2 | etcd v2v3 | v2bridge-ext | direct-v3-ext | v2bridge-passthrough | direct-v3-hop |")
 	for _, rc := range ratioCols {
 		b.WriteString(" " + rc.title + " |")
 	}

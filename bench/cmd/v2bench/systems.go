@@ -38,12 +38,15 @@ const (
 	// The bridge in passthrough mode (--v2-upstream), its own process, in
 	// front of the v2 API of the etcd 3.5 server that serves etcd-v2.
 	sysPassthrough = "v2bridge-passthrough"
+	// clientv3 through a gRPC forwarder, its own process, to that etcd 3.5
+	// server's v3 API: what a process in between costs with no bridge.
+	sysV3Hop = "direct-v3-hop"
 )
 
-var allSystems = []string{sysBridge, sysV3, sysV2, sysV2V3, sysBridgeExt, sysV3Ext, sysPassthrough}
+var allSystems = []string{sysBridge, sysV3, sysV2, sysV2V3, sysBridgeExt, sysV3Ext, sysPassthrough, sysV3Hop}
 
 // kvOnly reports whether sys runs only in the key-value section.
-func kvOnly(sys string) bool { return sys == sysPassthrough }
+func kvOnly(sys string) bool { return sys == sysPassthrough || sys == sysV3Hop }
 
 // passthroughRoot is the directory under which v2bridge-passthrough keeps
 // its keys in the key-value section: its upstream is the very v2 store
@@ -51,7 +54,7 @@ func kvOnly(sys string) bool { return sys == sysPassthrough }
 const passthroughRoot = "/passthrough"
 
 // isV3 reports whether sys is driven through clientv3 rather than v2 HTTP.
-func isV3(sys string) bool { return sys == sysV3 || sys == sysV3Ext }
+func isV3(sys string) bool { return sys == sysV3 || sys == sysV3Ext || sys == sysV3Hop }
 
 // instance is one system's server: a bridge child (which, without
 // -endpoints, also holds the etcd member that direct-v3 talks to), a v2ref
@@ -119,14 +122,17 @@ func startInstance(sys string) (*instance, error) {
 		return startBridgeChild("")
 	case sysV2, sysV2V3, sysV3Ext:
 		return startV2Ref(sys == sysV2V3)
-	case sysBridgeExt, sysPassthrough:
+	case sysBridgeExt, sysPassthrough, sysV3Hop:
 		etcd, err := startV2Ref(false)
 		if err != nil {
 			return nil, err
 		}
 		start := startExtBridge
-		if sys == sysPassthrough {
+		switch sys {
+		case sysPassthrough:
 			start = startPassthroughBridge
+		case sysV3Hop:
+			start = startGRPCHop
 		}
 		in, err := start(etcd)
 		if err != nil {
@@ -170,6 +176,19 @@ func startPassthroughBridge(etcd *instance) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	in.pids = append(in.pids, etcd.pid)
+	return in, nil
+}
+
+// startGRPCHop starts a gRPC forwarder child in front of etcd's v3 API. The
+// returned instance's stop stops the forwarder only; its CPU and RSS count
+// both processes.
+func startGRPCHop(etcd *instance) (*instance, error) {
+	in, err := startChild("-grpc-hop", etcd.etcdURL)
+	if err != nil {
+		return nil, err
+	}
+	in.kind, in.v2URL = sysV3Hop, ""
 	in.pids = append(in.pids, etcd.pid)
 	return in, nil
 }

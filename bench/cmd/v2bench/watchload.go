@@ -31,7 +31,7 @@ func newWatchTarget(sys string) (*watchTarget, error) {
 	}
 	t := &watchTarget{sys: sys, in: in}
 	if isV3(sys) {
-		t.k = v3kv{in.V3()}
+		t.k = v3kv{cli: in.V3(), prefix: v3Prefix}
 	} else {
 		t.k = newV2KV(in.v2URL)
 	}
