@@ -227,27 +227,22 @@ func runKV(cfg *config, res *results) {
 			in = proc("embedded", func() (*instance, error) { return startBridgeChild("") })
 		case sysV2, sysV3Ext:
 			in = proc("etcd35", etcd35)
-		case sysBridgeExt:
+		case sysBridgeExt, sysPassthrough, sysV3Hop:
+			// A child in front of the shared etcd 3.5, which starts first
+			// (and so stops last) if no system has started it yet.
 			etcd := proc("etcd35", etcd35)
 			if len(procs) > n {
 				order = append(order, etcd)
 				n++
 			}
-			in = proc("ext-bridge", func() (*instance, error) { return startExtBridge(etcd) })
-		case sysPassthrough:
-			etcd := proc("etcd35", etcd35)
-			if len(procs) > n {
-				order = append(order, etcd)
-				n++
+			name, start := "ext-bridge", startExtBridge
+			switch sys {
+			case sysPassthrough:
+				name, start = "passthrough", startPassthroughBridge
+			case sysV3Hop:
+				name, start = "grpc-hop", startGRPCHop
 			}
-			in = proc("passthrough", func() (*instance, error) { return startPassthroughBridge(etcd) })
-		case sysV3Hop:
-			etcd := proc("etcd35", etcd35)
-			if len(procs) > n {
-				order = append(order, etcd)
-				n++
-			}
-			in = proc("grpc-hop", func() (*instance, error) { return startGRPCHop(etcd) })
+			in = proc(name, func() (*instance, error) { return start(etcd) })
 		case sysV2V3:
 			in = proc("v2v3", func() (*instance, error) { return startV2Ref(true) })
 		default:
