@@ -51,11 +51,11 @@ func newPassEnv(t *testing.T, cfg upstream.Config) *passEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.NewHTTPServer(e.pass, server.HTTPLimits{}, nil)
+	srv, dl := server.NewHTTPServer(ln, e.pass, server.HTTPLimits{}, nil)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(dl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("serving the passthrough: %v", err)
 		}
 	}()
@@ -65,6 +65,7 @@ func newPassEnv(t *testing.T, cfg upstream.Config) *passEnv {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		<-served
+		_ = dl.Wait(ctx)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -18,13 +18,9 @@ import (
 // serveLimited serves h within l on a free loopback port until the test ends.
 func serveLimited(t *testing.T, h http.Handler, l HTTPLimits) string {
 	t.Helper()
-	ln := listenLoopback(t)
-	srv := NewHTTPServer(h, l, nil)
-	if l.MaxConnections > 0 {
-		ln = newLimitListener(ln, l.MaxConnections)
-	}
-	serveUntilCleanup(t, srv, ln, nil)
-	return ln.Addr().String()
+	srv, dl := NewHTTPServer(listenLoopback(t), h, l, nil)
+	serveUntilCleanup(t, srv, dl, func(ctx context.Context) { _ = dl.Wait(ctx) })
+	return dl.Addr().String()
 }
 
 // listenLoopback listens on a free loopback port.

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/v2bridge/v2bridge/detach"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
 	"github.com/v2bridge/v2bridge/v3backend"
@@ -40,12 +41,9 @@ type Config struct {
 	Name          string
 	AdvertiseURLs []string
 	EnablePprof   bool
-	// KeepWatchesInHTTPServer keeps waiting one-shot watches inside
-	// net/http instead of on detached connections (see v2api's detach.go).
-	KeepWatchesInHTTPServer bool
-	// KeepKeysInHTTPServer leaves every plain key-value request to
-	// net/http instead of the listener's own reader (see v2api's keys.go).
-	KeepKeysInHTTPServer bool
+	// DetachWatches lets waiting one-shot HTTP/1.1 watches leave net/http
+	// while they wait (package detach); off, every watch waits inside it.
+	DetachWatches bool
 
 	Logger *zap.Logger
 	// Registry receives every metric and is served on /metrics; nil means a
@@ -117,11 +115,11 @@ type Bridge struct {
 	cfg Config
 	lg  *zap.Logger
 
-	mu      sync.Mutex // guards servers, homes and closed
-	servers []*http.Server
-	homes   []*v2api.Home // one per Serve: where its detached watches hand connections back
-	closed  bool
-	wg      sync.WaitGroup // one per Serve goroutine
+	mu        sync.Mutex // guards servers, listeners and closed
+	servers   []*http.Server
+	listeners []*detach.Listener // one per Serve: where its detached watches wait
+	closed    bool
+	wg        sync.WaitGroup // one per Serve goroutine
 }
 
 // New connects the backend (waiting at most until ctx ends) and builds the
@@ -158,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 	}
 	api := v2api.New(v2api.Config{Store: Store{be}, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
 		Logger: cfg.Logger.Named("v2api"), Registry: reg, Gatherer: reg, EnablePprof: cfg.EnablePprof,
-		DetachWatches: !cfg.KeepWatchesInHTTPServer})
+		DetachWatches: cfg.DetachWatches})
 	b := &Bridge{Backend: be, API: api, Registry: reg, cfg: cfg, lg: cfg.Logger}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "v2bridge_watches_detached",
 		Help: "v2 watches waiting on detached connections, outside net/http."}, b.detached))
@@ -168,11 +166,11 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 // detached is the number of watches detached now, over every listener.
 func (b *Bridge) detached() float64 {
 	b.mu.Lock()
-	homes := b.homes
+	ls := b.listeners
 	b.mu.Unlock()
 	n := 0
-	for _, h := range homes {
-		n += h.Detached()
+	for _, l := range ls {
+		n += l.Parked()
 	}
 	return float64(n)
 }
@@ -193,7 +191,9 @@ func (b *Bridge) WaitReady(ctx context.Context) error {
 }
 
 // Serve serves h (the v2 API, or the metrics handler) on ln until Close;
-// errors other than a normal close go to errc when it is not nil.
+// errors other than a normal close go to errc when it is not nil. ln may be a
+// TLS listener: its connections reach net/http as they are, so HTTP/2 is
+// served where ALPN chose it.
 func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
 	b.mu.Lock()
 	if b.closed {
@@ -201,46 +201,28 @@ func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
 		_ = ln.Close()
 		return
 	}
-	srv, home := newServer(ln, h, b.cfg, zap.NewStdLog(b.lg.Named("http")))
+	srv, dl := NewHTTPServer(ln, h, b.cfg.HTTP, zap.NewStdLog(b.lg.Named("http")))
 	b.servers = append(b.servers, srv)
-	b.homes = append(b.homes, home)
+	b.listeners = append(b.listeners, dl)
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
-		if err := srv.Serve(home); err != nil && !errors.Is(err, http.ErrServerClosed) && errc != nil {
+		if err := srv.Serve(dl); err != nil && !errors.Is(err, http.ErrServerClosed) && errc != nil {
 			errc <- err
 		}
 	}()
 }
 
-// newServer builds the HTTP server of h on ln and the Home it serves, within
-// c's limits (set to their defaults); the caller runs srv.Serve(home).
-func newServer(ln net.Listener, h http.Handler, c Config, errorLog *log.Logger) (*http.Server, *v2api.Home) {
-	lim := c.HTTP
-	lim.setDefaults()
-	srv := NewHTTPServer(h, lim, errorLog)
-	if lim.MaxConnections > 0 {
-		// A watch's connection counts until it is closed, detached or
-		// not, and so does one on the Home's reader: the limit wraps the
-		// listener the Home accepts from and hands connections back to.
-		ln = newLimitListener(ln, lim.MaxConnections)
-	}
-	// The Home's reader reads a body within the body limits itself, so
-	// its handler is h, not bodyLimits' reading of it again.
-	home := v2api.NewHome(ln, v2api.HomeConfig{Handler: h, ServeKeys: !c.KeepKeysInHTTPServer,
-		KeepWatches: c.KeepWatchesInHTTPServer, ReadHeaderTimeout: lim.ReadHeaderTimeout,
-		IdleTimeout: lim.IdleTimeout, BodyReadTimeout: lim.BodyReadTimeout, MaxBodyBytes: lim.MaxBodyBytes,
-		ErrorLog: srv.ErrorLog})
-	srv.ConnContext = home.Context
-	return srv, home
-}
-
-// NewHTTPServer serves h within the limits l (defaults for zero values).
-func NewHTTPServer(h http.Handler, l HTTPLimits, errorLog *log.Logger) *http.Server {
+// NewHTTPServer builds the HTTP server of h on ln within the limits l
+// (defaults for zero values); the caller runs srv.Serve(dl), and after
+// srv.Shutdown waits for dl's parked watches with dl.Wait.
+func NewHTTPServer(ln net.Listener, h http.Handler, l HTTPLimits, errorLog *log.Logger) (*http.Server, *detach.Listener) {
 	l.setDefaults()
-	return &http.Server{Handler: bodyLimits(h, l), ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
-		ErrorLog: errorLog}
+	dl := detach.NewListener(ln, l.MaxConnections)
+	srv := &http.Server{Handler: bodyLimits(h, l), ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
+		ErrorLog: errorLog, ConnContext: dl.ConnContext, ConnState: dl.ConnState}
+	return srv, dl
 }
 
 // bodyLimits reads a request's body within BodyReadTimeout and
@@ -288,7 +270,7 @@ func (b *Bridge) Close(ctx context.Context) error {
 		return nil
 	}
 	b.closed = true
-	servers, homes := b.servers, b.homes
+	servers, listeners := b.servers, b.listeners
 	b.mu.Unlock()
 	b.Backend.Hub().EndAll("bridge shutting down")
 	var errs []error
@@ -296,9 +278,9 @@ func (b *Bridge) Close(ctx context.Context) error {
 		errs = append(errs, srv.Shutdown(ctx))
 	}
 	b.wg.Wait()
-	for _, h := range homes {
-		_ = h.Close() // Serve has closed it; a Serve that failed early may not have
-		errs = append(errs, h.Wait(ctx))
+	for _, l := range listeners {
+		_ = l.Close() // Serve has closed it; a Serve that failed early may not have
+		errs = append(errs, l.Wait(ctx))
 	}
 	errs = append(errs, b.Backend.Close())
 	return errors.Join(errs...)

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/detach"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -81,8 +82,8 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// EnablePprof serves runtime profiles at /debug/pprof/.
 	EnablePprof bool
-	// DetachWatches lets one-shot watches served from a Home wait outside
-	// net/http, on connections of their own (see detach.go).
+	// DetachWatches lets a waiting one-shot watch on HTTP/1.1 leave
+	// net/http while it waits (package detach).
 	DetachWatches bool
 }
 
@@ -372,16 +373,19 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Re
 		return writeError(w, err)
 	}
 	setEventHeaders(w, wa.StartIndex(), meta)
-	if !req.Stream && len(wa.Events()) == 0 && s.cfg.DetachWatches {
-		// Nothing to send yet: the watch waits outside net/http (see
-		// detach.go).
-		if dw := asDetached(w); dw != nil {
-			dw.wait(wa, detachObservers(w))
-			return http.StatusOK
-		}
-		if detachable(r) && s.detach(w, r, wa) {
-			return http.StatusOK
-		}
+	waiting := len(wa.Events()) == 0
+	if !req.Stream && waiting && s.cfg.DetachWatches &&
+		detach.Park(w, r, func(gone <-chan struct{}) []byte { return awaitOne(wa, gone) }, parkObserver(w)) {
+		return http.StatusOK
+	}
+	defer wa.Cancel()
+	// net/http stops watching an HTTP/1.x connection once its client sends
+	// a byte behind the request; gone still sees such a client leave.
+	var gone <-chan struct{}
+	if req.Stream || waiting {
+		var stop func()
+		gone, stop = detach.Gone(r)
+		defer stop()
 	}
 	defer wa.Cancel()
 	w.WriteHeader(http.StatusOK)
@@ -406,6 +410,8 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Re
 		select {
 		case <-r.Context().Done():
 			return http.StatusOK
+		case <-gone:
+			return http.StatusOK
 		case ev := <-wa.Events():
 			if !send(ev) {
 				return http.StatusOK
@@ -422,6 +428,25 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Re
 				}
 			}
 		}
+	}
+}
+
+// awaitOne is a parked one-shot watch's wait: the JSON of its event, or
+// nothing when it ends without one or its client is gone.
+func awaitOne(wa Watch, gone <-chan struct{}) []byte {
+	defer wa.Cancel()
+	select {
+	case ev := <-wa.Events():
+		return ev.JSON()
+	case <-wa.Done():
+		select {
+		case ev := <-wa.Events():
+			return ev.JSON()
+		default:
+			return nil
+		}
+	case <-gone:
+		return nil
 	}
 }
 

@@ -7,11 +7,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/v2bridge/v2bridge/detach"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -37,21 +38,56 @@ func eventLine(t *testing.T, ev *translate.Event) string {
 	return string(b) + "\n"
 }
 
+// bothWays runs a watch test with one-shot watches parked outside net/http
+// (detached) and kept inside it: the client sees the same.
+func bothWays(t *testing.T, f func(t *testing.T, detached bool)) {
+	for _, d := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in net/http", true: "detached"}[d], func(t *testing.T) { f(t, d) })
+	}
+}
+
+// serveAsTheBridge serves h on a loopback port as the bridge does (an
+// http.Server over a detach.Listener) until the test ends; it returns the
+// base URL.
+func serveAsTheBridge(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := detach.NewListener(ln, 0)
+	srv := &http.Server{Handler: h, ConnContext: dl.ConnContext, ConnState: dl.ConnState}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(dl)
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+		_ = dl.Wait(ctx)
+	})
+	return "http://" + ln.Addr().String()
+}
+
 // startWatch serves the bridge over a real HTTP server, issues a watch
 // request and returns once its headers have arrived. Every read of the body
 // is bounded by the request's deadline, so a missing flush fails the test
 // instead of hanging it. cancel drops the connection.
-func startWatch(t *testing.T, st *fakeStore, query string) (resp *http.Response, body *bufio.Reader, cancel context.CancelFunc) {
+func startWatch(t *testing.T, st *fakeStore, query string, detached bool) (resp *http.Response, body *bufio.Reader, cancel context.CancelFunc) {
 	t.Helper()
-	ts := httptest.NewServer(newTestServer(t, st))
-	t.Cleanup(ts.Close)
+	url := serveAsTheBridge(t, newTestServer(t, st, func(c *Config) { c.DetachWatches = detached }))
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	t.Cleanup(cancel)
-	req, err := http.NewRequestWithContext(ctx, "GET", ts.URL+"/v2/keys/dir?"+query, nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", url+"/v2/keys/dir?"+query, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err = ts.Client().Do(req)
+	resp, err = (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		t.Fatalf("no headers before any event: %v", err)
 	}
@@ -59,10 +95,12 @@ func startWatch(t *testing.T, st *fakeStore, query string) (resp *http.Response,
 	return resp, bufio.NewReader(resp.Body), cancel
 }
 
-func TestWatchFlushesHeadersBeforeTheEventThenEnds(t *testing.T) {
+func TestWatchFlushesHeadersBeforeTheEventThenEnds(t *testing.T) { bothWays(t, testWatchFlushesHeaders) }
+
+func testWatchFlushesHeaders(t *testing.T, detached bool) {
 	fw := newFakeWatch(17, 100)
 	st := &fakeStore{watch: fw, meta: Meta{ClusterID: 0xbeef, RaftTerm: 3}, storeMeta: Meta{ClusterID: 0xbeef}}
-	resp, body, _ := startWatch(t, st, "wait=true&waitIndex=18&recursive=true")
+	resp, body, _ := startWatch(t, st, "wait=true&waitIndex=18&recursive=true", detached)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
@@ -93,11 +131,13 @@ func TestWatchFlushesHeadersBeforeTheEventThenEnds(t *testing.T) {
 	fw.waitCancelled(t)
 }
 
-func TestWatchDoneWithoutEventEndsWithAnEmptyBody(t *testing.T) {
+func TestWatchDoneWithoutEventEndsWithAnEmptyBody(t *testing.T) { bothWays(t, testWatchDoneWithoutEvent) }
+
+func testWatchDoneWithoutEvent(t *testing.T, detached bool) {
 	for _, query := range []string{"wait=true", "wait=true&stream=true"} {
 		t.Run(query, func(t *testing.T) {
 			fw := newFakeWatch(5, 100)
-			resp, body, _ := startWatch(t, &fakeStore{watch: fw}, query)
+			resp, body, _ := startWatch(t, &fakeStore{watch: fw}, query, detached)
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
@@ -151,7 +191,7 @@ func TestWatchDeliversEventsQueuedBeforeDone(t *testing.T) {
 
 func TestWatchStreamWritesOneFlushedObjectPerLine(t *testing.T) {
 	fw := newFakeWatch(3, 100)
-	resp, body, _ := startWatch(t, &fakeStore{watch: fw}, "wait=true&stream=true&recursive=true")
+	resp, body, _ := startWatch(t, &fakeStore{watch: fw}, "wait=true&stream=true&recursive=true", true)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
@@ -181,11 +221,13 @@ func TestWatchStreamWritesOneFlushedObjectPerLine(t *testing.T) {
 	fw.waitCancelled(t)
 }
 
-func TestWatchClientDisconnectCancelsTheWatch(t *testing.T) {
+func TestWatchClientDisconnectCancelsTheWatch(t *testing.T) { bothWays(t, testWatchClientDisconnect) }
+
+func testWatchClientDisconnect(t *testing.T, detached bool) {
 	for _, query := range []string{"wait=true", "wait=true&stream=true"} {
 		t.Run(query, func(t *testing.T) {
 			fw := newFakeWatch(5, 100)
-			resp, _, cancel := startWatch(t, &fakeStore{watch: fw}, query)
+			resp, _, cancel := startWatch(t, &fakeStore{watch: fw}, query, detached)
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d", resp.StatusCode)
 			}

@@ -407,7 +407,8 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := server.Config{Backend: v3backend.Config{Endpoints: endpoints, Layout: layout}, Logger: zap.NewNop()}
+	cfg := server.Config{Backend: v3backend.Config{Endpoints: endpoints, Layout: layout}, Logger: zap.NewNop(),
+		DetachWatches: true}
 	if tt, ok := t.(zaptest.TestingT); ok { // a *testing.T: warnings go to the test log
 		cfg.Logger = zaptest.NewLogger(tt, zaptest.Level(zap.WarnLevel))
 	}

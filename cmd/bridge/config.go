@@ -50,7 +50,7 @@ type config struct {
 	httpIdleTimeout         time.Duration
 	httpBodyReadTimeout     time.Duration
 	maxConnections          int
-	keysDetach              bool
+	keysDetach              optionalBool // deprecated: no effect
 	autoSyncInterval        time.Duration
 	discoverySRV            string
 	discoverySRVName        string
@@ -166,12 +166,12 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.listenMetricsURLs, "listen-metrics-urls", "", "extra listeners serving only /metrics, /health, /readyz, /livez")
 	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "serve runtime profiles at /debug/pprof/ on the client URLs")
 	fs.IntVar(&c.watchHistoryEvents, "watch-history-events", d.RingSize, "recent v2 events kept for re-watches: a waitIndex older than that many events gets error 401, as v2 kept its last 1000")
-	fs.BoolVar(&c.watchDetach, "watch-detach", true, "one-shot watches with nothing to send yet wait on connections taken over from the HTTP server, which also serve their clients' next watches (false: they wait inside it, at 2–3 times the memory)")
+	fs.BoolVar(&c.watchDetach, "watch-detach", true, "a one-shot watch over HTTP/1.1 with nothing to send yet leaves net/http while it waits, and its connection goes back to net/http after the answer (false: every watch waits inside net/http, at more memory per watcher)")
 	fs.Int64Var(&c.watchReplayMaxRevisions, "watch-replay-max-revisions", d.MaxReplayRevisions, "how far back (in revisions) a replay of v3 history may read for a waitIndex older than the kept events")
 	fs.DurationVar(&c.httpIdleTimeout, "http-idle-timeout", h.IdleTimeout, "close a client's keep-alive connection idle this long between requests (a parked watch is not idle)")
 	fs.DurationVar(&c.httpBodyReadTimeout, "http-body-read-timeout", h.BodyReadTimeout, "deadline for reading a request's body")
 	fs.IntVar(&c.maxConnections, "max-connections", h.MaxConnections, "client connections served at once per listener; more wait to be accepted (0: no cap)")
-	fs.BoolVar(&c.keysDetach, "keys-detach", true, "plain key-value requests on keep-alive connections (GET, PUT, POST, DELETE of /v2/keys with a small form body) are read and answered by the bridge's own connection reader, the one detached watches use, instead of net/http's per-request machinery (false: net/http serves every request)")
+	fs.Var(&c.keysDetach, "keys-detach", "deprecated, no effect: net/http reads every request; remove it")
 	fs.Float64Var(&c.shadowSampleRate, "shadow-sample-rate", 1, "passthrough mode with --endpoints: share of forwarded reads and writes compared with etcd v3, off the request path (0 disables)")
 	fs.IntVar(&c.shadowQueue, "shadow-queue", shadow.Defaults.Queue, "sampled requests waiting for a shadow comparison; more are dropped (counted), and the sample rate halves while it overflows")
 	fs.StringVar(&c.shadowPrefix, "shadow-prefix", "/", "v2 subtree the shadow comparison covers: the one migrate --follow copies (its --from-prefix)")

@@ -122,3 +122,26 @@ func TestConfigDecidesDualMode(t *testing.T) {
 		})
 	}
 }
+
+// --keys-detach is deprecated: still accepted from every source (the
+// command-line contract only grows), remembered so that the bridge warns.
+func TestDeprecatedKeysDetachIsAcceptedFromEverySource(t *testing.T) {
+	file := writeFile(t, "keys-detach: false\nembedded: true\n")
+	for name, src := range map[string]struct {
+		args []string
+		env  map[string]string
+	}{
+		"flag":        {[]string{"--keys-detach=false"}, nil},
+		"environment": {nil, map[string]string{"V2BRIDGE_KEYS_DETACH": "true"}},
+		"config file": {[]string{"--config-file", file}, nil},
+		"not given":   {nil, nil},
+	} {
+		c, err := parseConfig(src.args, func(k string) string { return src.env[k] }, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if c.keysDetach.set != (name != "not given") {
+			t.Errorf("%s: set=%v", name, c.keysDetach.set)
+		}
+	}
+}

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -13,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
-	"golang.org/x/net/netutil"
-
+	
+	"github.com/v2bridge/v2bridge/detach"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/upstream"
 	"github.com/v2bridge/v2bridge/v2api"
@@ -63,11 +62,12 @@ func servePassthrough(ctx context.Context, c *config, lg *zap.Logger, lns *liste
 // server per listener, and shuts them all down together (the v3 mode's
 // server.Bridge does the same for its own).
 type httpServers struct {
-	limits  server.HTTPLimits
-	lg      *zap.Logger
-	servers []*http.Server
-	wg      sync.WaitGroup // one per Serve goroutine
-	errc    chan error     // a Serve that failed; room for one per listener
+	limits    server.HTTPLimits
+	lg        *zap.Logger
+	servers   []*http.Server
+	listeners []*detach.Listener
+	wg        sync.WaitGroup // one per Serve goroutine
+	errc      chan error     // a Serve that failed; room for one per listener
 }
 
 // newHTTPServers takes over lns: from now on the servers own and close its
@@ -81,12 +81,13 @@ func newHTTPServers(c *config, lg *zap.Logger, lns *listeners) *httpServers {
 
 // serve serves h on l until shutdown.
 func (hs *httpServers) serve(l urlListener, h http.Handler) {
-	srv := server.NewHTTPServer(h, hs.limits, zap.NewStdLog(hs.lg.Named("http")))
+	srv, dl := server.NewHTTPServer(l.ln, h, hs.limits, zap.NewStdLog(hs.lg.Named("http")))
 	hs.servers = append(hs.servers, srv)
+	hs.listeners = append(hs.listeners, dl)
 	hs.wg.Add(1)
 	go func() {
 		defer hs.wg.Done()
-		if err := srv.Serve(limitListener(l, hs.limits)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(dl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			hs.errc <- err
 		}
 	}()
@@ -100,14 +101,9 @@ func (hs *httpServers) shutdown(ctx context.Context) error {
 		errs = append(errs, srv.Shutdown(ctx))
 	}
 	hs.wg.Wait()
-	return errors.Join(errs...)
-}
-
-// limitListener caps the connections served at once on l, as the v3 mode's
-// bridge does.
-func limitListener(l urlListener, limits server.HTTPLimits) net.Listener {
-	if limits.MaxConnections > 0 {
-		return netutil.LimitListener(l.ln, limits.MaxConnections)
+	for _, l := range hs.listeners {
+		_ = l.Close()
+		errs = append(errs, l.Wait(ctx))
 	}
-	return l.ln
+	return errors.Join(errs...)
 }

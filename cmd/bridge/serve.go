@@ -32,6 +32,10 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		return err
 	}
 	defer lns.closeUnserved()
+	if c.keysDetach.set {
+		lg.Warn("--keys-detach (V2BRIDGE_KEYS_DETACH, keys-detach in --config-file) is deprecated and has no effect: " +
+			"net/http reads every request; remove it")
+	}
 	if c.dual() {
 		return serveDual(ctx, c, lg, lns, layout)
 	}
@@ -74,8 +78,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	registerMode(reg, false)
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
 	br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
-		EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true, KeepWatchesInHTTPServer: !c.watchDetach,
-		KeepKeysInHTTPServer: !c.keysDetach,
+		EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true, DetachWatches: c.watchDetach,
 		HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
 			MaxConnections: c.maxConnections}})
 	cancel()

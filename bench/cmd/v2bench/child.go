@@ -20,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/net/netutil"
 
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/translate"
@@ -117,7 +116,7 @@ func serveBridge(args []string) error {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	br, err := server.New(ctx, server.Config{Registry: reg, AdvertiseURLs: []string{u},
+	br, err := server.New(ctx, server.Config{Registry: reg, AdvertiseURLs: []string{u}, DetachWatches: true,
 		Backend: v3backend.Config{Endpoints: eps, Layout: layout, Member: member,
 			HeartbeatTimeout: *hbTimeout, HeartbeatFailures: *hbFailures}})
 	cancel()
@@ -170,11 +169,7 @@ func servePassthrough(up string) error {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.Handle("/debug/vars", expvar.Handler())
 	limits := server.DefaultHTTPLimits
-	srv := server.NewHTTPServer(mux, limits, nil)
-	var l net.Listener = ln
-	if limits.MaxConnections > 0 {
-		l = netutil.LimitListener(ln, limits.MaxConnections)
-	}
+	srv, l := server.NewHTTPServer(ln, mux, limits, nil)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 
