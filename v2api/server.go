@@ -322,7 +322,11 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 	if r.Method == "GET" || r.Method == "HEAD" {
 		ev, meta, err = s.cfg.Store.Get(r.Context(), req)
 	} else {
-		ev, meta, err = s.cfg.Store.Write(r.Context(), req)
+		// A write is seen through even when its client leaves (or only
+		// half-closes) meanwhile, within the backend's deadline: cancelled
+		// mid-way it could be applied yet answered with an error, which a
+		// client would retry into a duplicate.
+		ev, meta, err = s.cfg.Store.Write(context.WithoutCancel(r.Context()), req)
 	}
 	s.stats.count(req, ev, err)
 	if err != nil {
