@@ -47,6 +47,7 @@ func serveBridge(args []string) error {
 	fs := flag.NewFlagSet(childCommand, flag.ContinueOnError)
 	hbTimeout := fs.Duration("heartbeat-timeout", 0, "backend heartbeat deadline (0: the bridge's default)")
 	hbFailures := fs.Int("heartbeat-failures", 0, "missed heartbeats that declare the backend lost (0: default)")
+	watchDetach := fs.Bool("watch-detach", true, "waiting one-shot watches leave net/http (the bridge's --watch-detach)")
 	endpoints := fs.String("endpoints", "", "comma-separated client URLs of an external etcd (empty: start an embedded member)")
 	etcdOnly := fs.Bool("etcd-only", false, "start the embedded member only, no bridge")
 	v2Upstream := fs.String("v2-upstream", "", "run the bridge in passthrough mode in front of this v2 server")
@@ -116,7 +117,7 @@ func serveBridge(args []string) error {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	br, err := server.New(ctx, server.Config{Registry: reg, AdvertiseURLs: []string{u}, DetachWatches: true,
+	br, err := server.New(ctx, server.Config{Registry: reg, AdvertiseURLs: []string{u}, DetachWatches: *watchDetach,
 		Backend: v3backend.Config{Endpoints: eps, Layout: layout, Member: member,
 			HeartbeatTimeout: *hbTimeout, HeartbeatFailures: *hbFailures}})
 	cancel()

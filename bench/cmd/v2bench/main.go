@@ -79,6 +79,7 @@ func main() {
 	fs.StringVar(&cfg.profileDir, "profile-dir", "bench/profiles", "where -profile writes")
 	dur := fs.Duration("dur", 0, "override the measured time of each key-value load")
 	fs.DurationVar(&bridgeHeartbeatTimeout, "bridge-heartbeat-timeout", 0, "run the bridge with this --heartbeat-timeout (0: its default)")
+	fs.BoolVar(&bridgeWatchDetach, "bridge-watch-detach", true, "run the bridge with this --watch-detach (false: every watch waits inside net/http)")
 	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history (comma-separated)")
 	workloads := fs.String("workloads", "", "run only these key-value workloads: put-seq, put-64, cas-16, ttl-cycle-64, ... (comma-separated)")
 	_ = fs.Parse(os.Args[1:])

@@ -208,10 +208,16 @@ func startExtBridge(etcd *instance) (*instance, error) {
 // bridgeHeartbeatTimeout, if set, overrides the bridge's heartbeat deadline.
 var bridgeHeartbeatTimeout time.Duration
 
+// bridgeWatchDetach is the bridge's --watch-detach.
+var bridgeWatchDetach = true
+
 // startBridgeChild re-executes this binary as the bridge under test: over
 // an embedded etcd member, or with endpoints in front of that etcd.
 func startBridgeChild(endpoints string) (*instance, error) {
 	var args []string
+	if !bridgeWatchDetach {
+		args = append(args, "-watch-detach=false")
+	}
 	if bridgeHeartbeatTimeout > 0 {
 		args = append(args, "-heartbeat-timeout", bridgeHeartbeatTimeout.String())
 	}
