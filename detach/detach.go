@@ -267,6 +267,10 @@ func Park(w http.ResponseWriter, r *http.Request, wait func(gone <-chan struct{}
 	if err != nil {
 		return false
 	}
+	// Lift net/http's deadlines first: Close wakes a parked reader with
+	// a deadline of its own from the moment the wait is registered.
+	_ = c.SetReadDeadline(time.Time{})
+	_ = c.SetWriteDeadline(time.Now().Add(WriteTimeout))
 	l := ci.l
 	p := &parked{l: l, c: c, gone: make(chan struct{}), done: done}
 	l.mu.Lock()
@@ -284,8 +288,6 @@ func Park(w http.ResponseWriter, r *http.Request, wait func(gone <-chan struct{}
 		l.wg.Add(2)
 	}
 	l.mu.Unlock()
-	_ = c.SetReadDeadline(time.Time{}) // lift net/http's
-	_ = c.SetWriteDeadline(time.Now().Add(WriteTimeout))
 	if _, err := c.Write(appendHead(w.Header(), p.closing)); err != nil {
 		p.saw = left
 		_ = c.Close() // the reader wakes; the waiter ends the wait at once

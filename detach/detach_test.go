@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -442,4 +443,52 @@ func selfSigned(t *testing.T) tls.Certificate {
 	}
 	leaf, _ := x509.ParseCertificate(der)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}
+
+// cpuTime is the CPU the process has used (client and server both).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkWaitCycle is one long-poll cycle on a keep-alive connection whose
+// answer is ready as soon as the request waits: parked (and handed back), or
+// inside net/http. Its CPU per cycle is what a delivery costs the serving
+// layer.
+func BenchmarkWaitCycle(b *testing.B) {
+	for _, park := range []bool{true, false} {
+		b.Run(map[bool]string{true: "parked", false: "in net/http"}[park], func(b *testing.B) {
+			h := newWaiter(park)
+			h.ends = make(chan ended, 1<<20)
+			h.parked = make(chan bool, 1<<20)
+			h.answers = make(chan []byte, 1<<20)
+			l := serve(&testing.T{}, h, 0, nil)
+			c, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			answer := []byte(`{"action":"set","node":{"key":"/a","value":"1","modifiedIndex":5,"createdIndex":5}}` + "\n")
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			defer func() { b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op") }()
+			for range b.N {
+				h.answers <- answer
+				if _, err := io.WriteString(c, waitReq); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
 }

@@ -249,3 +249,21 @@ func TestIdleConnectionsGiveBackTheirGoroutines(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A request head that ends in a bare LF gets net/http's answer at once, not
+// after the header timeout.
+func TestHeadEndingInABareLFIsAnsweredAtOnce(t *testing.T) {
+	addr := serveLimited(t, ok, HTTPLimits{ReadHeaderTimeout: 10 * time.Second})
+	c := dial(t, addr)
+	start := time.Now()
+	fmt.Fprint(c, "GET /v2/keys/a HTTP/1.1\r\nHost: x\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer within 5 s (the header timeout is 10 s): %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != "ok\n" {
+		t.Fatalf("answer %d %q after %v; want net/http's 200 from the handler", resp.StatusCode, b, time.Since(start))
+	}
+}

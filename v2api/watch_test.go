@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,6 +258,40 @@ func TestWatchErrorsAnswerBeforeAnyHeader(t *testing.T) {
 			if st.only(t).op != "watch" {
 				t.Fatal("the store was not asked for a watch")
 			}
+		})
+	}
+}
+
+// A client that sends one more byte behind its watch and then disconnects
+// (net/http stops reading after that byte) has its watch cancelled at once,
+// whether the watch waits parked, streams, or waits inside net/http: it does
+// not hold a goroutine, a descriptor and a connection slot until the key
+// changes.
+func TestWatchOfAClientThatSendsMoreThenLeavesIsCancelled(t *testing.T) { bothWays(t, testWatchSendsMoreThenLeaves) }
+
+func testWatchSendsMoreThenLeaves(t *testing.T, detached bool) {
+	for _, query := range []string{"wait=true", "wait=true&stream=true"} {
+		t.Run(query, func(t *testing.T) {
+			fw := newFakeWatch(5, 100)
+			url := serveAsTheBridge(t, newTestServer(t, &fakeStore{watch: fw}, func(c *Config) { c.DetachWatches = detached }))
+			c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			_, _ = io.WriteString(c, "GET /v2/keys/dir?"+query+" HTTP/1.1\r\nHost: x\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("head: %v %v", resp, err)
+			}
+			// The byte may end the watch itself (a request behind a watch
+			// ends it, with the empty answer v2 clients re-issue); if net/http's
+			// background read takes it first, the close still must.
+			_, _ = c.Write([]byte("G"))
+			time.Sleep(50 * time.Millisecond) // let net/http's background read take the byte
+			c.Close()
+			fw.waitCancelled(t)
 		})
 	}
 }
