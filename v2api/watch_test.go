@@ -96,7 +96,9 @@ func startWatch(t *testing.T, st *fakeStore, query string, detached bool) (resp 
 	return resp, bufio.NewReader(resp.Body), cancel
 }
 
-func TestWatchFlushesHeadersBeforeTheEventThenEnds(t *testing.T) { bothWays(t, testWatchFlushesHeaders) }
+func TestWatchFlushesHeadersBeforeTheEventThenEnds(t *testing.T) {
+	bothWays(t, testWatchFlushesHeaders)
+}
 
 func testWatchFlushesHeaders(t *testing.T, detached bool) {
 	fw := newFakeWatch(17, 100)
@@ -132,7 +134,9 @@ func testWatchFlushesHeaders(t *testing.T, detached bool) {
 	fw.waitCancelled(t)
 }
 
-func TestWatchDoneWithoutEventEndsWithAnEmptyBody(t *testing.T) { bothWays(t, testWatchDoneWithoutEvent) }
+func TestWatchDoneWithoutEventEndsWithAnEmptyBody(t *testing.T) {
+	bothWays(t, testWatchDoneWithoutEvent)
+}
 
 func testWatchDoneWithoutEvent(t *testing.T, detached bool) {
 	for _, query := range []string{"wait=true", "wait=true&stream=true"} {
@@ -267,7 +271,9 @@ func TestWatchErrorsAnswerBeforeAnyHeader(t *testing.T) {
 // whether the watch waits parked, streams, or waits inside net/http: it does
 // not hold a goroutine, a descriptor and a connection slot until the key
 // changes.
-func TestWatchOfAClientThatSendsMoreThenLeavesIsCancelled(t *testing.T) { bothWays(t, testWatchSendsMoreThenLeaves) }
+func TestWatchOfAClientThatSendsMoreThenLeavesIsCancelled(t *testing.T) {
+	bothWays(t, testWatchSendsMoreThenLeaves)
+}
 
 func testWatchSendsMoreThenLeaves(t *testing.T, detached bool) {
 	for _, query := range []string{"wait=true", "wait=true&stream=true"} {
