@@ -5,6 +5,8 @@ package conformance
 import (
 	"testing"
 	"time"
+
+	"github.com/v2bridge/v2bridge/v2diff"
 )
 
 // TestConformance starts one real etcd v2 server and one bridge and runs
@@ -15,7 +17,7 @@ func TestConformance(t *testing.T) {
 	}
 	start := time.Now()
 	e := newEnv(t)
-	t.Logf("servers up in %v: ref %s, bridge %s", time.Since(start).Round(time.Millisecond), e.pair[Ref].URL, e.pair[Bridge].URL)
+	t.Logf("servers up in %v: ref %s, bridge %s", time.Since(start).Round(time.Millisecond), e.pair[v2diff.Ref].URL, e.pair[v2diff.Bridge].URL)
 	defer func() { t.Log(e.summary()) }()
 
 	t.Run("scripted", func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"github.com/v2bridge/v2bridge/internal/v2ref"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
+	"github.com/v2bridge/v2bridge/v2diff"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
 
@@ -83,7 +84,7 @@ func newEnv(t *testing.T) *env {
 			t.Fatal("the bridge's watch hub did not come up within 30s")
 		}
 	}
-	e := &env{pair: Pair{NewServer(Ref, ref.URL), NewServer(Bridge, br.URL)}, v3: cl.Client(t),
+	e := &env{pair: Pair{NewServer(v2diff.Ref, ref.URL), NewServer(v2diff.Bridge, br.URL)}, v3: cl.Client(t),
 		tolerated: map[string]int{}}
 	t.Cleanup(func() {
 		for _, s := range e.pair {
@@ -93,7 +94,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) account(s *Session, n int) {
+func (e *env) account(s *v2diff.Session, n int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.exchanges += n
@@ -139,15 +140,15 @@ func requestCtx(d time.Duration) (context.Context, context.CancelFunc) {
 
 // judge compares an exchange and splits its differences into excused ones
 // (counted per divergence) and failures.
-func judge(s *Session, x *Exchange, sorted bool) (failures []Diff, excused map[string]int) {
+func judge(s *v2diff.Session, x *v2diff.Exchange, sorted bool) (failures []v2diff.Diff, excused map[string]int) {
 	return excuse(s, x, s.Compare(x, sorted))
 }
 
 // excuse splits differences into excused ones and failures.
-func excuse(s *Session, x *Exchange, diffs []Diff) (failures []Diff, excused map[string]int) {
+func excuse(s *v2diff.Session, x *v2diff.Exchange, diffs []v2diff.Diff) (failures []v2diff.Diff, excused map[string]int) {
 	excused = map[string]int{}
 	for _, d := range diffs {
-		dv := Excuse(s, x, d)
+		dv := v2diff.Excuse(s, x, d)
 		if dv == nil {
 			failures = append(failures, d)
 			continue
@@ -173,13 +174,13 @@ func undeclared(excused map[string]int, allowed map[string]bool) []string {
 	return out
 }
 
-func report(x *Exchange, diffs []Diff) string {
+func report(x *v2diff.Exchange, diffs []v2diff.Diff) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "request ref:    %s\n", x.Req[Ref])
-	if x.Req[Bridge].String() != x.Req[Ref].String() {
-		fmt.Fprintf(&b, "request bridge: %s\n", x.Req[Bridge])
+	fmt.Fprintf(&b, "request ref:    %s\n", x.Req[v2diff.Ref])
+	if x.Req[v2diff.Bridge].String() != x.Req[v2diff.Ref].String() {
+		fmt.Fprintf(&b, "request bridge: %s\n", x.Req[v2diff.Bridge])
 	}
-	fmt.Fprintf(&b, "ref:    %s\nbridge: %s\n", x.Resp[Ref], x.Resp[Bridge])
+	fmt.Fprintf(&b, "ref:    %s\nbridge: %s\n", x.Resp[v2diff.Ref], x.Resp[v2diff.Bridge])
 	for _, d := range diffs {
 		fmt.Fprintf(&b, "  DIFF %s\n", d)
 	}
@@ -193,12 +194,12 @@ func (e *env) clearTree(t *testing.T) {
 	ctx, cancel := ctxFor(t, requestTimeout)
 	defer cancel()
 	for _, srv := range e.pair {
-		resp, err := srv.Do(ctx, &Request{Method: "GET", Path: "/v2/keys/"})
+		resp, err := srv.Do(ctx, &v2diff.Request{Method: "GET", Path: "/v2/keys/"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		keys := append([]string(nil), hiddenTop...)
-		if m, ok := decodeJSON(resp.Body).(map[string]any); ok {
+		if m, ok := v2diff.DecodeJSON(resp.Body).(map[string]any); ok {
 			n, _ := m["node"].(map[string]any)
 			nodes, _ := n["nodes"].([]any)
 			for _, c := range nodes {
@@ -208,7 +209,7 @@ func (e *env) clearTree(t *testing.T) {
 		}
 		for _, k := range keys {
 			p := (&url.URL{Path: "/v2/keys" + k}).EscapedPath()
-			resp, err := srv.Do(ctx, &Request{Method: "DELETE", Path: p, Query: url.Values{"recursive": {"true"}}})
+			resp, err := srv.Do(ctx, &v2diff.Request{Method: "DELETE", Path: p, Query: url.Values{"recursive": {"true"}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,8 +229,8 @@ type vars [2]map[string]string
 
 func newVars() vars { return vars{{}, {}} }
 
-func (v vars) save(name string, x *Exchange, watchResp [2]*Response) {
-	for side := Ref; side <= Bridge; side++ {
+func (v vars) save(name string, x *v2diff.Exchange, watchResp [2]*v2diff.Response) {
+	for side := v2diff.Ref; side <= v2diff.Bridge; side++ {
 		m := v[side]
 		resp := x.Resp[side]
 		if watchResp[side] != nil {
@@ -237,16 +238,16 @@ func (v vars) save(name string, x *Exchange, watchResp [2]*Response) {
 		}
 		m[name+".xi"] = resp.Header.Get("X-Etcd-Index")
 		if n := x.Node(side, "node"); n != nil {
-			if u, ok := numField(n, "modifiedIndex"); ok {
+			if u, ok := v2diff.NumField(n, "modifiedIndex"); ok {
 				m[name+".mi"] = strconv.FormatUint(u, 10)
 			}
-			if u, ok := numField(n, "createdIndex"); ok {
+			if u, ok := v2diff.NumField(n, "createdIndex"); ok {
 				m[name+".ci"] = strconv.FormatUint(u, 10)
 			}
 			m[name+".key"] = str(n["key"])
 		}
-		if obj := x.obj(side); obj != nil {
-			if u, ok := numField(obj, "index"); ok {
+		if obj := x.Object(side); obj != nil {
+			if u, ok := v2diff.NumField(obj, "index"); ok {
 				m[name+".ei"] = strconv.FormatUint(u, 10)
 			}
 		}
@@ -259,7 +260,7 @@ var tmplRe = regexp.MustCompile(`\{([a-zA-Z0-9_]+\.[a-z]+)([+-]\d+)?\}`)
 // +N is N indexes later on the reference, and on the bridge the index the
 // same N one-event writes later would start at (each bridge write is a
 // revision of its own: translate.IndexesPerRevision indexes).
-func (v vars) expand(t *testing.T, side Side, s string) string {
+func (v vars) expand(t *testing.T, side v2diff.Side, s string) string {
 	return tmplRe.ReplaceAllStringFunc(s, func(m string) string {
 		p := tmplRe.FindStringSubmatch(m)
 		val, ok := v[side][p[1]]
@@ -274,7 +275,7 @@ func (v vars) expand(t *testing.T, side Side, s string) string {
 		if err != nil {
 			t.Fatalf("template %s: %q is not a number", m, val)
 		}
-		if side == Bridge {
+		if side == v2diff.Bridge {
 			d = bridgeIndexOffset(d)
 		}
 		return strconv.FormatInt(n+d, 10)
@@ -304,7 +305,7 @@ func pairs(kv []string) url.Values {
 	return v
 }
 
-func (v vars) expandValues(t *testing.T, side Side, in url.Values) url.Values {
+func (v vars) expandValues(t *testing.T, side v2diff.Side, in url.Values) url.Values {
 	if in == nil {
 		return nil
 	}
@@ -350,4 +351,24 @@ func (e *env) dumpV3(dir string) string {
 		}
 	}
 	return b.String()
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func unionKeys(a, b map[string]any) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range []map[string]any{a, b} {
+		for k := range m {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/v2bridge/v2bridge/v2diff"
 )
 
 // The judge on hand-made answers, without servers: every wrong bridge answer
@@ -17,9 +19,9 @@ import (
 // judgeFixture is a session in which both servers made the same three
 // writes: /b created (ref 4, bridge 10), /a created (5, 11), and /a replaced
 // by a set (6, 13; the bridge spent 12 on housekeeping).
-func judgeFixture() *Session {
-	s := NewSession()
-	put := func(k string) *Request { return &Request{Method: "PUT", Path: "/v2/keys" + k} }
+func judgeFixture() *v2diff.Session {
+	s := v2diff.NewSession()
+	put := func(k string) *v2diff.Request { return &v2diff.Request{Method: "PUT", Path: "/v2/keys" + k} }
 	for _, w := range []struct {
 		key, ref, br string
 	}{
@@ -30,48 +32,48 @@ func judgeFixture() *Session {
 		{"/a", `{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":6,"createdIndex":6},"prevNode":{"key":"/a","value":"1","modifiedIndex":5,"createdIndex":5}}`,
 			`{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":13,"createdIndex":13},"prevNode":{"key":"/a","value":"1","modifiedIndex":11,"createdIndex":11}}`},
 	} {
-		s.Register(NewExchange([2]*Request{put(w.key), put(w.key)},
-			[2]*Response{ok(200, "0", w.ref), ok(200, "0", w.br)}))
+		s.Register(v2diff.NewExchange([2]*v2diff.Request{put(w.key), put(w.key)},
+			[2]*v2diff.Response{ok(200, "0", w.ref), ok(200, "0", w.br)}))
 	}
 	return s
 }
 
 // ok is a successful v2 answer; fail an error answer (no X-Raft-*).
-func ok(status int, xi, body string) *Response {
-	return &Response{Status: status, Header: http.Header{"Content-Type": {"application/json"}, "X-Etcd-Index": {xi},
+func ok(status int, xi, body string) *v2diff.Response {
+	return &v2diff.Response{Status: status, Header: http.Header{"Content-Type": {"application/json"}, "X-Etcd-Index": {xi},
 		"X-Etcd-Cluster-Id": {"1"}, "X-Raft-Index": {xi}, "X-Raft-Term": {"2"}}, Body: []byte(body + "\n")}
 }
 
-func fail(status int, xi, body string) *Response {
-	return &Response{Status: status, Header: http.Header{"Content-Type": {"application/json"}, "X-Etcd-Index": {xi},
+func fail(status int, xi, body string) *v2diff.Response {
+	return &v2diff.Response{Status: status, Header: http.Header{"Content-Type": {"application/json"}, "X-Etcd-Index": {xi},
 		"X-Etcd-Cluster-Id": {"1"}}, Body: []byte(body + "\n")}
 }
 
 // eventLine is one event line of a watch body (no headers).
-func eventLine(body string) *Response {
+func eventLine(body string) *v2diff.Response {
 	if body == "" {
-		return &Response{Status: 200, Header: http.Header{}}
+		return &v2diff.Response{Status: 200, Header: http.Header{}}
 	}
-	return &Response{Status: 200, Header: http.Header{}, Body: []byte(body + "\n")}
+	return &v2diff.Response{Status: 200, Header: http.Header{}, Body: []byte(body + "\n")}
 }
 
-func plain(status int, body string, h ...string) *Response {
+func plain(status int, body string, h ...string) *v2diff.Response {
 	hdr := http.Header{}
 	for i := 0; i+1 < len(h); i += 2 {
 		hdr.Set(h[i], h[i+1])
 	}
-	return &Response{Status: status, Header: hdr, Body: []byte(body)}
+	return &v2diff.Response{Status: status, Header: hdr, Body: []byte(body)}
 }
 
 // exp is an expiration d from now, as v2 writes it.
 func exp(d time.Duration) string { return time.Now().Add(d).UTC().Format(time.RFC3339Nano) }
 
-func req(method, target string) *Request { return &Request{Method: method, Path: target} }
+func req(method, target string) *v2diff.Request { return &v2diff.Request{Method: method, Path: target} }
 
 type judgeCase struct {
 	name         string
-	req, reqB    *Request // reqB: the bridge's, when its indexes differ
-	ref, br      *Response
+	req, reqB    *v2diff.Request // reqB: the bridge's, when its indexes differ
+	ref, br      *v2diff.Response
 	watch, event bool
 	// excuse is the divergence a passing answer needs ("" for none);
 	// wrong marks an answer that must fail.
@@ -86,7 +88,7 @@ const (
 	err300Dir   = `{"errorCode":300,"message":"Raft Internal Error","cause":"nodePath /1/d : Not a file ()","index":0}`
 )
 
-func setZ(ref, br string) (*Response, *Response) {
+func setZ(ref, br string) (*v2diff.Response, *v2diff.Response) {
 	return ok(201, "7", `{"action":"set","node":{"key":"/z","value":"1"`+ref+`,"modifiedIndex":7,"createdIndex":7}}`),
 		ok(201, "14", `{"action":"set","node":{"key":"/z","value":"1"`+br+`,"modifiedIndex":14,"createdIndex":14}}`)
 }
@@ -135,13 +137,13 @@ func ttlCases() []judgeCase {
 }
 
 func limitCases() []judgeCase {
-	created := func(key string) *Response {
+	created := func(key string) *v2diff.Response {
 		return ok(201, "7", `{"action":"set","node":{"key":"`+key+`","value":"1","modifiedIndex":7,"createdIndex":7}}`)
 	}
 	deep := strings.Repeat("/d", 60)
 	big := strings.Repeat("x", 2<<20)
 	nearly := strings.Repeat("x", 1<<20)
-	cause := func(c string) *Response {
+	cause := func(c string) *v2diff.Response {
 		return fail(400, "0", `{"errorCode":209,"message":"Invalid field","cause":"`+c+`","index":0}`)
 	}
 	return []judgeCase{
@@ -153,9 +155,9 @@ func limitCases() []judgeCase {
 			ref: created(deep), br: fail(400, "0", strings.Replace(errKeyDeep, "209", "210", 1)), wrong: true},
 		{name: "a deep key refused with a 500", req: req("PUT", "/v2/keys"+deep+"?value=1"),
 			ref: created(deep), br: fail(500, "0", errKeyDeep), wrong: true},
-		{name: "a 2 MiB value is refused", req: &Request{Method: "PUT", Path: "/v2/keys/big", Form: map[string][]string{"value": {big}}},
+		{name: "a 2 MiB value is refused", req: &v2diff.Request{Method: "PUT", Path: "/v2/keys/big", Form: map[string][]string{"value": {big}}},
 			ref: created("/big"), br: fail(400, "0", errTooLarge), excuse: "limits"},
-		{name: "a 1 MiB value refused as too large", req: &Request{Method: "PUT", Path: "/v2/keys/big", Form: map[string][]string{"value": {nearly}}},
+		{name: "a 1 MiB value refused as too large", req: &v2diff.Request{Method: "PUT", Path: "/v2/keys/big", Form: map[string][]string{"value": {nearly}}},
 			ref: created("/big"), br: fail(400, "0", errTooLarge), wrong: true},
 		{name: "a control character is refused", req: req("PUT", "/v2/keys/a%01b?value=1"),
 			ref: created(`/a\u0001b`), br: cause("key contains a control character"), excuse: "limits"},
@@ -179,7 +181,7 @@ func limitCases() []judgeCase {
 }
 
 func watchJudgeCases() []judgeCase {
-	w := func(q string) *Request { return req("GET", "/v2/keys/a?wait=true&"+q) }
+	w := func(q string) *v2diff.Request { return req("GET", "/v2/keys/a?wait=true&"+q) }
 	ev := func(key string, mi int) string {
 		return `{"action":"set","node":{"key":"` + key + `","value":"2","modifiedIndex":` + strconv.Itoa(mi) +
 			`,"createdIndex":` + strconv.Itoa(mi) + `}}`
@@ -250,7 +252,7 @@ func watchJudgeCases() []judgeCase {
 }
 
 func createdIndexCases() []judgeCase {
-	get := func(key string, ci, mi int) *Response {
+	get := func(key string, ci, mi int) *v2diff.Response {
 		return ok(200, "14", `{"action":"get","node":{"key":"`+key+`","value":"2","modifiedIndex":`+strconv.Itoa(mi)+
 			`,"createdIndex":`+strconv.Itoa(ci)+`}}`)
 	}
@@ -270,7 +272,7 @@ func createdIndexCases() []judgeCase {
 
 func dirUpdateCases() []judgeCase {
 	put := req("PUT", "/v2/keys/d?dir=true&prevExist=true&ttl=600")
-	answer := func(xi, node string) *Response {
+	answer := func(xi, node string) *v2diff.Response {
 		return ok(200, xi, `{"action":"update","node":{"key":"/d","dir":true`+node+`},"prevNode":{"key":"/d","dir":true,"modifiedIndex":10,"createdIndex":10}}`)
 	}
 	lease := `,"expiration":"` + exp(600*time.Second) + `","ttl":600`
@@ -289,7 +291,7 @@ func dirUpdateCases() []judgeCase {
 		{name: "a directory update whose X-Etcd-Index is not its own", req: put, ref: ref,
 			br: answer("20", lease+`,"modifiedIndex":14,"createdIndex":10`), wrong: true},
 		{name: "a directory update answered as text", req: put, ref: ref,
-			br: func() *Response {
+			br: func() *v2diff.Response {
 				r := answer("14", lease+`,"modifiedIndex":14,"createdIndex":10`)
 				r.Header.Set("Content-Type", "text/plain")
 				return r
@@ -298,7 +300,7 @@ func dirUpdateCases() []judgeCase {
 }
 
 func endpointCases() []judgeCase {
-	redirect := func(status int, loc string) *Response {
+	redirect := func(status int, loc string) *v2diff.Response {
 		text := map[int]string{301: "Moved Permanently", 307: "Temporary Redirect"}[status]
 		return plain(status, "<a href=\""+loc+"\">"+text+"</a>.\n\n", "Content-Type", "text/html; charset=utf-8",
 			"Location", loc)
@@ -350,7 +352,7 @@ func TestJudge(t *testing.T) {
 			if rb == nil {
 				rb = c.req
 			}
-			x := NewExchange([2]*Request{c.req, rb}, [2]*Response{c.ref, c.br})
+			x := v2diff.NewExchange([2]*v2diff.Request{c.req, rb}, [2]*v2diff.Response{c.ref, c.br})
 			x.Watch, x.Event = c.watch, c.event
 			fails, excused := judge(s, x, false)
 			switch {
@@ -390,10 +392,10 @@ func TestUndeclaredExcuse(t *testing.T) {
 func TestSetCreatedIndexAfterALateEvent(t *testing.T) {
 	s := judgeFixture() // /a created at ref 5 / bridge 11, replaced at 6 / 13
 	expire := req("GET", "/v2/keys/e?wait=true")
-	s.Register(NewExchange([2]*Request{expire, expire}, [2]*Response{
+	s.Register(v2diff.NewExchange([2]*v2diff.Request{expire, expire}, [2]*v2diff.Response{
 		eventLine(`{"action":"expire","node":{"key":"/e","modifiedIndex":3,"createdIndex":2}}`),
 		eventLine(`{"action":"expire","node":{"key":"/e","modifiedIndex":9,"createdIndex":8}}`)}))
-	x := NewExchange([2]*Request{req("GET", "/v2/keys/a"), req("GET", "/v2/keys/a")}, [2]*Response{
+	x := v2diff.NewExchange([2]*v2diff.Request{req("GET", "/v2/keys/a"), req("GET", "/v2/keys/a")}, [2]*v2diff.Response{
 		ok(200, "6", `{"action":"get","node":{"key":"/a","value":"2","modifiedIndex":6,"createdIndex":6}}`),
 		ok(200, "13", `{"action":"get","node":{"key":"/a","value":"2","modifiedIndex":13,"createdIndex":11}}`)})
 	fails, excused := judge(s, x, false)

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/v2bridge/v2bridge/v2diff"
 )
 
 // Random operation sequences: seeded, reproducible, applied to both servers
@@ -133,8 +135,8 @@ func (e *env) runRandom(t *testing.T) {
 		"directories expired), %d expire events compared", r.done.Load(), r.ops.Load(),
 		time.Since(start).Round(time.Millisecond), r.expiries.Load(), r.dirExpiries.Load(), r.expireEvents.Load())
 	t.Logf("random: expire events to waiting watches arrived at most %v (ref) and %v (bridge) after the expiration",
-		time.Duration(r.late[Ref].Load()).Round(time.Millisecond),
-		time.Duration(r.late[Bridge].Load()).Round(time.Millisecond))
+		time.Duration(r.late[v2diff.Ref].Load()).Round(time.Millisecond),
+		time.Duration(r.late[v2diff.Bridge].Load()).Round(time.Millisecond))
 	if r.ops.Load() < int64(want) {
 		t.Errorf("random: %d operations run of the %d asked (%d of %d sequences)", r.ops.Load(), want,
 			r.done.Load(), len(expiring)+len(rest))
@@ -196,7 +198,7 @@ type randSeq struct {
 	seed      int64
 	rng       *rand.Rand
 	dir       string // the sequence's top-level directory
-	s         *Session
+	s         *v2diff.Session
 	model     map[string]*mnode
 	log       []string
 	ops       int
@@ -233,7 +235,7 @@ type window struct{ from, to time.Time }
 func newRandSeq(e *env, seed int64) *randSeq {
 	rs := &randSeq{e: e, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 0x2b1d9e)),
 		// Fixed width: no sequence's directory is a prefix of another's.
-		dir: fmt.Sprintf("/r%016x", uint64(seed)), s: NewSession(), model: map[string]*mnode{}}
+		dir: fmt.Sprintf("/r%016x", uint64(seed)), s: v2diff.NewSession(), model: map[string]*mnode{}}
 	rs.n = opsPerSeq/2 + rs.rng.IntN(opsPerSeq+1)
 	rs.expiring = rs.chance(expiringShare)
 	return rs
@@ -274,18 +276,18 @@ func (rs *randSeq) abs(rel string) string {
 func (rs *randSeq) ttl() string {
 	short := rs.chance(shortTTLChance)
 	if rs.expiring && rs.expiry == nil && rs.expiries < maxExpiries && short {
-		return rs.pick([]string{strconv.Itoa(MinLeaseTTL), strconv.Itoa(MinLeaseTTL + 1)})
+		return rs.pick([]string{strconv.Itoa(v2diff.MinLeaseTTL), strconv.Itoa(v2diff.MinLeaseTTL + 1)})
 	}
 	return rs.pick([]string{"600", "1200", "3600"})
 }
 
 // shortTTL is the longest TTL taken for one that expires within a sequence.
-const shortTTL = MinLeaseTTL + 1
+const shortTTL = v2diff.MinLeaseTTL + 1
 
 // prevIndex picks a compare index: the key's current modifiedIndex, an
 // older write's, or one after every write.
 func (rs *randSeq) prevIndex(o *rop, path string) {
-	n := rs.s.Idx[Ref].Len()
+	n := rs.s.Idx[v2diff.Ref].Len()
 	m := rs.model[path]
 	switch {
 	case m != nil && m.mod > 0 && rs.chance(0.6):
@@ -440,7 +442,7 @@ func (rs *randSeq) gen() *rop {
 	return o
 }
 
-func (rs *randSeq) request(o *rop, side Side) *Request {
+func (rs *randSeq) request(o *rop, side v2diff.Side) *v2diff.Request {
 	v := url.Values{}
 	for _, kv := range o.params {
 		v.Add(kv[0], kv[1])
@@ -450,7 +452,7 @@ func (rs *randSeq) request(o *rop, side Side) *Request {
 	} else if o.bogus {
 		v.Set("prevIndex", strconv.FormatUint(rs.s.Idx[side].At(rs.s.Idx[side].Len())+1000, 10))
 	}
-	return &Request{Method: o.method, Path: (&url.URL{Path: "/v2/keys" + o.path}).EscapedPath(), Form: v}
+	return &v2diff.Request{Method: o.method, Path: (&url.URL{Path: "/v2/keys" + o.path}).EscapedPath(), Form: v}
 }
 
 // run runs the sequence and returns the first undocumented difference.
@@ -460,8 +462,8 @@ func (rs *randSeq) run() error {
 	rs.ctx = ctx
 	defer func() {
 		for _, pw := range rs.watches {
-			pw.ws[Ref].Close()
-			pw.ws[Bridge].Close()
+			pw.ws[v2diff.Ref].Close()
+			pw.ws[v2diff.Bridge].Close()
 		}
 	}()
 	i := 0
@@ -544,7 +546,7 @@ type pendingWatch struct {
 	started time.Time
 	i       int
 	key     string
-	reqs    [2]*Request
+	reqs    [2]*v2diff.Request
 	ws      [2]*Watch
 }
 
@@ -576,14 +578,14 @@ func (rs *randSeq) startWatch(i int, key string) error {
 		q.Set("recursive", "true")
 	}
 	var wait [2]string
-	n := rs.s.Idx[Ref].Len()
+	n := rs.s.Idx[v2diff.Ref].Len()
 	switch k := rs.rng.IntN(10); {
 	case k >= 5 && k < 8 && n > 0:
 		ord := n - rs.rng.IntN(min(n, 20))
 		for side := range wait {
 			wait[side] = strconv.FormatUint(rs.s.Idx[side].At(ord), 10)
 		}
-	case k >= 8 && rs.lastXI[Ref] > 0:
+	case k >= 8 && rs.lastXI[v2diff.Ref] > 0:
 		for side := range wait {
 			wait[side] = strconv.FormatUint(rs.lastXI[side]+1, 10)
 		}
@@ -597,7 +599,7 @@ func (rs *randSeq) startWatch(i int, key string) error {
 		if wait[side] != "" {
 			sq.Set("waitIndex", wait[side])
 		}
-		pw.reqs[side] = &Request{Method: "GET", Path: (&url.URL{Path: "/v2/keys" + key}).EscapedPath(), Query: sq}
+		pw.reqs[side] = &v2diff.Request{Method: "GET", Path: (&url.URL{Path: "/v2/keys" + key}).EscapedPath(), Query: sq}
 	}
 	errs := make(chan error, 2)
 	for side := range pw.ws {
@@ -623,9 +625,9 @@ func (rs *randSeq) startWatch(i int, key string) error {
 	}
 	rs.ops++
 	rs.exchanges++
-	heads := [2]*Response{{Status: pw.ws[0].Resp.Status, Header: pw.ws[0].Resp.Header},
+	heads := [2]*v2diff.Response{{Status: pw.ws[0].Resp.Status, Header: pw.ws[0].Resp.Header},
 		{Status: pw.ws[1].Resp.Status, Header: pw.ws[1].Resp.Header}}
-	answered := heads[Ref].Status != 200 || heads[Bridge].Status != 200
+	answered := heads[v2diff.Ref].Status != 200 || heads[v2diff.Bridge].Status != 200
 	if answered {
 		// An error answer (401 from a history the reference no longer
 		// has): compare the whole answers.
@@ -633,16 +635,16 @@ func (rs *randSeq) startWatch(i int, key string) error {
 			return err
 		}
 	}
-	x := NewExchange(pw.reqs, heads)
+	x := v2diff.NewExchange(pw.reqs, heads)
 	x.Watch = true
-	rs.log = append(rs.log, fmt.Sprintf("%3d %-8s %s -> %d (watch) %s", i, "watch", pw.reqs[Ref], heads[Ref].Status,
-		strings.TrimSpace(string(heads[Ref].Body))))
+	rs.log = append(rs.log, fmt.Sprintf("%3d %-8s %s -> %d (watch) %s", i, "watch", pw.reqs[v2diff.Ref], heads[v2diff.Ref].Status,
+		strings.TrimSpace(string(heads[v2diff.Ref].Body))))
 	if err := rs.judge(i, x); err != nil {
 		return err
 	}
 	if answered {
-		pw.ws[Ref].Close()
-		pw.ws[Bridge].Close()
+		pw.ws[v2diff.Ref].Close()
+		pw.ws[v2diff.Bridge].Close()
 		return nil
 	}
 	rs.watches = append(rs.watches, pw)
@@ -655,7 +657,7 @@ const immediateWait = 2 * time.Second
 
 // readWhole reads both bodies of a watch one server answered at once (an
 // error); the other one may have answered from history, or be waiting.
-func (rs *randSeq) readWhole(pw *pendingWatch, heads *[2]*Response) error {
+func (rs *randSeq) readWhole(pw *pendingWatch, heads *[2]*v2diff.Response) error {
 	for side, w := range pw.ws {
 		wait := awaitTimeout
 		if heads[side].Status == 200 {
@@ -663,7 +665,7 @@ func (rs *randSeq) readWhole(pw *pendingWatch, heads *[2]*Response) error {
 		}
 		body, err := readBody(rs.ctx, w, wait)
 		if err != nil && heads[side].Status != 200 {
-			return fmt.Errorf("%s: reading the answer to %s: %w\n%s", Side(side), pw.reqs[side], err, rs.history())
+			return fmt.Errorf("%s: reading the answer to %s: %w\n%s", v2diff.Side(side), pw.reqs[side], err, rs.history())
 		}
 		heads[side].Body = body
 	}
@@ -690,8 +692,8 @@ var randomMay = map[string]bool{"set-created-index": true, "history-horizon": tr
 
 // judge compares an exchange of the sequence; a difference no entry
 // excuses, or an excuse random sequences cannot need, fails it.
-func (rs *randSeq) judge(i int, x *Exchange) error {
-	fails, excused := judge(rs.s, x, x.Req[Ref].BoolParam("sorted"))
+func (rs *randSeq) judge(i int, x *v2diff.Exchange) error {
+	fails, excused := judge(rs.s, x, x.Req[v2diff.Ref].BoolParam("sorted"))
 	if len(fails) > 0 {
 		return rs.failure(i, x, fails)
 	}
@@ -719,21 +721,21 @@ func (rs *randSeq) awaitWatch(pw *pendingWatch) error {
 	}
 	wg.Wait()
 	if errs[0] != nil || errs[1] != nil || lines[0] == nil || lines[1] == nil {
-		return fmt.Errorf("watch of operation %d (%s): ref %q (%v), bridge %q (%v)\n%s", pw.i, pw.reqs[Ref],
+		return fmt.Errorf("watch of operation %d (%s): ref %q (%v), bridge %q (%v)\n%s", pw.i, pw.reqs[v2diff.Ref],
 			lines[0], errs[0], lines[1], errs[1], rs.history())
 	}
 	rs.exchanges++
-	x := NewExchange(pw.reqs, [2]*Response{{Status: 200, Header: http.Header{}, Body: lines[0]},
+	x := v2diff.NewExchange(pw.reqs, [2]*v2diff.Response{{Status: 200, Header: http.Header{}, Body: lines[0]},
 		{Status: 200, Header: http.Header{}, Body: lines[1]}})
 	x.Watch, x.Event = true, true
 	rs.s.Register(x)
 	rs.log = append(rs.log, fmt.Sprintf("    event of the watch of operation %d -> %s", pw.i, strings.TrimSpace(string(lines[0]))))
-	if x.Action(Ref) == "expire" {
+	if x.Action(v2diff.Ref) == "expire" {
 		rs.expireEvents++
 		for side, w := range pw.ws {
 			// Only for watches that were waiting at the expiry (not
 			// answered from history).
-			if exp := expirationOf(x.Node(Side(side), "prevNode")); pw.started.Before(exp) {
+			if exp := expirationOf(x.Node(v2diff.Side(side), "prevNode")); pw.started.Before(exp) {
 				rs.expireLate[side] = max(rs.expireLate[side], w.LastAt.Sub(exp))
 			}
 		}
@@ -741,13 +743,13 @@ func (rs *randSeq) awaitWatch(pw *pendingWatch) error {
 	return rs.judge(pw.i, x)
 }
 
-func (rs *randSeq) failure(i int, x *Exchange, fails []Diff) error {
+func (rs *randSeq) failure(i int, x *v2diff.Exchange, fails []v2diff.Diff) error {
 	return fmt.Errorf("undocumented divergence at operation %d\n%s\nsequence so far (reference answers):\n%s\n"+
 		"bridge's v3 keys now:\n%s", i, report(x, fails), rs.history(), rs.e.dumpV3(rs.dir))
 }
 
 func (rs *randSeq) do(o *rop, i int) error {
-	reqs := [2]*Request{rs.request(o, Ref), rs.request(o, Bridge)}
+	reqs := [2]*v2diff.Request{rs.request(o, v2diff.Ref), rs.request(o, v2diff.Bridge)}
 	ctx, cancel := requestCtx(requestTimeout)
 	defer cancel()
 	sent := time.Now()
@@ -757,10 +759,10 @@ func (rs *randSeq) do(o *rop, i int) error {
 	}
 	rs.ops++
 	rs.exchanges++
-	x := NewExchange(reqs, resps)
+	x := v2diff.NewExchange(reqs, resps)
 	rs.s.Register(x)
-	rs.log = append(rs.log, fmt.Sprintf("%3d %-8s %s -> %d %s", i, o.kind, reqs[Ref], resps[Ref].Status,
-		strings.TrimSpace(string(resps[Ref].Body))))
+	rs.log = append(rs.log, fmt.Sprintf("%3d %-8s %s -> %d %s", i, o.kind, reqs[v2diff.Ref], resps[v2diff.Ref].Status,
+		strings.TrimSpace(string(resps[v2diff.Ref].Body))))
 	for side := range resps {
 		if u, err := strconv.ParseUint(resps[side].Header.Get("X-Etcd-Index"), 10, 64); err == nil && u > 0 {
 			rs.lastXI[side] = u
@@ -775,17 +777,17 @@ func (rs *randSeq) do(o *rop, i int) error {
 }
 
 // expect opens the quiet window of a short TTL a write just set.
-func (rs *randSeq) expect(x *Exchange, sent time.Time) {
-	ttl, ok := uintParam(x.Req[Ref], "ttl")
-	r := x.Req[Ref]
-	if !ok || ttl > shortTTL || r.Method != "PUT" && r.Method != "POST" || x.ErrorCode(Ref) != 0 ||
-		x.Resp[Ref].Status >= 300 {
+func (rs *randSeq) expect(x *v2diff.Exchange, sent time.Time) {
+	ttl, ok := v2diff.UintParam(x.Req[v2diff.Ref], "ttl")
+	r := x.Req[v2diff.Ref]
+	if !ok || ttl > shortTTL || r.Method != "PUT" && r.Method != "POST" || x.ErrorCode(v2diff.Ref) != 0 ||
+		x.Resp[v2diff.Ref].Status >= 300 {
 		return
 	}
 	at := sent.Add(time.Duration(ttl) * time.Second)
 	rs.expiry = &window{from: at.Add(-expiryLead), to: at.Add(expiryLag)}
 	// An in-order key has another name on each server: watch its directory.
-	rs.expiryKey = keyOfPath(r.Path)
+	rs.expiryKey = v2diff.KeyOfPath(r.Path)
 }
 
 func (rs *randSeq) history() string {
@@ -802,17 +804,17 @@ func (rs *randSeq) history() string {
 }
 
 // learn updates the model from the reference's answer to a write.
-func (rs *randSeq) learn(x *Exchange) {
-	if x.ErrorCode(Ref) != 0 || x.Resp[Ref].Status >= 300 {
+func (rs *randSeq) learn(x *v2diff.Exchange) {
+	if x.ErrorCode(v2diff.Ref) != 0 || x.Resp[v2diff.Ref].Status >= 300 {
 		return
 	}
-	if x.Action(Ref) == "get" || x.Action(Ref) == "" {
+	if x.Action(v2diff.Ref) == "get" || x.Action(v2diff.Ref) == "" {
 		return
 	}
-	n := x.Node(Ref, "node")
+	n := x.Node(v2diff.Ref, "node")
 	if n == nil { // noValueOnSuccess: learn the directories at least
-		key := keyOfPath(x.Req[Ref].Path)
-		if x.Req[Ref].Method == "POST" {
+		key := v2diff.KeyOfPath(x.Req[v2diff.Ref].Path)
+		if x.Req[v2diff.Ref].Method == "POST" {
 			key += "/?"
 		}
 		for _, a := range ancestorsOf(key) {
@@ -823,13 +825,13 @@ func (rs *randSeq) learn(x *Exchange) {
 		return
 	}
 	key := str(n["key"])
-	mi, _ := numField(n, "modifiedIndex")
-	ord, _ := rs.s.Idx[Ref].Floor(mi)
-	switch x.Action(Ref) {
+	mi, _ := v2diff.NumField(n, "modifiedIndex")
+	ord, _ := rs.s.Idx[v2diff.Ref].Floor(mi)
+	switch x.Action(v2diff.Ref) {
 	case "delete", "compareAndDelete", "expire":
 		rs.forget(key)
 	default:
-		if x.Action(Ref) == "set" && n["dir"] == true {
+		if x.Action(v2diff.Ref) == "set" && n["dir"] == true {
 			delete(rs.model, key) // a set dir=true replaces a file
 		}
 		m := &mnode{dir: n["dir"] == true, mod: ord}
@@ -838,7 +840,7 @@ func (rs *randSeq) learn(x *Exchange) {
 		}
 		if v, ok := n["value"].(string); ok {
 			m.value = v
-		} else if old := rs.model[key]; old != nil && !m.dir && x.Node(Ref, "node")["value"] == nil {
+		} else if old := rs.model[key]; old != nil && !m.dir && x.Node(v2diff.Ref, "node")["value"] == nil {
 			m.value = old.value // noValueOnSuccess hides it; not needed exactly
 		}
 		rs.model[key] = m

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/v2bridge/v2bridge/v2diff"
 )
 
 // step is one request of a scripted case, sent to both servers. Form and
@@ -79,7 +81,7 @@ type caseRun struct {
 	t       *testing.T
 	ctx     context.Context // bounds the case's watches
 	e       *env
-	s       *Session
+	s       *v2diff.Session
 	v       vars
 	watches map[string]*watchPair
 	n       int
@@ -89,7 +91,7 @@ type caseRun struct {
 func (e *env) runCase(t *testing.T, c scriptCase) {
 	e.clearTree(t)
 	ctx, cancel := ctxFor(t, caseTimeout)
-	r := &caseRun{t: t, ctx: ctx, e: e, s: NewSession(), v: newVars(), watches: map[string]*watchPair{},
+	r := &caseRun{t: t, ctx: ctx, e: e, s: v2diff.NewSession(), v: newVars(), watches: map[string]*watchPair{},
 		allowed: c.allowed()}
 	defer func() {
 		cancel()
@@ -107,9 +109,9 @@ func (e *env) runCase(t *testing.T, c scriptCase) {
 	}
 }
 
-func (r *caseRun) build(side Side, st step) *Request {
+func (r *caseRun) build(side v2diff.Side, st step) *v2diff.Request {
 	t := r.t
-	req := &Request{Method: st.Method, Path: r.v.expand(t, side, st.Path), RawBody: st.RawBody,
+	req := &v2diff.Request{Method: st.Method, Path: r.v.expand(t, side, st.Path), RawBody: st.RawBody,
 		ContentType: st.ContentType,
 		Form:        r.v.expandValues(t, side, pairs(st.Form)), Query: r.v.expandValues(t, side, pairs(st.Query))}
 	if req.Method == "" {
@@ -133,29 +135,29 @@ func (r *caseRun) step(i int, st step) {
 		r.startWatch(label, st)
 		return
 	}
-	reqs := [2]*Request{r.build(Ref, st), r.build(Bridge, st)}
+	reqs := [2]*v2diff.Request{r.build(v2diff.Ref, st), r.build(v2diff.Bridge, st)}
 	ctx, cancel := ctxFor(t, requestTimeout)
 	defer cancel()
 	resps, err := r.e.pair.DoBoth(ctx, reqs)
 	if err != nil {
 		t.Fatalf("%s: %v", label, err)
 	}
-	x := NewExchange(reqs, resps)
-	r.finish(label, st, x, [2]*Response{})
+	x := v2diff.NewExchange(reqs, resps)
+	r.finish(label, st, x, [2]*v2diff.Response{})
 }
 
 // finish checks, registers, compares and saves one exchange.
-func (r *caseRun) finish(label string, st step, x *Exchange, watchResp [2]*Response) {
+func (r *caseRun) finish(label string, st step, x *v2diff.Exchange, watchResp [2]*v2diff.Response) {
 	t := r.t
 	t.Helper()
 	r.n++
-	if st.Status != 0 && x.Resp[Ref].Status != st.Status {
-		t.Errorf("%s: the reference answered %s, the case expects status %d\n%s", label, x.Resp[Ref], st.Status,
-			x.Req[Ref])
+	if st.Status != 0 && x.Resp[v2diff.Ref].Status != st.Status {
+		t.Errorf("%s: the reference answered %s, the case expects status %d\n%s", label, x.Resp[v2diff.Ref], st.Status,
+			x.Req[v2diff.Ref])
 	}
-	if st.Code != 0 && x.ErrorCode(Ref) != st.Code {
-		t.Errorf("%s: the reference answered %s, the case expects error %d\n%s", label, x.Resp[Ref], st.Code,
-			x.Req[Ref])
+	if st.Code != 0 && x.ErrorCode(v2diff.Ref) != st.Code {
+		t.Errorf("%s: the reference answered %s, the case expects error %d\n%s", label, x.Resp[v2diff.Ref], st.Code,
+			x.Req[v2diff.Ref])
 	}
 	r.s.Register(x)
 	if st.Save != "" {
@@ -163,7 +165,7 @@ func (r *caseRun) finish(label string, st step, x *Exchange, watchResp [2]*Respo
 	}
 	diffs := compareShape(x)
 	if !st.Shape {
-		diffs = r.s.Compare(x, x.Req[Ref].BoolParam("sorted"))
+		diffs = r.s.Compare(x, x.Req[v2diff.Ref].BoolParam("sorted"))
 	}
 	fails, excused := excuse(r.s, x, diffs)
 	if len(fails) > 0 {
@@ -184,12 +186,12 @@ func (r *caseRun) finish(label string, st step, x *Exchange, watchResp [2]*Respo
 func (r *caseRun) startWatch(label string, st step) {
 	t := r.t
 	t.Helper()
-	reqs := [2]*Request{r.build(Ref, st), r.build(Bridge, st)}
+	reqs := [2]*v2diff.Request{r.build(v2diff.Ref, st), r.build(v2diff.Bridge, st)}
 	ctx := r.ctx
 	var ws [2]*Watch
 	errs := make(chan error, 2)
-	for side := Ref; side <= Bridge; side++ {
-		go func(side Side) {
+	for side := v2diff.Ref; side <= v2diff.Bridge; side++ {
+		go func(side v2diff.Side) {
 			w, err := r.e.pair[side].StartWatch(ctx, reqs[side])
 			ws[side] = w
 			errs <- err
@@ -201,20 +203,20 @@ func (r *caseRun) startWatch(label string, st step) {
 		}
 	}
 	r.watches[st.Watch] = &watchPair{ws: ws, reqs: reqs}
-	heads := [2]*Response{ws[0].Resp, ws[1].Resp}
+	heads := [2]*v2diff.Response{ws[0].Resp, ws[1].Resp}
 	if ws[0].Resp.Status != 200 || ws[1].Resp.Status != 200 {
 		// An error answer: compare it whole.
-		var resps [2]*Response
+		var resps [2]*v2diff.Response
 		for side := range ws {
 			body := r.readAll(label, ws[side])
-			resps[side] = &Response{Status: ws[side].Resp.Status, Header: ws[side].Resp.Header, Body: body}
+			resps[side] = &v2diff.Response{Status: ws[side].Resp.Status, Header: ws[side].Resp.Header, Body: body}
 		}
-		x := NewExchange(reqs, resps)
+		x := v2diff.NewExchange(reqs, resps)
 		x.Watch = true
-		r.finish(label, st, x, [2]*Response{})
+		r.finish(label, st, x, [2]*v2diff.Response{})
 		return
 	}
-	x := NewExchange(reqs, [2]*Response{
+	x := v2diff.NewExchange(reqs, [2]*v2diff.Response{
 		{Status: heads[0].Status, Header: heads[0].Header},
 		{Status: heads[1].Status, Header: heads[1].Header},
 	})
@@ -245,7 +247,7 @@ const awaitTimeout = 15 * time.Second
 // watchPair is one watch started on both servers.
 type watchPair struct {
 	ws   [2]*Watch
-	reqs [2]*Request
+	reqs [2]*v2diff.Request
 }
 
 // graceAfterFirst is how long an event may trail the other server's
@@ -266,7 +268,7 @@ func (r *caseRun) await(label string, st step) {
 		for side := range ws {
 			l, err := ws[side].Next(ctx)
 			if err != nil || l != nil {
-				t.Errorf("%s: %s: want the end of the watch body, got %q, %v", label, Side(side), l, err)
+				t.Errorf("%s: %s: want the end of the watch body, got %q, %v", label, v2diff.Side(side), l, err)
 			}
 		}
 		return
@@ -277,17 +279,17 @@ func (r *caseRun) await(label string, st step) {
 	}
 	for k := 0; k < n; k++ {
 		type got struct {
-			side Side
+			side v2diff.Side
 			line []byte
 			err  error
 		}
 		ch := make(chan got, 2)
 		gctx, gcancel := context.WithCancel(ctx)
 		for side := range ws {
-			go func(side Side) {
+			go func(side v2diff.Side) {
 				l, err := ws[side].Next(gctx)
 				ch <- got{side, l, err}
-			}(Side(side))
+			}(v2diff.Side(side))
 		}
 		var lines [2][]byte
 		var errs []string
@@ -316,11 +318,11 @@ func (r *caseRun) await(label string, st step) {
 		if lines[0] == nil && lines[1] == nil {
 			t.Fatalf("%s: event %d of watch %s: %s", label, k+1, st.Await, strings.Join(errs, "; "))
 		}
-		x := NewExchange(wp.reqs, [2]*Response{{Status: 200, Header: map[string][]string{}, Body: lines[0]},
+		x := v2diff.NewExchange(wp.reqs, [2]*v2diff.Response{{Status: 200, Header: map[string][]string{}, Body: lines[0]},
 			{Status: 200, Header: map[string][]string{}, Body: lines[1]}})
 		x.Watch = true
 		x.Event = true
-		r.finish(fmt.Sprintf("%s event %d", label, k+1), st, x, [2]*Response{})
+		r.finish(fmt.Sprintf("%s event %d", label, k+1), st, x, [2]*v2diff.Response{})
 		if lines[0] == nil || lines[1] == nil {
 			return // one watch is out of step with the other now
 		}
@@ -330,28 +332,28 @@ func (r *caseRun) await(label string, st step) {
 // compareShape compares status, content type and the JSON structure (field
 // names and kinds of values) of two answers; an empty list matches a list of
 // anything but is reported, as the bridge's empty peerURLs are.
-func compareShape(x *Exchange) []Diff {
-	var out []Diff
-	if x.Resp[Ref].Status != x.Resp[Bridge].Status {
-		out = append(out, Diff{Where: "status", Field: "status", Ref: x.Resp[Ref].Status, Bridge: x.Resp[Bridge].Status})
+func compareShape(x *v2diff.Exchange) []v2diff.Diff {
+	var out []v2diff.Diff
+	if x.Resp[v2diff.Ref].Status != x.Resp[v2diff.Bridge].Status {
+		out = append(out, v2diff.Diff{Where: "status", Field: "status", Ref: x.Resp[v2diff.Ref].Status, Bridge: x.Resp[v2diff.Bridge].Status})
 	}
-	if a, b := x.Resp[Ref].Header.Get("Content-Type"), x.Resp[Bridge].Header.Get("Content-Type"); a != b {
-		out = append(out, Diff{Where: "header Content-Type", Field: "Content-Type", Ref: a, Bridge: b})
+	if a, b := x.Resp[v2diff.Ref].Header.Get("Content-Type"), x.Resp[v2diff.Bridge].Header.Get("Content-Type"); a != b {
+		out = append(out, v2diff.Diff{Where: "header Content-Type", Field: "Content-Type", Ref: a, Bridge: b})
 	}
-	if x.JSON[Ref] == nil && x.JSON[Bridge] == nil {
+	if x.JSON[v2diff.Ref] == nil && x.JSON[v2diff.Bridge] == nil {
 		return out
 	}
-	return append(out, diffShape("body", "", x.JSON[Ref], x.JSON[Bridge])...)
+	return append(out, diffShape("body", "", x.JSON[v2diff.Ref], x.JSON[v2diff.Bridge])...)
 }
 
-func diffShape(where, field string, r, b any) []Diff {
+func diffShape(where, field string, r, b any) []v2diff.Diff {
 	if kind(r) != kind(b) {
-		return []Diff{{Where: where, Field: field, Ref: kind(r), Bridge: kind(b), Note: "shape"}}
+		return []v2diff.Diff{{Where: where, Field: field, Ref: kind(r), Bridge: kind(b), Note: "shape"}}
 	}
 	switch rv := r.(type) {
 	case map[string]any:
 		bv := b.(map[string]any)
-		var out []Diff
+		var out []v2diff.Diff
 		for _, k := range unionKeys(rv, bv) {
 			out = append(out, diffShape(where+"."+k, k, rv[k], bv[k])...)
 		}
@@ -360,7 +362,7 @@ func diffShape(where, field string, r, b any) []Diff {
 		bv := b.([]any)
 		if len(rv) == 0 || len(bv) == 0 {
 			if len(rv) != len(bv) {
-				return []Diff{{Where: where, Field: field, Ref: len(rv), Bridge: len(bv), Note: "list length"}}
+				return []v2diff.Diff{{Where: where, Field: field, Ref: len(rv), Bridge: len(bv), Note: "list length"}}
 			}
 			return nil
 		}
@@ -393,10 +395,10 @@ func (r *caseRun) bulk(label string, st step) {
 	t := r.t
 	ctx, cancel := ctxFor(t, 2*time.Minute)
 	defer cancel()
-	var resps [2][]*Response
-	var reqs [2][]*Request
+	var resps [2][]*v2diff.Response
+	var reqs [2][]*v2diff.Request
 	errs := make(chan error, 2)
-	for side := Ref; side <= Bridge; side++ {
+	for side := v2diff.Ref; side <= v2diff.Bridge; side++ {
 		for i := 0; i < st.Bulk; i++ {
 			one := st
 			one.Path = strings.ReplaceAll(st.Path, "{i}", fmt.Sprint(i))
@@ -406,7 +408,7 @@ func (r *caseRun) bulk(label string, st step) {
 			}
 			reqs[side] = append(reqs[side], r.build(side, one))
 		}
-		go func(side Side) {
+		go func(side v2diff.Side) {
 			for _, q := range reqs[side] {
 				resp, err := r.e.pair[side].Do(ctx, q)
 				if err != nil {
@@ -424,8 +426,8 @@ func (r *caseRun) bulk(label string, st step) {
 		}
 	}
 	for i := range resps[0] {
-		x := NewExchange([2]*Request{reqs[0][i], reqs[1][i]}, [2]*Response{resps[0][i], resps[1][i]})
-		if x.Resp[Ref].Status != x.Resp[Bridge].Status || x.Resp[Ref].Status >= 300 {
+		x := v2diff.NewExchange([2]*v2diff.Request{reqs[0][i], reqs[1][i]}, [2]*v2diff.Response{resps[0][i], resps[1][i]})
+		if x.Resp[v2diff.Ref].Status != x.Resp[v2diff.Bridge].Status || x.Resp[v2diff.Ref].Status >= 300 {
 			t.Fatalf("%s: repetition %d\n%s", label, i, report(x, nil))
 		}
 		r.s.Register(x)

@@ -18,10 +18,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/v2bridge/v2bridge/conformance"
 	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/upstream"
+	"github.com/v2bridge/v2bridge/v2diff"
 )
 
 // job is one sampled request and the upstream's answer to it.
@@ -61,8 +61,8 @@ const (
 type result struct {
 	outcome outcome
 	key     string // the key the comparison was about
-	x       *conformance.Exchange
-	diffs   []conformance.Diff
+	x       *v2diff.Exchange
+	diffs   []v2diff.Diff
 }
 
 // lagging is the kind a lagging comparison is listed under among the recent
@@ -79,7 +79,7 @@ func (s *Shadow) compare(j *job) {
 	if j.method == http.MethodGet || j.method == http.MethodHead {
 		op = "read"
 		q := read{method: j.method, path: j.path, query: j.query, auth: j.auth, upstream: j.ans.Upstream}
-		res = s.checkRead(ctx, q, &conformance.Response{Status: j.ans.Status, Header: j.ans.Header, Body: j.ans.Body})
+		res = s.checkRead(ctx, q, &v2diff.Response{Status: j.ans.Status, Header: j.ans.Header, Body: j.ans.Body})
 	} else {
 		res = s.checkWrite(ctx, j)
 	}
@@ -123,7 +123,7 @@ func (s *Shadow) compare(j *job) {
 }
 
 // checkRead compares the upstream's answer ref to q with the v3 side's.
-func (s *Shadow) checkRead(ctx context.Context, q read, ref *conformance.Response) result {
+func (s *Shadow) checkRead(ctx context.Context, q read, ref *v2diff.Response) result {
 	res, err := s.agree(ctx, q, ref)
 	if err != nil || res.outcome != diverged {
 		return res
@@ -152,7 +152,7 @@ func (s *Shadow) checkRead(ctx context.Context, q read, ref *conformance.Respons
 
 // agree asks the v3 side q until its answer agrees with ref, for at most
 // the catch-up time.
-func (s *Shadow) agree(ctx context.Context, q read, ref *conformance.Response) (result, error) {
+func (s *Shadow) agree(ctx context.Context, q read, ref *v2diff.Response) (result, error) {
 	deadline := time.Now().Add(s.cfg.CatchUp)
 	wait := 20 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -180,12 +180,12 @@ func (s *Shadow) agree(ctx context.Context, q read, ref *conformance.Response) (
 // checkWrite checks that the v3 side's node at a written key becomes the
 // node the upstream answered the write with.
 func (s *Shadow) checkWrite(ctx context.Context, j *job) result {
-	ref := &conformance.Response{Status: j.ans.Status, Header: j.ans.Header, Body: j.ans.Body}
-	x := conformance.NewExchange([2]*conformance.Request{}, [2]*conformance.Response{ref, ref})
-	node, prev := x.Node(conformance.Ref, "node"), x.Node(conformance.Ref, "prevNode")
-	action := x.Action(conformance.Ref)
+	ref := &v2diff.Response{Status: j.ans.Status, Header: j.ans.Header, Body: j.ans.Body}
+	x := v2diff.NewExchange([2]*v2diff.Request{}, [2]*v2diff.Response{ref, ref})
+	node, prev := x.Node(v2diff.Ref, "node"), x.Node(v2diff.Ref, "prevNode")
+	action := x.Action(v2diff.Ref)
 	key, _ := node["key"].(string)
-	if j.ans.Status >= 300 || x.ErrorCode(conformance.Ref) != 0 || node == nil || key == "" || !s.under(key) {
+	if j.ans.Status >= 300 || x.ErrorCode(v2diff.Ref) != 0 || node == nil || key == "" || !s.under(key) {
 		return result{outcome: skipped}
 	}
 	var want map[string]any // the node after the write; nil: no node
@@ -200,7 +200,7 @@ func (s *Shadow) checkWrite(ctx context.Context, j *job) result {
 		upstream: j.ans.Upstream}
 	deadline := time.Now().Add(s.cfg.CatchUp)
 	wait := 20 * time.Millisecond
-	var b *conformance.Response
+	var b *v2diff.Response
 	for attempt := 0; ; attempt++ {
 		var err error
 		if b, err = s.ask(ctx, q); err != nil {
@@ -222,9 +222,9 @@ func (s *Shadow) checkWrite(ctx context.Context, j *job) result {
 	}
 	if s.holds(b, prev) {
 		// Still the node from before the write: not applied yet.
-		bx := conformance.NewExchange([2]*conformance.Request{}, [2]*conformance.Response{ref, b})
+		bx := v2diff.NewExchange([2]*v2diff.Request{}, [2]*v2diff.Response{ref, b})
 		return result{outcome: lagged, key: key, x: bx,
-			diffs: []conformance.Diff{{Where: "node", Field: "node", NodeKey: key, Ref: want, Bridge: bx.Node(conformance.Bridge, "node")}}}
+			diffs: []v2diff.Diff{{Where: "node", Field: "node", NodeKey: key, Ref: want, Bridge: bx.Node(v2diff.Bridge, "node")}}}
 	}
 	// Neither the write nor the state before it: the key may have changed
 	// since on the upstream too. Compare with what the upstream holds now.
@@ -241,20 +241,20 @@ func (s *Shadow) checkWrite(ctx context.Context, j *job) result {
 
 // holds reports whether the v3 side's answer b to a GET of a key shows the
 // node want (nil: no node, error 100).
-func (s *Shadow) holds(b *conformance.Response, want map[string]any) bool {
-	bx := conformance.NewExchange([2]*conformance.Request{}, [2]*conformance.Response{b, b})
-	code := bx.ErrorCode(conformance.Ref)
+func (s *Shadow) holds(b *v2diff.Response, want map[string]any) bool {
+	bx := v2diff.NewExchange([2]*v2diff.Request{}, [2]*v2diff.Response{b, b})
+	code := bx.ErrorCode(v2diff.Ref)
 	if want == nil {
 		return code == translate.EcodeKeyNotFound
 	}
-	got := bx.Node(conformance.Ref, "node")
+	got := bx.Node(v2diff.Ref, "node")
 	if code != 0 || got == nil {
 		return false
 	}
 	if _, ok := want["nodes"]; !ok {
 		delete(got, "nodes") // a directory's GET lists its children; its write answer does not
 	}
-	sess := conformance.NewSession()
+	sess := v2diff.NewSession()
 	for _, d := range sess.CompareNode("node", want, got) {
 		if !s.tolerable(d) {
 			return false
@@ -266,13 +266,13 @@ func (s *Shadow) holds(b *conformance.Response, want map[string]any) bool {
 // diff compares the upstream's answer ref to q with the v3 side's answer b,
 // as the conformance suite compares a bridge with a v2 server; what it
 // excuses, and TTLs within the tolerance, are left out.
-func (s *Shadow) diff(q read, ref, b *conformance.Response) (*conformance.Exchange, []conformance.Diff) {
-	req := &conformance.Request{Method: q.method, Path: q.target()}
-	x := conformance.NewExchange([2]*conformance.Request{req, req}, [2]*conformance.Response{ref, b})
-	sess := conformance.NewSession()
-	var out []conformance.Diff
+func (s *Shadow) diff(q read, ref, b *v2diff.Response) (*v2diff.Exchange, []v2diff.Diff) {
+	req := &v2diff.Request{Method: q.method, Path: q.target()}
+	x := v2diff.NewExchange([2]*v2diff.Request{req, req}, [2]*v2diff.Response{ref, b})
+	sess := v2diff.NewSession()
+	var out []v2diff.Diff
 	for _, d := range sess.Compare(x, req.BoolParam("sorted")) {
-		if conformance.Excuse(sess, x, d) != nil || s.tolerable(d) {
+		if v2diff.Excuse(sess, x, d) != nil || s.tolerable(d) {
 			continue
 		}
 		out = append(out, d)
@@ -282,7 +282,7 @@ func (s *Shadow) diff(q read, ref, b *conformance.Response) (*conformance.Exchan
 
 // same reports whether two answers of the upstream to q agree (it did not
 // change in between).
-func (s *Shadow) same(q read, a, b *conformance.Response) bool {
+func (s *Shadow) same(q read, a, b *v2diff.Response) bool {
 	_, diffs := s.diff(q, a, b)
 	return len(diffs) == 0
 }
@@ -290,7 +290,7 @@ func (s *Shadow) same(q read, a, b *conformance.Response) bool {
 // tolerable reports whether d is two TTLs or expirations of one node within
 // the tolerance (the conformance suite's own is tighter: it compares two
 // servers written at the same moment, not a copy a follower made).
-func (s *Shadow) tolerable(d conformance.Diff) bool {
+func (s *Shadow) tolerable(d v2diff.Diff) bool {
 	switch d.Field {
 	case "ttl":
 		r, rok := d.Ref.(json.Number)
@@ -316,8 +316,8 @@ func (s *Shadow) tolerable(d conformance.Diff) bool {
 
 // kindOf names what differs most: whether the key is there at all, then
 // the error, the kind of node, its children, its value, its TTL.
-func kindOf(x *conformance.Exchange, diffs []conformance.Diff) string {
-	rc, bc := x.ErrorCode(conformance.Ref), x.ErrorCode(conformance.Bridge)
+func kindOf(x *v2diff.Exchange, diffs []v2diff.Diff) string {
+	rc, bc := x.ErrorCode(v2diff.Ref), x.ErrorCode(v2diff.Bridge)
 	switch {
 	case rc == bc:
 	case rc == 0 && bc == translate.EcodeKeyNotFound:
@@ -350,7 +350,7 @@ func kindOf(x *conformance.Exchange, diffs []conformance.Diff) string {
 
 // keyOf is the key a difference is about: the node holding the first
 // differing field, else the key the request names.
-func keyOf(p string, diffs []conformance.Diff) string {
+func keyOf(p string, diffs []v2diff.Diff) string {
 	for _, d := range diffs {
 		if d.NodeKey != "" {
 			return d.NodeKey
@@ -371,7 +371,7 @@ func (s *Shadow) under(k string) bool {
 // ask has the v3 side answer q as a v3-mode bridge would, within the
 // timeout. An answer that says the v3 side is unavailable is an error, not
 // an answer to compare.
-func (s *Shadow) ask(ctx context.Context, q read) (*conformance.Response, error) {
+func (s *Shadow) ask(ctx context.Context, q read) (*v2diff.Response, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	r, err := http.NewRequestWithContext(cctx, q.method, q.target(), nil)
@@ -386,7 +386,7 @@ func (s *Shadow) ask(ctx context.Context, q read) (*conformance.Response, error)
 	if rec.status == 0 {
 		rec.status = http.StatusOK
 	}
-	resp := &conformance.Response{Status: rec.status, Header: rec.h, Body: rec.body.Bytes()}
+	resp := &v2diff.Response{Status: rec.status, Header: rec.h, Body: rec.body.Bytes()}
 	if q.method == http.MethodHead {
 		resp.Body = nil // an HTTP server sends no body to a HEAD
 	}
@@ -397,7 +397,7 @@ func (s *Shadow) ask(ctx context.Context, q read) (*conformance.Response, error)
 }
 
 // fetch reads q from the upstream again, within the timeout.
-func (s *Shadow) fetch(ctx context.Context, q read) (*conformance.Response, error) {
+func (s *Shadow) fetch(ctx context.Context, q read) (*v2diff.Response, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	r, err := http.NewRequestWithContext(cctx, q.method, strings.TrimSuffix(q.upstream, "/")+q.target(), nil)
@@ -419,7 +419,7 @@ func (s *Shadow) fetch(ctx context.Context, q read) (*conformance.Response, erro
 	if len(body) > s.cfg.MaxBody {
 		return nil, fmt.Errorf("re-reading %s from the upstream: answer over %d bytes", q.target(), s.cfg.MaxBody)
 	}
-	return &conformance.Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
+	return &v2diff.Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
 }
 
 // report counts and logs a divergence (kind) or a lagging comparison: the

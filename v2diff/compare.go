@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package conformance
+package v2diff
 
 import (
 	"bytes"
@@ -154,15 +154,15 @@ type Exchange struct {
 	Watch, Event bool
 }
 
-// Ref's body as an object (nil if none).
-func (x *Exchange) obj(s Side) map[string]any {
+// Object is side s's body as an object (nil if none).
+func (x *Exchange) Object(s Side) map[string]any {
 	m, _ := x.JSON[s].(map[string]any)
 	return m
 }
 
 // ErrorCode is the v2 errorCode of side s's answer, 0 if it is not an error.
 func (x *Exchange) ErrorCode(s Side) int {
-	if m := x.obj(s); m != nil {
+	if m := x.Object(s); m != nil {
 		if n, ok := m["errorCode"].(json.Number); ok {
 			c, _ := n.Int64()
 			return int(c)
@@ -173,7 +173,7 @@ func (x *Exchange) ErrorCode(s Side) int {
 
 // Action is the v2 action of side s's answer ("" for errors).
 func (x *Exchange) Action(s Side) string {
-	if m := x.obj(s); m != nil {
+	if m := x.Object(s); m != nil {
 		a, _ := m["action"].(string)
 		return a
 	}
@@ -182,14 +182,16 @@ func (x *Exchange) Action(s Side) string {
 
 // Node returns side s's body.node as an object.
 func (x *Exchange) Node(s Side, field string) map[string]any {
-	if m := x.obj(s); m != nil {
+	if m := x.Object(s); m != nil {
 		n, _ := m[field].(map[string]any)
 		return n
 	}
 	return nil
 }
 
-func decodeJSON(b []byte) any {
+// DecodeJSON decodes a body as the comparison sees it: one JSON value, its
+// numbers kept as json.Number; nil if the body is not one JSON value.
+func DecodeJSON(b []byte) any {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil
 	}
@@ -205,7 +207,8 @@ func decodeJSON(b []byte) any {
 	return v
 }
 
-func numField(m map[string]any, f string) (uint64, bool) {
+// NumField is field f of a decoded object as an unsigned number (an index).
+func NumField(m map[string]any, f string) (uint64, bool) {
 	n, ok := m[f].(json.Number)
 	if !ok {
 		return 0, false
@@ -226,7 +229,7 @@ func NewExchange(reqs [2]*Request, resps [2]*Response) *Exchange {
 	x := &Exchange{Req: reqs, Resp: resps}
 	for i, r := range resps {
 		if r != nil {
-			x.JSON[i] = decodeJSON(r.Body)
+			x.JSON[i] = DecodeJSON(r.Body)
 		}
 	}
 	return x
@@ -236,7 +239,7 @@ func NewExchange(reqs [2]*Request, resps [2]*Response) *Exchange {
 // same ordinal on both sides. It runs before the exchange is compared.
 func (s *Session) Register(x *Exchange) {
 	writeOK := func(side Side) (uint64, bool) {
-		m := x.obj(side)
+		m := x.Object(side)
 		if m == nil || m["errorCode"] != nil || x.Event && x.Resp[side].Status != 200 {
 			return 0, false
 		}
@@ -245,7 +248,7 @@ func (s *Session) Register(x *Exchange) {
 			return 0, false
 		}
 		if n, _ := m["node"].(map[string]any); n != nil {
-			return numField(n, "modifiedIndex")
+			return NumField(n, "modifiedIndex")
 		}
 		// noValueOnSuccess: a write's X-Etcd-Index is its own index.
 		u, err := strconv.ParseUint(x.Resp[side].Header.Get("X-Etcd-Index"), 10, 64)
@@ -290,7 +293,7 @@ func (s *Session) registerLife(x *Exchange, ri, bi uint64) {
 		}
 		key = str(n["key"])
 		prev := x.Node(Ref, "prevNode")
-		ci, _ := numField(n, "createdIndex")
+		ci, _ := NumField(n, "createdIndex")
 		replace = action == "set" && prev != nil && prev["dir"] == nil
 		fresh = !replace && ci == ri
 	} else {
@@ -299,7 +302,7 @@ func (s *Session) registerLife(x *Exchange, ri, bi uint64) {
 		if x.Req[Ref].BoolParam("dir") || x.Req[Ref].Method == "POST" {
 			return
 		}
-		key = keyOfPath(x.Req[Ref].Path)
+		key = KeyOfPath(x.Req[Ref].Path)
 		fresh = x.Resp[Ref].Status == 201
 		replace = action == "set" && x.Resp[Ref].Status == 200
 	}
@@ -347,8 +350,8 @@ func (s *Session) OriginalCreate(key string, ri uint64) (uint64, bool) {
 	return l.bridgeCreated, true
 }
 
-// keyOfPath is the v2 key a /v2/keys URL path names.
-func keyOfPath(p string) string {
+// KeyOfPath is the v2 key a /v2/keys URL path names.
+func KeyOfPath(p string) string {
 	if i := strings.IndexByte(p, '?'); i >= 0 {
 		p = p[:i]
 	}

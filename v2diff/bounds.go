@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package conformance
+package v2diff
 
 import (
 	"encoding/json"
@@ -31,8 +31,9 @@ func isError(x *Exchange, side Side, status, code int) bool {
 	return x.Resp[side] != nil && x.Resp[side].Status == status && x.ErrorCode(side) == code
 }
 
-// uintParam is a parameter as v2 parses an unsigned one.
-func uintParam(r *Request, name string) (uint64, bool) {
+// UintParam is a parameter of r as v2 parses an unsigned one, and whether
+// it was given as one.
+func UintParam(r *Request, name string) (uint64, bool) {
 	v, ok := r.Param(name)
 	if !ok {
 		return 0, false
@@ -67,7 +68,7 @@ func leaseOf(n map[string]any, lo, hi uint64) string {
 	if n == nil {
 		return "no node"
 	}
-	ttl, ok := numField(n, "ttl")
+	ttl, ok := NumField(n, "ttl")
 	if !ok || ttl < lo || ttl > hi {
 		return "ttl " + show(n["ttl"]) + " outside " + strconv.FormatUint(lo, 10) + "–" + strconv.FormatUint(hi, 10)
 	}
@@ -100,13 +101,13 @@ func validHistoryEvent(s *Session, x *Exchange, ev map[string]any, head *Respons
 	action := str(ev["action"])
 	n, _ := ev["node"].(map[string]any)
 	prev, _ := ev["prevNode"].(map[string]any)
-	mi, ok := numField(n, "modifiedIndex")
+	mi, ok := NumField(n, "modifiedIndex")
 	switch {
 	case !in(action, writeActions):
 		return "action " + show(ev["action"])
 	case n == nil || !ok || mi == 0:
 		return "no node with a modifiedIndex"
-	case !watchMatches(keyOfPath(x.Req[Bridge].Path), x.Req[Bridge].BoolParam("recursive"), action, n, prev):
+	case !watchMatches(KeyOfPath(x.Req[Bridge].Path), x.Req[Bridge].BoolParam("recursive"), action, n, prev):
 		return "an event the watch does not match"
 	case !valueFits(action, n):
 		return "a value where there is none, or none where there is one"
@@ -114,11 +115,11 @@ func validHistoryEvent(s *Session, x *Exchange, ev map[string]any, head *Respons
 	if w, ok := s.written[mi]; ok && (w.action != action || w.node["key"] != n["key"]) {
 		return "the index of another write"
 	}
-	wi, _ := uintParam(x.Req[Bridge], "waitIndex")
+	wi, _ := UintParam(x.Req[Bridge], "waitIndex")
 	if mi < wi {
 		return "modifiedIndex before waitIndex"
 	}
-	if i, ok := s.FirstMatch(keyOfPath(x.Req[Bridge].Path), x.Req[Bridge].BoolParam("recursive"), wi, mi); ok && first {
+	if i, ok := s.FirstMatch(KeyOfPath(x.Req[Bridge].Path), x.Req[Bridge].BoolParam("recursive"), wi, mi); ok && first {
 		return "not the first event the watch matches: " + strconv.FormatUint(i, 10) + " is"
 	}
 	if head != nil {
@@ -134,8 +135,8 @@ func validHistoryEvent(s *Session, x *Exchange, ev map[string]any, head *Respons
 // or "".
 func silentWatch(s *Session, x *Exchange) string {
 	r := x.Req[Bridge]
-	wi, _ := uintParam(r, "waitIndex")
-	if i, ok := s.FirstMatch(keyOfPath(r.Path), r.BoolParam("recursive"), wi, math.MaxUint64); ok {
+	wi, _ := UintParam(r, "waitIndex")
+	if i, ok := s.FirstMatch(KeyOfPath(r.Path), r.BoolParam("recursive"), wi, math.MaxUint64); ok {
 		return "waiting, but write " + strconv.FormatUint(i, 10) + " matches"
 	}
 	return ""

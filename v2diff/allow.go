@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package conformance
+package v2diff
 
 import (
 	"math"
@@ -174,24 +174,24 @@ func matchHistoryHorizon(s *Session, x *Exchange, d Diff) bool {
 		return in(d.Where, []string{"status", "header X-Raft-Index", "header X-Raft-Term", "body"}) &&
 			silentWatch(s, x) == ""
 	}
-	return in(d.Where, wholeAnswer) && validHistoryEvent(s, x, x.obj(Bridge), x.Resp[Bridge], true) == ""
+	return in(d.Where, wholeAnswer) && validHistoryEvent(s, x, x.Object(Bridge), x.Resp[Bridge], true) == ""
 }
 
 // matchStreamHistory: after its one event from history, v2's stream is
 // silent; the bridge's goes on with later events.
 func matchStreamHistory(s *Session, x *Exchange, d Diff) bool {
-	wi, ok := uintParam(x.Req[Ref], "waitIndex")
+	wi, ok := UintParam(x.Req[Ref], "waitIndex")
 	if !x.Event || !x.Req[Ref].BoolParam("stream") || !ok || wi == 0 || len(x.Resp[Ref].Body) != 0 ||
 		d.Where != "body" {
 		return false
 	}
 	// Not necessarily the first match: the stream sent earlier ones.
-	return validHistoryEvent(s, x, x.obj(Bridge), nil, false) == ""
+	return validHistoryEvent(s, x, x.Object(Bridge), nil, false) == ""
 }
 
 // matchTTLMinimum: ttl=0 and ttl=1 become a lease of MinLeaseTTL seconds.
 func matchTTLMinimum(s *Session, x *Exchange, d Diff) bool {
-	ttl, ok := uintParam(x.Req[Ref], "ttl")
+	ttl, ok := UintParam(x.Req[Ref], "ttl")
 	if !ok || ttl >= MinLeaseTTL || !in(d.Where, []string{"body.node.ttl", "body.node.expiration"}) {
 		return false
 	}
@@ -201,13 +201,13 @@ func matchTTLMinimum(s *Session, x *Exchange, d Diff) bool {
 // matchTTLOverflow: v2 overflows an expiration past 2262; the bridge honours
 // the TTL up to MaxLeaseTTL and refuses a larger one with 202.
 func matchTTLOverflow(s *Session, x *Exchange, d Diff) bool {
-	ttl, ok := uintParam(x.Req[Ref], "ttl")
+	ttl, ok := UintParam(x.Req[Ref], "ttl")
 	if !ok || ttl < overflowTTL() || x.Req[Ref].Method == "DELETE" || x.ErrorCode(Ref) != 0 {
 		return false
 	}
 	if ttl > MaxLeaseTTL {
 		return in(d.Where, refusalAnswer) && isError(x, Bridge, 400, 202) &&
-			str(x.obj(Bridge)["cause"]) == "ttl exceeds the maximum of 9000000000"
+			str(x.Object(Bridge)["cause"]) == "ttl exceeds the maximum of 9000000000"
 	}
 	if !in(d.Where, []string{"body.node.ttl", "body.node.expiration"}) || !overflowedInRef(x) {
 		return false
@@ -252,7 +252,7 @@ func matchDirTTLUpdate(s *Session, x *Exchange, d Diff) bool {
 		return false
 	}
 	// 3.5's 300 carries index 0, so X-Etcd-Index differs too.
-	if !isError(x, Ref, 500, 300) || !strings.Contains(str(x.obj(Ref)["cause"]), "Not a file") ||
+	if !isError(x, Ref, 500, 300) || !strings.Contains(str(x.Object(Ref)["cause"]), "Not a file") ||
 		!in(d.Where, refusalAnswer) {
 		return false
 	}
@@ -264,7 +264,7 @@ func matchDirTTLUpdate(s *Session, x *Exchange, d Diff) bool {
 // request asked for (none without ttl). It returns what is wrong, or "".
 func dirUpdate(x *Exchange) string {
 	n, prev := x.Node(Bridge, "node"), x.Node(Bridge, "prevNode")
-	key := keyOfPath(x.Req[Bridge].Path)
+	key := KeyOfPath(x.Req[Bridge].Path)
 	switch {
 	case x.Resp[Bridge].Status != 200 || x.Action(Bridge) != "update":
 		return "not a 200 update"
@@ -275,14 +275,14 @@ func dirUpdate(x *Exchange) string {
 	case n["value"] != nil || n["nodes"] != nil:
 		return "a value or children"
 	}
-	ci, _ := numField(n, "createdIndex")
-	pci, _ := numField(prev, "createdIndex")
-	mi, _ := numField(n, "modifiedIndex")
-	pmi, _ := numField(prev, "modifiedIndex")
+	ci, _ := NumField(n, "createdIndex")
+	pci, _ := NumField(prev, "createdIndex")
+	mi, _ := NumField(n, "modifiedIndex")
+	pmi, _ := NumField(prev, "modifiedIndex")
 	if ci == 0 || ci != pci || mi <= pmi || x.Resp[Bridge].Header.Get("X-Etcd-Index") != strconv.FormatUint(mi, 10) {
 		return "indexes"
 	}
-	ttl, ok := uintParam(x.Req[Bridge], "ttl")
+	ttl, ok := UintParam(x.Req[Bridge], "ttl")
 	if !ok {
 		if n["ttl"] != nil || n["expiration"] != nil {
 			return "a TTL without ttl"
@@ -302,7 +302,7 @@ func matchLimits(s *Session, x *Exchange, d Diff) bool {
 		// No body to name the limit: any exceeded key limit will do.
 		return b.Status == 400 && len(b.Body) == 0 && exceededLimit(x.Req[Bridge], "")
 	}
-	return isError(x, Bridge, 400, 209) && exceededLimit(x.Req[Bridge], str(x.obj(Bridge)["cause"]))
+	return isError(x, Bridge, 400, 209) && exceededLimit(x.Req[Bridge], str(x.Object(Bridge)["cause"]))
 }
 
 // limitChecks pair each refusal's cause with the test of the request that
