@@ -354,12 +354,14 @@ func (p *parked) end(bytes int, gone bool) {
 	}
 }
 
+// headExcluded are the headers a parked answer's head writes itself.
+var headExcluded = map[string]bool{"Date": true, "Content-Length": true, "Connection": true, "Transfer-Encoding": true}
+
 // appendHead is the head of a 200 with h and a chunked body.
 func appendHead(h http.Header, closing bool) []byte {
 	b := &headBuf{b: make([]byte, 0, 320)}
 	b.b = append(b.b, "HTTP/1.1 200 OK\r\n"...)
-	_ = h.WriteSubset(b, map[string]bool{"Date": true, "Content-Length": true, "Connection": true,
-		"Transfer-Encoding": true})
+	_ = h.WriteSubset(b, headExcluded)
 	b.b = append(b.b, "Date: "...)
 	b.b = time.Now().UTC().AppendFormat(b.b, http.TimeFormat)
 	if closing {

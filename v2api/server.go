@@ -372,7 +372,11 @@ func writeEvent(w http.ResponseWriter, ev *translate.Event) {
 // every event) follows. A watch whose backend is lost ends with an empty body,
 // which v2 clients answer by re-issuing it.
 func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *translate.Request) int {
-	wa, meta, err := s.cfg.Store.Watch(r.Context(), req)
+	// Registering is bounded by the backend's own deadline; a client that
+	// leaves meanwhile is noticed once the watch waits. Not deriving from
+	// the request's cancelable context spares every re-watch a
+	// registration with it.
+	wa, meta, err := s.cfg.Store.Watch(context.WithoutCancel(r.Context()), req)
 	if err != nil {
 		return writeError(w, err)
 	}
