@@ -5,7 +5,7 @@ COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.gitCommit=$(COMMIT)
 TESTTIME ?= 20m
 
-.PHONY: all build run test fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-failover soak vet tidy clean
+.PHONY: all build run test fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-failover soak vet lint golangci-lint tidy clean
 
 all: build
 
@@ -114,6 +114,22 @@ soak:
 
 vet:
 	$(GO) vet ./...
+
+# golangci-lint, pinned. The first make lint on a machine installs it with go
+# install from the module proxy (it builds for a few minutes); so does a
+# GOLANGCI_LINT of another version.
+GOLANGCI_LINT_VERSION := v2.6.2
+GOLANGCI_LINT ?= $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin/golangci-lint
+
+## lint: golangci-lint (the pinned GOLANGCI_LINT_VERSION, installed when missing) with .golangci.yml
+lint: golangci-lint
+	$(GOLANGCI_LINT) run ./...
+
+golangci-lint:
+	@if test "$$($(GOLANGCI_LINT) version --short 2>/dev/null)" != "$(GOLANGCI_LINT_VERSION:v%=%)"; then \
+		echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) as $(GOLANGCI_LINT) (go install; minutes the first time)"; \
+		GOBIN="$(abspath $(dir $(GOLANGCI_LINT)))" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
+	fi
 
 tidy:
 	$(GO) mod tidy

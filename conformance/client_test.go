@@ -86,7 +86,7 @@ func (s *Server) Do(ctx context.Context, r *v2diff.Request) (*v2diff.Response, e
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", s.Side, r, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: reading body: %w", s.Side, r, err)
@@ -148,7 +148,7 @@ func (s *Server) StartWatch(ctx context.Context, r *v2diff.Request) (*Watch, err
 	w := &Watch{Resp: &v2diff.Response{Status: resp.StatusCode, Header: resp.Header},
 		lines: make(chan line, 1024), errc: make(chan error, 1), cancel: cancel}
 	go func() {
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		defer close(w.lines)
 		br := bufio.NewReader(resp.Body)
 		for {

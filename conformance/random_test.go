@@ -181,7 +181,11 @@ func (r *randomRun) record(rs *randSeq, err error) {
 
 // storeMax raises a to v if v is larger.
 func storeMax(a *atomic.Int64, v int64) {
-	for old := a.Load(); v > old && !a.CompareAndSwap(old, v); old = a.Load() {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
 	}
 }
 
@@ -482,18 +486,18 @@ func (rs *randSeq) run() error {
 	rs.quiet(true) // the final reads see every short TTL expired
 	// The whole tree, hidden parts included, then clean up (compared too).
 	sorted := [][2]string{{"recursive", "true"}, {"sorted", "true"}}
-	clear := &rop{kind: "final", method: "DELETE", path: rs.dir, params: [][2]string{{"recursive", "true"}}}
+	wipe := &rop{kind: "final", method: "DELETE", path: rs.dir, params: [][2]string{{"recursive", "true"}}}
 	final := []*rop{
 		{kind: "final", method: "GET", path: rs.dir, params: sorted},
 		{kind: "final", method: "GET", path: rs.abs("_h"), params: sorted},
 		{kind: "final", method: "GET", path: rs.abs("a/_h"), params: sorted},
-		clear,
+		wipe,
 	}
 	// Every watch still waiting gets an event of its own: its key is
 	// written into an empty tree.
 	for _, pw := range rs.watches {
 		final = append(final, &rop{kind: "sentinel", method: "PUT", path: pw.key, params: [][2]string{{"value", "end"}}},
-			clear)
+			wipe)
 	}
 	for _, o := range final {
 		if err := rs.do(o, i); err != nil {

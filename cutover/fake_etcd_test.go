@@ -165,18 +165,6 @@ func (f *fakeEtcd) value(key string) (string, bool) {
 	return string(kv.Value), true
 }
 
-func (f *fakeEtcd) count(prefix string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for k := range f.kvs {
-		if strings.HasPrefix(k, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
 func (f *fakeEtcd) renewed() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -35,9 +35,12 @@ const (
 type Side int
 
 const (
-	// SideUnknown: the bridge has not read the record yet; it serves nothing.
+	// SideUnknown is a bridge's side before it has read the record: it
+	// serves nothing.
 	SideUnknown Side = iota
+	// SidePassthrough forwards requests to the old v2 server.
 	SidePassthrough
+	// SideV3 serves requests from etcd v3.
 	SideV3
 )
 
@@ -177,17 +180,19 @@ func Vanished(st State) State {
 type Step int
 
 const (
-	// StepDone: the record already says what the command wants.
+	// StepDone does nothing: the record already says what the command
+	// wants.
 	StepDone Step = iota
-	// StepFence: write a fencing record, then wait for the bridges.
+	// StepFence writes a fencing record, then waits for the bridges.
 	StepFence
-	// StepResume: a fencing record of the same command is there (it was
-	// interrupted): wait for the bridges, then go on.
+	// StepResume waits for the bridges, then goes on: a fencing record of
+	// the same command is there (it was interrupted).
 	StepResume
-	// StepRestore: an interrupted cutover left a fencing record; a
-	// rollback writes passthrough at once (v3 never served).
+	// StepRestore is a rollback's step when an interrupted cutover left a
+	// fencing record: it writes passthrough at once (v3 never served).
 	StepRestore
-	// StepConflict: the other command is half-way; finish or undo it first.
+	// StepConflict stops: the other command is half-way; finish or undo it
+	// first.
 	StepConflict
 )
 

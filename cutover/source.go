@@ -130,7 +130,7 @@ func (s *Source) Index(ctx context.Context) (uint64, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	idx, err := headerIndex(resp.Header)
 	if err != nil {
@@ -157,7 +157,7 @@ func (s *Source) Caught(ctx context.Context, prefix string, from uint64) (bool, 
 	if err != nil {
 		return false, 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		return false, 0, v2Error(resp, body)
@@ -215,7 +215,7 @@ func (s *Source) write(ctx context.Context, method, key string, form url.Values)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode >= 300 {
 		return 0, v2Error(resp, body)

@@ -467,7 +467,7 @@ func (s *Switch) readyz(w http.ResponseWriter) {
 		http.Error(w, "not ready: "+s.notReady(st), http.StatusServiceUnavailable)
 		return
 	}
-	fmt.Fprintln(w, "ok")
+	_, _ = fmt.Fprintln(w, "ok")
 }
 
 func (s *Switch) notReady(st State) string {

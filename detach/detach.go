@@ -62,14 +62,14 @@ type accepted struct {
 	err error
 }
 
-// NewListener serves the connections of l, at most max at once (0: no cap;
-// further ones wait in the accept queue). A connection counts from its
+// NewListener serves the connections of l, at most maxConns at once (0: no
+// cap; further ones wait in the accept queue). A connection counts from its
 // Accept until it is closed, parked or not.
-func NewListener(l net.Listener, max int) *Listener {
+func NewListener(l net.Listener, maxConns int) *Listener {
 	dl := &Listener{inner: l, accepted: make(chan accepted), back: make(chan net.Conn), done: make(chan struct{}),
 		counted: map[net.Conn]struct{}{}, parked: map[*parked]struct{}{}}
-	if max > 0 {
-		dl.sem = make(chan struct{}, max)
+	if maxConns > 0 {
+		dl.sem = make(chan struct{}, maxConns)
 	}
 	dl.wg.Add(1)
 	go dl.acceptLoop()

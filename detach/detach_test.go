@@ -76,9 +76,9 @@ func (h *waiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serve serves h on a loopback Listener (at most max connections, 0: no
+// serve serves h on a loopback Listener (at most maxConns connections, 0: no
 // cap) until the test ends.
-func serve(t *testing.T, h http.Handler, max int, tlsCfg *tls.Config) *Listener {
+func serve(t *testing.T, h http.Handler, maxConns int, tlsCfg *tls.Config) *Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -87,7 +87,7 @@ func serve(t *testing.T, h http.Handler, max int, tlsCfg *tls.Config) *Listener 
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	l := NewListener(ln, max)
+	l := NewListener(ln, maxConns)
 	srv := &http.Server{Handler: h, ConnContext: l.ConnContext, ConnState: l.ConnState,
 		ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
@@ -113,7 +113,7 @@ func dial(t *testing.T, l *Listener) *conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { _ = c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second)) // no test step waits longer
 	return &conn{Conn: c, r: bufio.NewReader(c)}
 }
@@ -226,8 +226,8 @@ func TestParkedRequestAnswersAndItsConnectionServesTheNext(t *testing.T) {
 // connection cap is freed.
 func TestWaitNoticesAClientThatLeaves(t *testing.T) {
 	leave := map[string]func(c *conn){
-		"close":                     func(c *conn) { c.Close() },
-		"one more byte, then close": func(c *conn) { _, _ = c.Write([]byte("G")); time.Sleep(50 * time.Millisecond); c.Close() },
+		"close":                     func(c *conn) { _ = c.Close() },
+		"one more byte, then close": func(c *conn) { _, _ = c.Write([]byte("G")); time.Sleep(50 * time.Millisecond); _ = c.Close() },
 		"half-close":                func(c *conn) { _ = c.Conn.(*net.TCPConn).CloseWrite() },
 	}
 	reqs := map[string]string{
@@ -375,7 +375,7 @@ func TestConnectionCapCountsParkedConnections(t *testing.T) {
 		t.Fatal("a connection beyond the cap was served")
 	}
 	_ = second.SetReadDeadline(time.Now().Add(10 * time.Second))
-	c.Close()
+	_ = c.Close()
 	if e := recv(t, h.ends, "end"); !e.gone {
 		t.Fatalf("ended %+v", e)
 	}
@@ -389,11 +389,12 @@ func TestConnectionCapCountsParkedConnections(t *testing.T) {
 func TestTLSConnectionsServeHTTP2AndPark(t *testing.T) {
 	cert := selfSigned(t)
 	h := newWaiter(true)
-	l := serve(t, h, 0, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}})
+	l := serve(t, h, 0, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"},
+		MinVersion: tls.VersionTLS12})
 	pool := x509.NewCertPool()
 	pool.AddCert(cert.Leaf)
 	for _, h2 := range []bool{true, false} {
-		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: h2}
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: h2}
 		if !h2 {
 			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 		}
@@ -405,7 +406,7 @@ func TestTLSConnectionsServeHTTP2AndPark(t *testing.T) {
 				t.Fatalf("h2=%v: %v", h2, err)
 			}
 			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if string(b) != "event" || resp.ProtoMajor != map[bool]int{true: 2, false: 1}[h2] {
 				t.Fatalf("h2=%v #%d: %s %q", h2, i, resp.Proto, b)
 			}
@@ -418,7 +419,7 @@ func TestTLSConnectionsServeHTTP2AndPark(t *testing.T) {
 				t.Fatal(err)
 			}
 			b, _ = io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if string(b) != "next /next" || resp.TLS == nil {
 				t.Fatalf("h2=%v: the next request %q tls=%v", h2, b, resp.TLS != nil)
 			}
@@ -468,7 +469,7 @@ func BenchmarkWaitCycle(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			br := bufio.NewReader(c)
 			answer := []byte(`{"action":"set","node":{"key":"/a","value":"1","modifiedIndex":5,"createdIndex":5}}` + "\n")
 			b.ReportAllocs()
@@ -487,7 +488,7 @@ func BenchmarkWaitCycle(b *testing.B) {
 				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 					b.Fatal(err)
 				}
-				resp.Body.Close()
+				_ = resp.Body.Close()
 			}
 		})
 	}

@@ -58,7 +58,7 @@ func buildBridge(t *testing.T) string {
 		defer cancel()
 		args := []string{"build", "-o", bridgeBin}
 		if d := coverDir(); d != "" {
-			if err := os.MkdirAll(d, 0o755); err != nil {
+			if err := os.MkdirAll(d, 0o750); err != nil {
 				buildErr = err
 				return
 			}
@@ -147,7 +147,7 @@ func (p *proc) waitHealthy(t *testing.T, url string) {
 		}
 		if r, err := http.Get(url + "/health"); err == nil {
 			b, _ := io.ReadAll(r.Body)
-			r.Body.Close()
+			_ = r.Body.Close()
 			if r.StatusCode == 200 && strings.Contains(string(b), "true") {
 				return
 			}

@@ -563,7 +563,9 @@ func TestCutoverWithFaults(t *testing.T) {
 	}
 	list := do(t, "GET", a.url, "/v2/keys/moved", form("quorum", "true"))
 	var idx uint64
-	fmt.Sscan(list.header.Get("X-Etcd-Index"), &idx)
+	if _, err := fmt.Sscan(list.header.Get("X-Etcd-Index"), &idx); err != nil {
+		t.Fatalf("the listing's X-Etcd-Index %q: %v", list.header.Get("X-Etcd-Index"), err)
+	}
 	wch := startWatch(t, a.url, "/moved", "recursive", "true", "waitIndex", fmt.Sprint(idx+1))
 	if r := do(t, "PUT", b.url, "/v2/keys/moved/new", form("value", "on etcd v3")); r.status != 201 {
 		t.Fatalf("a write after the cutover: %d %s", r.status, r.body)

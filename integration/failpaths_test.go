@@ -48,7 +48,7 @@ func TestWatchSlowStreamReaderIsCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer slow.Body.Close()
+	defer func() { _ = slow.Body.Close() }()
 
 	// A fast stream reader and a one-shot watcher on the same keys.
 	fast := streamWatch(t, e.url, "/slow", "recursive", "true")
@@ -244,7 +244,7 @@ func v2writeResp(base, p, value, ttl string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer r.Body.Close()
+	defer func() { _ = r.Body.Close() }()
 	_, err = io.Copy(io.Discard, r.Body)
 	return r.StatusCode, err
 }

@@ -81,7 +81,7 @@ func do(t *testing.T, method, base, path string, form url.Values) resp {
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, u, err)
 	}
-	defer r.Body.Close()
+	defer func() { _ = r.Body.Close() }()
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -181,10 +181,10 @@ func (p *proc) healthy(url string, d time.Duration) error {
 		// open: a watch or a metric right after start sees it).
 		if r, err := c.Get(url + "/health"); err == nil {
 			b, _ := io.ReadAll(r.Body)
-			r.Body.Close()
+			_ = r.Body.Close()
 			if r.StatusCode == 200 && strings.Contains(string(b), "true") {
 				if rr, err := c.Get(url + "/readyz"); err == nil {
-					rr.Body.Close()
+					_ = rr.Body.Close()
 					if rr.StatusCode == 200 {
 						return nil
 					}

@@ -2,7 +2,7 @@
 
 package integration
 
-// Liveness (docs/design.md §6): a bridge whose etcd member is lost — powered
+// Liveness (docs/design.md, "Liveness"): a bridge whose etcd member is lost — powered
 // off (blackholed), frozen (SIGSTOP) or cut off from quorum — ends every v2
 // watch it feeds within seconds, moves to a healthy member, and the watchers
 // (the Go v2 client, looping like flanneld) resume from their waitIndex with
@@ -612,7 +612,7 @@ func TestLivenessHistoryWatchEnds(t *testing.T) {
 		a := answer{err: err}
 		if err == nil {
 			b, rerr := io.ReadAll(r.Body)
-			r.Body.Close()
+			_ = r.Body.Close()
 			a.status, a.body, a.err = r.StatusCode, string(b), rerr
 		}
 		a.at = time.Now()

@@ -241,7 +241,7 @@ func v2write(hc *http.Client, base, method, p string, f url.Values) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 && resp.StatusCode != 201 {
 		return fmt.Errorf("%s %s: %d %s", method, p, resp.StatusCode, b)
@@ -455,7 +455,9 @@ func TestMigrateV2Reference(t *testing.T) {
 	var progress []migrate.Progress
 	conc := 0
 	if c := os.Getenv("MIGRATE_CONC"); c != "" {
-		fmt.Sscan(c, &conc)
+		if _, err := fmt.Sscan(c, &conc); err != nil {
+			t.Fatalf("MIGRATE_CONC=%q: %v", c, err)
+		}
 	}
 	o := migrate.Options{From: ref.URL, Target: be, Hidden: namedHidden, Log: logs.add, Concurrency: conc,
 		Progress: func(p migrate.Progress) { progress = append(progress, p) }}

@@ -112,15 +112,15 @@ func TestServedTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	get := func(certs []tls.Certificate) (*http.Response, *x509.Certificate, error) {
-		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs}}
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12}}
 		defer tr.CloseIdleConnections()
 		c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 		r, err := c.Get(url + "/v2/keys/")
 		if err != nil {
 			return nil, nil, err
 		}
-		io.Copy(io.Discard, r.Body)
-		r.Body.Close()
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
 		return r, r.TLS.PeerCertificates[0], nil
 	}
 	r, served, err := get([]tls.Certificate{clientPair})
@@ -139,7 +139,7 @@ func TestServedTLS(t *testing.T) {
 	}
 	// A watch that waits over TLS leaves net/http (a detached connection),
 	// and the same connection serves the client's re-watch.
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientPair}}}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{clientPair}, MinVersion: tls.VersionTLS12}}
 	defer tr.CloseIdleConnections()
 	wc := &http.Client{Transport: tr, Timeout: 20 * time.Second}
 	for i := range 2 {
@@ -161,7 +161,7 @@ func TestServedTLS(t *testing.T) {
 				return
 			}
 			b, err := io.ReadAll(r.Body)
-			r.Body.Close()
+			_ = r.Body.Close()
 			a.body, a.err = string(b), err
 			got <- a
 		}()
@@ -174,8 +174,8 @@ func TestServedTLS(t *testing.T) {
 		if err != nil || put.StatusCode >= 300 {
 			t.Fatalf("PUT: %v %v", put, err)
 		}
-		io.Copy(io.Discard, put.Body)
-		put.Body.Close()
+		_, _ = io.Copy(io.Discard, put.Body)
+		_ = put.Body.Close()
 		a := <-got
 		if a.err != nil || !strings.Contains(a.body, fmt.Sprintf(`"value":"v%d"`, i)) || (i == 1 && !a.reused) {
 			t.Fatalf("TLS watch %d: %q, reused connection %v, %v", i, a.body, a.reused, a.err)
@@ -205,7 +205,7 @@ func TestUnixSocketListener(t *testing.T) {
 	if err != nil || r.StatusCode != 201 {
 		t.Fatalf("PUT over a unix socket: %v %v", r, err)
 	}
-	r.Body.Close()
+	_ = r.Body.Close()
 }
 
 // TestMetrics: the metrics exist, are named v2bridge_*, and move; the gRPC
@@ -328,7 +328,7 @@ func TestTLSEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}
 	defer tr.CloseIdleConnections()
 	k := v2clientWith(t, tr, bridgeURL)
 	ctx := ctxT(t, time.Minute)
@@ -343,7 +343,7 @@ func TestTLSEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer v3.Close()
+	defer func() { _ = v3.Close() }()
 	r, err := v3.Get(ctx, "/coreos.com/network/config")
 	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != `{"Network":"10.1.0.0/16"}` {
 		t.Fatalf("the write did not reach the TLS etcd: %+v %v", r, err)

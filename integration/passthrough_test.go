@@ -248,7 +248,7 @@ func openWatch(t *testing.T, base, path string) *rawWatch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.Body.Close() })
+	t.Cleanup(func() { _ = r.Body.Close() })
 	if r.StatusCode != http.StatusOK {
 		t.Fatalf("watch %s: %s", path, r.Status)
 	}

@@ -15,7 +15,7 @@ func TestBridgeStartRetriesATakenPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer taken.Close()
+	defer func() { _ = taken.Close() }()
 	attempts := 0
 	p := startHealthyBridge(t, func() (string, []string, []string) {
 		attempts++

@@ -93,7 +93,7 @@ func TestBridgeRunsAsARestrictedUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer app.Close()
+	defer func() { _ = app.Close() }()
 	for _, k := range []string{layout.JournalKey(), layout.MarkerKey("/net/app")} {
 		if _, err := app.Put(ctx, k, `{"a":"delete","n":{"key":"/net/config"}}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 			t.Errorf("the application user's write to %s: %v, want permission denied", k, err)

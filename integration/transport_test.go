@@ -519,7 +519,7 @@ func newTransportClient(t *testing.T, o clientOpts, creds clientCreds) transport
 		} // else curl's default: h2 if the server offers it in ALPN
 		return curlClient{args: args}
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: creds.pool}}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: creds.pool, MinVersion: tls.VersionTLS12}}
 	if o.cert {
 		tr.TLSClientConfig.Certificates = []tls.Certificate{creds.pair}
 	}
@@ -579,7 +579,7 @@ func (g goClient) run(ctx context.Context, reqs ...transportReq) <-chan transpor
 			resp, a := g.send(ctx, r)
 			if resp != nil {
 				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
+				_ = resp.Body.Close()
 				a.body, a.err = string(b), err
 			}
 			out <- a
@@ -596,7 +596,7 @@ func (g goClient) stream(ctx context.Context, r transportReq) (transportAnswer, 
 	if resp == nil {
 		return a, nil
 	}
-	context.AfterFunc(ctx, func() { resp.Body.Close() })
+	context.AfterFunc(ctx, func() { _ = resp.Body.Close() })
 	return a, resp.Body
 }
 

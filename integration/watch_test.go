@@ -50,7 +50,7 @@ func startWatch(t *testing.T, base, key string, f ...string) <-chan v2event {
 	}
 	out := make(chan v2event, 1)
 	go func() {
-		defer r.Body.Close()
+		defer func() { _ = r.Body.Close() }()
 		var ev v2event
 		ev.status, ev.header = r.StatusCode, r.Header
 		_ = json.NewDecoder(r.Body).Decode(&ev)
@@ -209,7 +209,7 @@ func streamWatch(t *testing.T, base, key string, f ...string) <-chan v2event {
 	}
 	out := make(chan v2event, 1000)
 	go func() {
-		defer r.Body.Close()
+		defer func() { _ = r.Body.Close() }()
 		defer close(out)
 		sc := bufio.NewScanner(r.Body)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -385,7 +385,7 @@ func TestWatchTwoBridges(t *testing.T) {
 	ch = startWatch(t, b2.URL, "/shared")
 	do(t, "PUT", b1.URL, "/v2/keys/shared", form("value", "y", "prevValue", "x"))
 	expectEvent(t, ch, "compareAndSwap", "/shared")
-	// A v3-native write is reported by the key layout's rules (docs/design.md §2).
+	// A v3-native write is reported by the key layout's rules (docs/design.md, "Key layout").
 	ch = startWatch(t, b1.URL, "/native")
 	if _, err := cl.Client(t).Put(ctxT(t, 10*time.Second), "/native", "v"); err != nil {
 		t.Fatal(err)
@@ -426,7 +426,7 @@ func TestWatchSharedAndReleased(t *testing.T) {
 			started.Done()
 			if err == nil {
 				<-ctx.Done()
-				r.Body.Close()
+				_ = r.Body.Close()
 			}
 		}(i)
 	}

@@ -306,7 +306,7 @@ func (m *migrator) followPut(ctx context.Context, n, prev *translate.Node) (bool
 		return false, nil, nil
 	case kind == KindMissing: // writing where nothing is can destroy nothing
 		res, err = m.tgt.create(ctx, n, true)
-	case !(m.owned.owns(d) || m.o.Overwrite):
+	case !m.owned.owns(d) && !m.o.Overwrite:
 		was := "absent"
 		if prev != nil {
 			was = describe(prev)

@@ -256,12 +256,6 @@ func (o *ownership) set(p string, rev uint64) {
 	o.mu.Unlock()
 }
 
-func (o *ownership) drop(p string) {
-	o.mu.Lock()
-	delete(o.m, p)
-	o.mu.Unlock()
-}
-
 func (o *ownership) dropTree(p string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

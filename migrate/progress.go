@@ -35,7 +35,7 @@ func (pp *ProgressPrinter) Update(p Progress) {
 		if n := pp.width - len(line); n > 0 {
 			pad = strings.Repeat(" ", n)
 		}
-		fmt.Fprint(pp.W, "\r"+line+pad)
+		_, _ = fmt.Fprint(pp.W, "\r"+line+pad)
 		pp.width = len(line)
 		return
 	}
@@ -47,7 +47,7 @@ func (pp *ProgressPrinter) Update(p Progress) {
 		return
 	}
 	pp.last, pp.lastPhase = time.Now(), p.Phase
-	fmt.Fprintln(pp.W, line)
+	_, _ = fmt.Fprintln(pp.W, line)
 }
 
 // Println prints a message without garbling the progress line.
@@ -55,10 +55,10 @@ func (pp *ProgressPrinter) Println(msg string) {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
 	if pp.TTY && pp.width > 0 {
-		fmt.Fprint(pp.W, "\r"+strings.Repeat(" ", pp.width)+"\r")
+		_, _ = fmt.Fprint(pp.W, "\r"+strings.Repeat(" ", pp.width)+"\r")
 		pp.width = 0
 	}
-	fmt.Fprintln(pp.W, msg)
+	_, _ = fmt.Fprintln(pp.W, msg)
 }
 
 // Finish ends the terminal line.
@@ -66,7 +66,7 @@ func (pp *ProgressPrinter) Finish() {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
 	if pp.TTY && pp.width > 0 {
-		fmt.Fprintln(pp.W)
+		_, _ = fmt.Fprintln(pp.W)
 		pp.width = 0
 	}
 }

@@ -113,7 +113,7 @@ func (s *source) do(ctx context.Context, hc *http.Client, u string) (*http.Respo
 		}
 		return nil, nil, unreachable("cannot reach the v2 source %s: %v", s.base, unwrapURLError(err))
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		if ctx.Err() != nil {

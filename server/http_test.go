@@ -58,7 +58,7 @@ func dial(t *testing.T, addr string) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
@@ -68,12 +68,12 @@ func closedWithin(c net.Conn, d time.Duration) bool {
 	_ = c.SetReadDeadline(time.Now().Add(d))
 	_, err := io.Copy(io.Discard, c)
 	ne, timeout := err.(net.Error)
-	return !(timeout && ne.Timeout())
+	return !timeout || !ne.Timeout()
 }
 
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
-	fmt.Fprintln(w, "ok")
+	_, _ = fmt.Fprintln(w, "ok")
 })
 
 func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
@@ -88,7 +88,7 @@ func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
 func closedWhenIdle(t *testing.T, addr, path string) bool {
 	t.Helper()
 	c := dial(t, addr)
-	fmt.Fprint(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	_, _ = fmt.Fprint(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET %s: %v %v", path, resp, err)
@@ -123,7 +123,7 @@ func trickle(c net.Conn, n int) (stop func()) {
 func TestSlowBodyIsCutOff(t *testing.T) {
 	addr := serveLimited(t, ok, HTTPLimits{BodyReadTimeout: 300 * time.Millisecond})
 	c := dial(t, addr)
-	fmt.Fprint(c, "PUT /v2/keys/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n")
+	_, _ = fmt.Fprint(c, "PUT /v2/keys/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n")
 	defer trickle(c, 100)()
 	start := time.Now()
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -154,7 +154,7 @@ func TestOversizedBodyIsCutAtTheCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if got != 10 || resp.StatusCode != http.StatusBadRequest || !resp.Close {
 		t.Errorf("handler read %d bytes, answered %d, close %v; want 10, the handler's 400, and the connection closed",
 			got, resp.StatusCode, resp.Close)
@@ -169,13 +169,13 @@ func TestParkedRequestOutlivesEveryTimeout(t *testing.T) {
 	parked := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(200)
-		http.NewResponseController(w).Flush()
+		_ = http.NewResponseController(w).Flush()
 		select {
 		case <-r.Context().Done():
 			return // cut: the client sees no body
 		case <-time.After(600 * time.Millisecond):
 		}
-		fmt.Fprintln(w, "event")
+		_, _ = fmt.Fprintln(w, "event")
 	})
 	addr := serveLimited(t, parked, l)
 	for _, body := range []string{"", "wait=true"} {
@@ -190,7 +190,7 @@ func TestParkedRequestOutlivesEveryTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if err != nil || string(b) != "event\n" {
 			t.Errorf("%s parked request: %q %v; want the event after every timeout passed", method, b, err)
 		}
@@ -208,18 +208,18 @@ func beyondTheCapWaits(t *testing.T, addr, path string) {
 	t.Helper()
 	get := "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n"
 	first := dial(t, addr)
-	fmt.Fprint(first, get)
+	_, _ = fmt.Fprint(first, get)
 	if resp, err := http.ReadResponse(bufio.NewReader(first), nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("first: %v %v", resp, err)
 	}
 	second := dial(t, addr) // accepted by the kernel, not served
-	fmt.Fprint(second, get)
+	_, _ = fmt.Fprint(second, get)
 	_ = second.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 	br := bufio.NewReader(second)
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatal("a connection beyond the cap was served")
 	}
-	first.Close()
+	_ = first.Close()
 	_ = second.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("the waiting connection was not served once the first closed: %v %v", resp, err)
@@ -233,7 +233,7 @@ func TestIdleConnectionsGiveBackTheirGoroutines(t *testing.T) {
 	const n = 200
 	for i := 0; i < n; i++ {
 		c := dial(t, addr)
-		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		_, _ = fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("request %d: %v %v", i, resp, err)
 		}
@@ -256,7 +256,7 @@ func TestHeadEndingInABareLFIsAnsweredAtOnce(t *testing.T) {
 	addr := serveLimited(t, ok, HTTPLimits{ReadHeaderTimeout: 10 * time.Second})
 	c := dial(t, addr)
 	start := time.Now()
-	fmt.Fprint(c, "GET /v2/keys/a HTTP/1.1\r\nHost: x\n\r\n")
+	_, _ = fmt.Fprint(c, "GET /v2/keys/a HTTP/1.1\r\nHost: x\n\r\n")
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {

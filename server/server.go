@@ -77,7 +77,7 @@ type HTTPLimits struct {
 	MaxBodyBytes int64
 }
 
-// Defaults of HTTPLimits' zero values.
+// DefaultHTTPLimits are the defaults of HTTPLimits' zero values.
 var DefaultHTTPLimits = HTTPLimits{
 	ReadHeaderTimeout: 10 * time.Second,
 	BodyReadTimeout:   30 * time.Second,
@@ -291,6 +291,7 @@ type Store struct{ B *v3backend.Backend }
 
 var _ v2api.Store = Store{}
 
+// Get serves a v2 GET from the backend.
 func (s Store) Get(ctx context.Context, r *translate.Request) (*translate.Event, v2api.Meta, error) {
 	ev, m, err := s.B.Get(ctx, r)
 	return ev, v2api.Meta(m), err
@@ -301,6 +302,7 @@ func (s Store) Write(ctx context.Context, r *translate.Request) (*translate.Even
 	return ev, v2api.Meta(m), err
 }
 
+// Watch registers a v2 watch on the backend.
 func (s Store) Watch(ctx context.Context, r *translate.Request) (v2api.Watch, v2api.Meta, error) {
 	w, m, err := s.B.Watch(ctx, r)
 	if err != nil {
@@ -309,9 +311,20 @@ func (s Store) Watch(ctx context.Context, r *translate.Request) (v2api.Watch, v2
 	return w, v2api.Meta(m), nil
 }
 
-func (s Store) Health(ctx context.Context) error            { return s.B.Health(ctx) }
+// Health reports whether the backend answers a linearizable read now.
+func (s Store) Health(ctx context.Context) error { return s.B.Health(ctx) }
+
+// Version is the etcd server version of the connected member.
 func (s Store) Version(ctx context.Context) (string, error) { return s.B.Version(ctx) }
-func (s Store) Meta() v2api.Meta                            { return v2api.Meta(s.B.Meta()) }
-func (s Store) Ready() bool                                 { return s.B.Ready() }
-func (s Store) Alive(d time.Duration) bool                  { return s.B.Alive(d) }
-func (s Store) Watchers() int                               { return s.B.Hub().Watchers() }
+
+// Meta is the cluster and member identity last seen in a response.
+func (s Store) Meta() v2api.Meta { return v2api.Meta(s.B.Meta()) }
+
+// Ready reports whether a member answers and the hub's watch is created.
+func (s Store) Ready() bool { return s.B.Ready() }
+
+// Alive reports whether the bridge's own locks can be taken within d.
+func (s Store) Alive(d time.Duration) bool { return s.B.Alive(d) }
+
+// Watchers counts the watchers registered with the backend's hub.
+func (s Store) Watchers() int { return s.B.Hub().Watchers() }

@@ -411,7 +411,7 @@ func (s *Shadow) fetch(ctx context.Context, q read) (*v2diff.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("re-reading %s from the upstream: %w", q.target(), err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(s.cfg.MaxBody)+1))
 	if err != nil {
 		return nil, fmt.Errorf("re-reading %s from the upstream: %w", q.target(), err)

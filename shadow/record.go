@@ -91,6 +91,8 @@ func NewV3Recorder(cli *clientv3.Client, l translate.Layout, name string, ttl ti
 // Key is the v3 key of the record.
 func (v *V3Recorder) Key() string { return v.key }
 
+// Publish writes r as the bridge's record, on the recorder's lease (granted
+// anew if it expired).
 func (v *V3Recorder) Publish(ctx context.Context, r *Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -118,6 +120,7 @@ func (v *V3Recorder) Publish(ctx context.Context, r *Record) error {
 	}
 }
 
+// Refresh keeps the published record's lease alive for another TTL.
 func (v *V3Recorder) Refresh(ctx context.Context) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -171,10 +174,10 @@ func Total(recs []Record) Counts {
 // bridge, the total, and the most recent divergences.
 func WriteSummary(w io.Writer, recs []Record, now time.Time) {
 	if len(recs) == 0 {
-		fmt.Fprintln(w, "shadow       no bridge reports a shadow comparison (bridges in passthrough mode with --endpoints and --shadow-sample-rate > 0 do)")
+		_, _ = fmt.Fprintln(w, "shadow       no bridge reports a shadow comparison (bridges in passthrough mode with --endpoints and --shadow-sample-rate > 0 do)")
 		return
 	}
-	fmt.Fprintf(w, "shadow       %d bridge(s) in passthrough mode compare their answers with etcd v3:\n", len(recs))
+	_, _ = fmt.Fprintf(w, "shadow       %d bridge(s) in passthrough mode compare their answers with etcd v3:\n", len(recs))
 	for _, r := range recs {
 		who := r.Name
 		if r.Host != "" {
@@ -183,11 +186,11 @@ func WriteSummary(w io.Writer, recs []Record, now time.Time) {
 		if len(r.AdvertiseURLs) > 0 {
 			who += " (" + strings.Join(r.AdvertiseURLs, ",") + ")"
 		}
-		fmt.Fprintf(w, "  %s: %s; prefix %s, sample rate %g, up %s, reported %s ago\n", who, countsLine(&r.Counts),
+		_, _ = fmt.Fprintf(w, "  %s: %s; prefix %s, sample rate %g, up %s, reported %s ago\n", who, countsLine(&r.Counts),
 			r.Prefix, r.SampleRate, round(r.Updated.Sub(r.Started)), round(now.Sub(r.Updated)))
 	}
 	t := Total(recs)
-	fmt.Fprintf(w, "  total: %s\n", countsLine(&t))
+	_, _ = fmt.Fprintf(w, "  total: %s\n", countsLine(&t))
 	var recent []Divergence
 	for _, r := range recs {
 		for _, d := range r.Recent {
@@ -200,7 +203,7 @@ func WriteSummary(w io.Writer, recs []Record, now time.Time) {
 		if i == recentMax {
 			break
 		}
-		fmt.Fprintf(w, "  recent: %s: %s at %s (%s, %s ago)\n", d.Key, d.Kind, d.Where, d.Method, round(now.Sub(d.At)))
+		_, _ = fmt.Fprintf(w, "  recent: %s: %s at %s (%s, %s ago)\n", d.Key, d.Kind, d.Where, d.Method, round(now.Sub(d.At)))
 	}
 }
 

@@ -272,7 +272,7 @@ func (s *Shadow) Sample(r *http.Request) bool {
 	if p := r.URL.Path; p != s.keys && !strings.HasPrefix(p, s.keysDir) || s.closed.Load() {
 		return false
 	}
-	u := rand.Uint64()
+	u := rand.Uint64() //nolint:gosec // G404: a sampling draw, not a secret
 	if u >= s.nominal {
 		return false
 	}

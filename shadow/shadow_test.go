@@ -103,7 +103,7 @@ func do(t *testing.T, base, method, target string, form url.Values) (int, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
@@ -260,8 +260,7 @@ func TestWritesAreCheckedOnceTheFollowerCaughtUp(t *testing.T) {
 			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var e *env
-			e = newEnv(t, nil)
+			e := newEnv(t, nil)
 			e.both("/w", "1", false)
 			code, body := do(t, e.url, c.method, "/v2/keys/w", c.form)
 			if code >= 300 {

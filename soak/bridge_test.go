@@ -94,14 +94,14 @@ func startBridgeProc(bin, dir, url string, flags []string) (*bridgeProc, error) 
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	p.started = time.Now()
 	err = p.cmd.Start()
-	w.Close()
+	_ = w.Close()
 	if err != nil {
-		r.Close()
+		_ = r.Close()
 		return nil, err
 	}
 	go func() { // owned by the process: ends when it exits and its output is read
 		defer close(p.logDone)
-		defer r.Close()
+		defer func() { _ = r.Close() }()
 		p.readLog(r)
 	}()
 	go func() { // owned by the process: ends when it is reaped
@@ -139,7 +139,7 @@ func (p *bridgeProc) waitReady(ctx context.Context) error {
 		default:
 		}
 		if resp, err := hc.Get(p.url + "/readyz"); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
@@ -278,7 +278,7 @@ func get(ctx context.Context, hc *http.Client, u string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", u, resp.Status)
 	}

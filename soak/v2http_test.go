@@ -103,7 +103,7 @@ func v2Do(ctx context.Context, hc *http.Client, base, method, path string, q url
 	if err != nil {
 		return v2Answer{}, fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return v2Answer{}, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)

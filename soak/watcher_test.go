@@ -140,7 +140,7 @@ func (w *watcher) watchOnce(ctx context.Context, waitIndex uint64) (*translate.E
 	if err != nil {
 		return nil, v2Answer{}, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, v2Answer{}, fmt.Errorf("watch body: %w", err)

@@ -170,7 +170,7 @@ func (l Layout) journalMatches(j *Journal, evs []V3Event) bool {
 		if j.Sweep && (!e.Delete || q == p) {
 			return false
 		}
-		if j.Refresh && e.KV.Key != own && !(e.Delete && q == p) {
+		if j.Refresh && e.KV.Key != own && (!e.Delete || q != p) {
 			// A refresh changes only its node (a directory's may replace
 			// the file at its path): a record that says so hides nothing.
 			return false

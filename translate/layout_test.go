@@ -53,7 +53,7 @@ func TestLayoutKeys(t *testing.T) {
 	}
 	lo, hi := l.WatchRange()
 	for _, k := range []string{l.DataKey("/a"), l.MarkerKey("/a"), l.JournalKey(), l.LeaseKey(7)} {
-		if !(lo <= k && k < hi) {
+		if k < lo || k >= hi {
 			t.Errorf("%q outside the watch range [%q,%q)", k, lo, hi)
 		}
 	}

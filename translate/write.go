@@ -131,7 +131,9 @@ func (s *Snapshot) node(ls Leases, now time.Time) *Node {
 type CmpTarget int
 
 const (
+	// CmpMod compares a key's mod revision.
 	CmpMod CmpTarget = iota
+	// CmpCreate compares a key's create revision.
 	CmpCreate
 )
 
@@ -147,7 +149,9 @@ type Cmp struct {
 type OpType int
 
 const (
+	// OpPut writes a key.
 	OpPut OpType = iota
+	// OpDelete deletes a key or a range.
 	OpDelete
 )
 

@@ -148,7 +148,7 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 		p.writeError(w, fmt.Errorf("forwarding %s %s to %s: %w", r.Method, r.URL.Path, target.Host, err))
 		return
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	p.note(resp.Header)
 	if watching && resp.StatusCode == http.StatusOK {
 		p.relayWatch(ctx, w, resp)

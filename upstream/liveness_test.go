@@ -130,7 +130,7 @@ func TestAWatchEndedByALossEndsBetweenEvents(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, `{"action":"set","node":{"key":"/a","value":"1"}}`+"\n"+`{"action":"set","no`)
-		http.NewResponseController(w).Flush()
+		_ = http.NewResponseController(w).Flush()
 		close(parked)
 		<-r.Context().Done() // half an event sent, the rest never comes
 	}))
@@ -143,7 +143,7 @@ func TestAWatchEndedByALossEndsBetweenEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	<-parked
 	healthy.Store(false)
 	body, err := io.ReadAll(resp.Body)

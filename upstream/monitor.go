@@ -72,7 +72,7 @@ func (p *Passthrough) probe(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("heartbeat to %s: %w", p.targets[i], err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("heartbeat to %s: %s", p.targets[i], resp.Status)

@@ -46,7 +46,7 @@ func TestWriteOfAClientThatHalfClosesIsAnsweredWithItsOutcome(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen <- r.Context()
 		s.ServeHTTP(w, r)
-	})}
+	}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
@@ -54,7 +54,7 @@ func TestWriteOfAClientThatHalfClosesIsAnsweredWithItsOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	body := "value=v"
 	_, _ = io.WriteString(c, "PUT /v2/keys/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"+

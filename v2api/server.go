@@ -511,7 +511,7 @@ func (s *Server) machines(w http.ResponseWriter, r *http.Request) {
 	if !allowMethod(w, r.Method, "GET", "HEAD") {
 		return
 	}
-	fmt.Fprint(w, strings.Join(s.cfg.AdvertiseURLs, ", "))
+	_, _ = fmt.Fprint(w, strings.Join(s.cfg.AdvertiseURLs, ", "))
 }
 
 func (s *Server) statsSelf(w http.ResponseWriter, r *http.Request) {
@@ -583,7 +583,7 @@ func (s *Server) livez(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "wedged", http.StatusServiceUnavailable)
 		return
 	}
-	fmt.Fprintln(w, "ok")
+	_, _ = fmt.Fprintln(w, "ok")
 }
 
 // readyz fails until the backend answers and its watch path works.
@@ -592,7 +592,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready: backend or its watch unavailable", http.StatusServiceUnavailable)
 		return
 	}
-	fmt.Fprintln(w, "ok")
+	_, _ = fmt.Fprintln(w, "ok")
 }
 
 // storeStats counts operations for /v2/stats/store, as v2's store did.

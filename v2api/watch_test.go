@@ -57,7 +57,8 @@ func serveAsTheBridge(t *testing.T, h http.Handler) string {
 		t.Fatal(err)
 	}
 	dl := detach.NewListener(ln, 0)
-	srv := &http.Server{Handler: h, ConnContext: dl.ConnContext, ConnState: dl.ConnState}
+	// The header timeout of server.DefaultHTTPLimits.
+	srv := &http.Server{Handler: h, ConnContext: dl.ConnContext, ConnState: dl.ConnState, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -92,7 +93,7 @@ func startWatch(t *testing.T, st *fakeStore, query string, detached bool) (resp 
 	if err != nil {
 		t.Fatalf("no headers before any event: %v", err)
 	}
-	t.Cleanup(func() { resp.Body.Close() })
+	t.Cleanup(func() { _ = resp.Body.Close() })
 	return resp, bufio.NewReader(resp.Body), cancel
 }
 
@@ -284,7 +285,7 @@ func testWatchSendsMoreThenLeaves(t *testing.T, detached bool) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 			_, _ = io.WriteString(c, "GET /v2/keys/dir?"+query+" HTTP/1.1\r\nHost: x\r\n\r\n")
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -296,7 +297,7 @@ func testWatchSendsMoreThenLeaves(t *testing.T, detached bool) {
 			// background read takes it first, the close still must.
 			_, _ = c.Write([]byte("G"))
 			time.Sleep(50 * time.Millisecond) // let net/http's background read take the byte
-			c.Close()
+			_ = c.Close()
 			fw.waitCancelled(t)
 		})
 	}

@@ -28,7 +28,7 @@ func (e *exampleT) TempDir() string {
 	if err != nil {
 		log.Fatal(err)
 	}
-	e.Cleanup(func() { os.RemoveAll(d) })
+	e.Cleanup(func() { _ = os.RemoveAll(d) })
 	return d
 }
 func (e *exampleT) done() {

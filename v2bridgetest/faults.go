@@ -138,7 +138,7 @@ func (c *Cluster) MemberClient(t TB, i int) *clientv3.Client {
 	if err != nil {
 		t.Fatalf("clientv3: %v", err)
 	}
-	t.Cleanup(func() { cli.Close() })
+	t.Cleanup(func() { _ = cli.Close() })
 	return cli
 }
 
@@ -176,7 +176,7 @@ func (c *Cluster) compactVia(i int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := cli.Get(ctx, "compact", clientv3.WithCountOnly())

@@ -50,7 +50,7 @@ func TestMemberStartReportsPortTaken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer taken.Close()
+			defer func() { _ = taken.Close() }()
 			peer := FreeURL(t)
 			spec := memberSpec{Name: "m0", Dir: filepath.Join(t.TempDir(), "m0"), ClientURL: "http://" + taken.Addr().String(),
 				PeerURL: peer, AdvertisePeerURL: peer, InitialCluster: "m0=" + peer, LogLevel: "error"}

@@ -139,9 +139,9 @@ func startMemberProcess(spec memberSpec) (*memberProcess, error) {
 	p := &memberProcess{cmd: cmd, stdin: stdin, stderr: &tailBuffer{max: 16 << 10}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	err = cmd.Start()
-	w.Close()
+	_ = w.Close()
 	if err != nil {
-		r.Close()
+		_ = r.Close()
 		return nil, err
 	}
 	go func() {
@@ -154,7 +154,7 @@ func startMemberProcess(spec memberSpec) (*memberProcess, error) {
 	go func() {
 		// Read to the end (the child exiting), so that the child never
 		// blocks on, or dies of, a full or closed stdout.
-		defer r.Close()
+		defer func() { _ = r.Close() }()
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			if sc.Text() == readyLine {

@@ -18,7 +18,7 @@ func echoServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -26,7 +26,7 @@ func echoServer(t *testing.T) string {
 				return
 			}
 			go func() {
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				_, _ = io.Copy(c, c)
 			}()
 		}
@@ -39,7 +39,7 @@ func dialProxy(t *testing.T, p *faultProxy) (net.Conn, *bufio.Reader) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { _ = c.Close() })
 	return c, bufio.NewReader(c)
 }
 
@@ -49,7 +49,7 @@ func echoes(t *testing.T, c net.Conn, r *bufio.Reader, line string) bool {
 		t.Fatal(err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	defer c.SetReadDeadline(time.Time{})
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
 	got, err := r.ReadString('\n')
 	return err == nil && got == line+"\n"
 }
@@ -126,7 +126,7 @@ func sendHead(t *testing.T, c net.Conn, r *bufio.Reader, from string) {
 		t.Fatal(err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	defer c.SetReadDeadline(time.Time{})
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {

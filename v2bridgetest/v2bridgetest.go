@@ -111,7 +111,7 @@ func FreeURL(t TB) string {
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return "http://" + ln.Addr().String()
 }
 
@@ -375,7 +375,7 @@ func (c *Cluster) Client(t TB) *clientv3.Client {
 	if err != nil {
 		t.Fatalf("clientv3: %v", err)
 	}
-	t.Cleanup(func() { cli.Close() })
+	t.Cleanup(func() { _ = cli.Close() })
 	return cli
 }
 

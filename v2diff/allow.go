@@ -218,7 +218,7 @@ func matchTTLOverflow(s *Session, x *Exchange, d Diff) bool {
 // overflowTTL is the smallest TTL whose expiration v2 cannot represent (it
 // counts nanoseconds since 1970 in an int64).
 func overflowTTL() uint64 {
-	return uint64(time.Unix(0, math.MaxInt64).Sub(time.Now())/time.Second) + 1
+	return uint64(time.Until(time.Unix(0, math.MaxInt64))/time.Second) + 1
 }
 
 // overflowedInRef: a set or create made the node permanent, an update or

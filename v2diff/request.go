@@ -14,8 +14,10 @@ import (
 type Side int
 
 const (
-	Ref    Side = iota // the real etcd v2 server
-	Bridge             // v2bridge
+	// Ref is the real etcd v2 server.
+	Ref Side = iota
+	// Bridge is v2bridge.
+	Bridge
 )
 
 func (s Side) String() string {

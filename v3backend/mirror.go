@@ -241,10 +241,10 @@ func (m *mirror) Rev() (int64, bool) {
 }
 
 // waitFor waits until the mirror is valid and at revision rev or later; it
-// gives up (false) when ctx ends or after max. nudge is called, once, if
+// gives up (false) when ctx ends or after timeout. nudge is called, once, if
 // the mirror has not got there after a moment (the feed may have nothing to
 // deliver in the bridge's key space: a progress request moves it).
-func (m *mirror) waitFor(ctx context.Context, rev int64, max time.Duration, nudge func()) bool {
+func (m *mirror) waitFor(ctx context.Context, rev int64, timeout time.Duration, nudge func()) bool {
 	var deadline, nudgeAt <-chan time.Time
 	for {
 		m.mu.RLock()
@@ -254,7 +254,7 @@ func (m *mirror) waitFor(ctx context.Context, rev int64, max time.Duration, nudg
 			return true
 		}
 		if deadline == nil {
-			t := time.NewTimer(max)
+			t := time.NewTimer(timeout)
 			defer t.Stop()
 			deadline = t.C
 			n := time.NewTimer(2 * time.Millisecond)

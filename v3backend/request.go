@@ -394,7 +394,7 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		if !w.succeeded {
 			b.metrics.writeRetries.Inc()
 			// Back off a little so contending bridges do not lock-step.
-			time.Sleep(time.Duration(rand.IntN(1+attempt)) * time.Millisecond)
+			time.Sleep(time.Duration(rand.IntN(1+attempt)) * time.Millisecond) //nolint:gosec // G404: jitter, not a secret
 			continue
 		}
 		b.noteHeader(w.header)

@@ -105,6 +105,7 @@ func TestFailoverBench(t *testing.T) {
 	md := render(rows, trials, time.Since(start))
 	fmt.Println()
 	fmt.Println(md)
+	//nolint:gosec // G306: 0o644 is meant (a committed report).
 	if err := os.WriteFile("../FAILOVER.md", []byte(md), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -425,28 +426,28 @@ func (f *forwarder) track(c net.Conn, add bool) {
 func (f *forwarder) serve(c net.Conn, upstream string) {
 	f.track(c, true)
 	defer f.track(c, false)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	u, err := net.Dial("tcp", upstream) // the default net.Dialer: default keepalive
 	if err != nil {
 		return
 	}
 	f.track(u, true)
 	defer f.track(u, false)
-	defer u.Close()
+	defer func() { _ = u.Close() }()
 	go func() {
 		_, _ = io.Copy(u, c)
-		u.Close()
-		c.Close()
+		_ = u.Close()
+		_ = c.Close()
 	}()
 	_, _ = io.Copy(c, u)
 }
 
 func (f *forwarder) close() {
-	f.ln.Close()
+	_ = f.ln.Close()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for c := range f.cs {
-		c.Close()
+		_ = c.Close()
 	}
 }
 
@@ -536,7 +537,7 @@ func v2Index(t *testing.T, base string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	ix, err := strconv.ParseUint(resp.Header.Get("X-Etcd-Index"), 10, 64)
 	if err != nil {
@@ -555,7 +556,7 @@ func v2Put(t *testing.T, base, key string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	if resp.StatusCode/100 != 2 {
 		t.Fatalf("PUT %s: %s", key, resp.Status)
@@ -569,7 +570,7 @@ func v2List(t *testing.T, base string) []uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)

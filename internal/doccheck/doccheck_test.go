@@ -117,7 +117,7 @@ func readMap(t *testing.T, dir string, m docMap) []entry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var (
 		entries []entry
 		in      bool
@@ -246,7 +246,7 @@ func TestReadMapFindsRowsAndItems(t *testing.T) {
 	dir := t.TempDir()
 	text := "# x\n\n## Layout\n\n| package | owns |\n|---|---|\n| `a/b` | uses `c` |\n| plain | `d` |\n" +
 		"- `e` — owns `f`\nprose `g`\n\n## Next\n\n| `h` | x |\n"
-	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte(text), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var got []string

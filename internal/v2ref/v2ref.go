@@ -120,7 +120,7 @@ func Build(ctx context.Context) (string, error) {
 		return bin, nil
 	}
 
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+	if err := os.MkdirAll(cacheDir, 0o750); err != nil {
 		return "", fmt.Errorf("v2ref: %w", err)
 	}
 	// Build under a unique name and rename into place, so concurrent test
@@ -130,8 +130,8 @@ func Build(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("v2ref: %w", err)
 	}
 	tmpName := tmp.Name()
-	tmp.Close()
-	defer os.Remove(tmpName) // no-op after a successful rename
+	_ = tmp.Close()
+	defer func() { _ = os.Remove(tmpName) }() // no-op after a successful rename
 
 	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", tmpName, ".")
 	cmd.Dir = dir
@@ -175,7 +175,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cleanupTmp := func() {
 		if s.tmpDir != "" {
-			os.RemoveAll(s.tmpDir)
+			_ = os.RemoveAll(s.tmpDir)
 		}
 	}
 
@@ -212,12 +212,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cmd.Stdout = outW
 	if err := cmd.Start(); err != nil {
-		outR.Close()
-		outW.Close()
+		_ = outR.Close()
+		_ = outW.Close()
 		cleanupTmp()
 		return nil, fmt.Errorf("v2ref: starting %s: %w", bin, err)
 	}
-	outW.Close()
+	_ = outW.Close()
 	s.cmd, s.stdin = cmd, stdin
 
 	go func() {
@@ -227,7 +227,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 	ready := make(chan string, 1)
 	go func() {
-		defer outR.Close()
+		defer func() { _ = outR.Close() }()
 		br := bufio.NewReader(outR)
 		for {
 			line, err := br.ReadString('\n')
@@ -320,7 +320,7 @@ func (s *Server) stop() error {
 			err = fmt.Errorf("v2ref: no exit %v after SIGTERM; killed%s", stopTimeout, s.stderrSuffix())
 		}
 	}
-	s.stdin.Close()
+	_ = s.stdin.Close()
 	if s.tmpDir != "" {
 		if rerr := os.RemoveAll(s.tmpDir); rerr != nil && err == nil {
 			err = fmt.Errorf("v2ref: %w", rerr)
@@ -342,7 +342,7 @@ func (s *Server) kill() {
 	case <-s.waitDone:
 	case <-time.After(5 * time.Second):
 	}
-	s.stdin.Close()
+	_ = s.stdin.Close()
 }
 
 func (s *Server) stderrSuffix() string {
@@ -389,13 +389,13 @@ func sourceHash(dir string) (string, error) {
 	}
 	sort.Strings(names[2:])
 	h := sha256.New()
-	fmt.Fprintf(h, "%s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	_, _ = fmt.Fprintf(h, "%s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	for _, n := range names {
 		b, err := os.ReadFile(filepath.Join(dir, n))
 		if err != nil {
 			return "", fmt.Errorf("v2ref: %w", err)
 		}
-		fmt.Fprintf(h, "%s %d\n", n, len(b))
+		_, _ = fmt.Fprintf(h, "%s %d\n", n, len(b))
 		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil

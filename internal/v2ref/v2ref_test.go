@@ -67,7 +67,7 @@ func do(t *testing.T, ctx context.Context, method, rawURL string, form url.Value
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, rawURL, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatalf("%s %s: reading body: %v", method, rawURL, err)

@@ -257,10 +257,10 @@ func (h *Hub) checkHorizonLocked(next, current uint64) error {
 		h.metrics.refused.WithLabelValues("events").Inc()
 		return cleared(h.ring.at(0).Index(), next, current)
 	}
-	max, cur := h.cfg.MaxReplayRevisions, h.num.Revision(current)
-	if cur > max && h.num.Revision(next) < cur-max {
+	limit, cur := h.cfg.MaxReplayRevisions, h.num.Revision(current)
+	if cur > limit && h.num.Revision(next) < cur-limit {
 		h.metrics.refused.WithLabelValues("revisions").Inc()
-		return cleared(h.num.FirstIndex(cur-max), next, current)
+		return cleared(h.num.FirstIndex(cur-limit), next, current)
 	}
 	return nil
 }

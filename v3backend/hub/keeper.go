@@ -34,7 +34,7 @@ type gap struct {
 // what it kept stops counting.
 const maxGaps = 64
 
-func newKeeper(max int, from uint64) *keeper { return &keeper{max: max, lo: from} }
+func newKeeper(limit int, from uint64) *keeper { return &keeper{max: limit, lo: from} }
 
 // add keeps the events of the next revision read in full, dropping the
 // oldest beyond max.

@@ -54,8 +54,9 @@ type Batch struct {
 	Unread bool
 }
 
-// ErrCompacted: a feed's start revision has been compacted away.
+// ErrCompacted means a feed's start revision has been compacted away.
 var ErrCompacted = errors.New("hub: the requested revision has been compacted")
 
-// ErrNotLive: the hub has no shared feed (the backend is lost or closing).
+// ErrNotLive means the hub has no shared feed (the backend is lost or
+// closing).
 var ErrNotLive = errors.New("hub: the shared watch is not established")

@@ -84,7 +84,7 @@ func serveBridge(args []string) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 		for attempt := 0; ; attempt++ {
 			cu, pu := freeURL(), freeURL()
 			e, err := v3backend.StartEmbedded(v3backend.EmbeddedConfig{Name: "bench", Dir: dir + "/etcd",
@@ -193,7 +193,7 @@ func freeURL() string {
 	if err != nil {
 		panic(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return "http://" + ln.Addr().String()
 }
 

@@ -119,7 +119,7 @@ func (c *v2kv) do(ctx context.Context, method, path, query string, form url.Valu
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(resp.Body)
 		e := &v2Error{Status: resp.StatusCode}

@@ -47,8 +47,6 @@ const (
 	histHot = "/hist/k7"
 	// histGetKey is what the plain GET clients read.
 	histGetKey = "/bench/hist-get"
-	// histReach is the bridge's default --watch-replay-max-revisions.
-	histReach = 100000
 	// histWithin is how far back the oldest waitIndex within reach is.
 	histWithin = 50000
 	// histWithinNewest is how far back the newest one is.
@@ -196,18 +194,18 @@ func runHistory(cfg *config, res *results) {
 const replayIdleFor = 2 * time.Second
 
 // replaysIdle waits until the bridge's replay revision counts (read and
-// skimmed) have not moved for replayIdleFor and at least min has passed,
-// at most max. It returns when they were last seen moving (within 0.1 s),
+// skimmed) have not moved for replayIdleFor and floor has passed, at most
+// until ceiling. It returns when they were last seen moving (within 0.1 s),
 // and whether they got idle.
-func replaysIdle(base string, min, max time.Duration) (time.Time, bool) {
+func replaysIdle(base string, floor, ceiling time.Duration) (time.Time, bool) {
 	start := time.Now()
 	last, moved := -1.0, time.Now()
-	for time.Since(start) < max {
+	for time.Since(start) < ceiling {
 		m, err := scrapeSums(base, mReplayRevs, mSkimmed)
 		if n := m[mReplayRevs] + m[mSkimmed]; err == nil && n != last {
 			last, moved = n, time.Now()
 		}
-		if time.Since(moved) >= replayIdleFor && time.Since(start) >= min {
+		if time.Since(moved) >= replayIdleFor && time.Since(start) >= floor {
 			return moved, true
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -455,7 +453,7 @@ func scrapeSums(base string, names ...string) (map[string]float64, error) {
 	if err != nil {
 		return m, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -605,7 +603,7 @@ func staleBurst(hc *histConfig, res *results, br, etcd *instance, k *v2kv, base 
 				settle() // a 200's headers come at once; its body when an event (or the end) comes
 			}
 			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if err != nil {
 				if !leaving.Load() {
 					w.outcome, w.detail = outError, err.Error()
@@ -657,7 +655,7 @@ func staleBurst(hc *histConfig, res *results, br, etcd *instance, k *v2kv, base 
 	leaving.Store(true)
 	mu.Lock()
 	for _, c := range conns {
-		c.Close()
+		_ = c.Close()
 	}
 	mu.Unlock()
 	wg.Wait()
@@ -794,7 +792,7 @@ func walkHistory(base, key string, from, last uint64, maxEvents int, limit time.
 			return r
 		}
 		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if err != nil {
 			r.stopped = "reading an answer: " + fmtErr(err)
 			if ctx.Err() != nil {

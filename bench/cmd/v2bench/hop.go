@@ -34,7 +34,7 @@ func serveGRPCHop(up string) error {
 		cancel()
 		return fmt.Errorf("dialing %s: %w", up, err)
 	}
-	defer cc.Close()
+	defer func() { _ = cc.Close() }()
 	// One call proves the upstream serves before READY.
 	_, err = pb.NewKVClient(cc).Range(ctx, &pb.RangeRequest{Key: []byte("hop-probe")}, grpc.WaitForReady(true))
 	cancel()

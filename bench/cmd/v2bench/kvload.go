@@ -108,10 +108,8 @@ type kvBench struct {
 	res      *results
 	sys      string
 	k        kv
-	setup    map[string]bool
 	noTTL    string
 	profiled map[string]bool
-	probed   bool
 }
 
 const value64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"

@@ -374,16 +374,12 @@ func profileBridge(cfg *config, in *instance, name string, secs int) func() {
 				warnf("profile: %v", err)
 				return
 			}
-			defer resp.Body.Close()
-			_ = os.MkdirAll(cfg.profileDir, 0o755)
+			defer func() { _ = resp.Body.Close() }()
 			f := filepath.Join(cfg.profileDir, p.file)
-			fh, err := os.Create(f)
-			if err != nil {
+			if err := saveBody(f, resp.Body); err != nil {
 				warnf("profile: %v", err)
 				return
 			}
-			defer fh.Close()
-			_, _ = io.Copy(fh, resp.Body)
 			logf("  wrote %s profile of the bridge to %s", p.what, f)
 		}()
 	}
@@ -393,7 +389,6 @@ func profileBridge(cfg *config, in *instance, name string, secs int) func() {
 // snapshotBridge saves a heap profile (after a GC) and the goroutine dump
 // of the bridge child, for -profile heap-<workload>.
 func snapshotBridge(cfg *config, in *instance, name string) {
-	_ = os.MkdirAll(cfg.profileDir, 0o755)
 	c := &http.Client{Timeout: time.Minute}
 	for _, p := range []struct{ path, file string }{
 		{"/debug/pprof/heap?gc=1", name + ".heap.pprof"},
@@ -405,13 +400,31 @@ func snapshotBridge(cfg *config, in *instance, name string) {
 			continue
 		}
 		fp := filepath.Join(cfg.profileDir, p.file)
-		if fh, err := os.Create(fp); err == nil {
-			_, _ = io.Copy(fh, resp.Body)
-			fh.Close()
-			logf("  wrote %s", fp)
+		err = saveBody(fp, resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			warnf("snapshot: %v", err)
+			continue
 		}
-		resp.Body.Close()
+		logf("  wrote %s", fp)
 	}
+}
+
+// saveBody writes a profile the bridge child served to path, creating its
+// directory.
+func saveBody(path string, body io.Reader) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(fh, body)
+	if cerr := fh.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func header(cfg *config, elapsed time.Duration) string {

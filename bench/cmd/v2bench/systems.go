@@ -37,7 +37,7 @@ const (
 	sysV3Ext = "direct-v3-ext"
 	// The bridge in passthrough mode (--v2-upstream), its own process, in
 	// front of the v2 API of the etcd 3.5 server that serves etcd-v2.
-	sysPassthrough = "v2bridge-passthrough"
+	sysPassthrough = "v2bridge-passthrough" //nolint:gosec // G101: a system's name, not a credential
 	// clientv3 through a gRPC forwarder, its own process, to that etcd 3.5
 	// server's v3 API: what a process in between costs with no bridge.
 	sysV3Hop = "direct-v3-hop"
@@ -328,7 +328,7 @@ func scrapeGauge(url, name string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -392,7 +392,7 @@ func bridgeGoMem(in *instance) (goMem, error) {
 	if err != nil {
 		return goMem{}, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	err = json.NewDecoder(resp.Body).Decode(&v)
 	return v.Memstats, err
 }

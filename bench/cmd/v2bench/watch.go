@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -157,7 +156,7 @@ func startV2Fleet(base, dir string, nDir int, keys []string) *fleet {
 			mu.Lock()
 			if stopped {
 				mu.Unlock()
-				c.Close()
+				_ = c.Close()
 				f.failed.Add(1)
 				return
 			}
@@ -177,7 +176,7 @@ func startV2Fleet(base, dir string, nDir int, keys []string) *fleet {
 		mu.Lock()
 		stopped = true
 		for _, c := range conns {
-			c.Close()
+			_ = c.Close()
 		}
 		mu.Unlock()
 		f.wg.Wait()
@@ -231,7 +230,7 @@ func (w *watcher) runV2(c net.Conn, host, path string, recursive bool, registere
 			registered(resp.StatusCode == http.StatusOK)
 		}
 		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if err != nil {
 			return
 		}
@@ -478,8 +477,6 @@ func gatedWriter(f *fleet, put putter, window int, dur, stallAfter time.Duration
 	}
 	return ws, errs, stalls, time.Since(start)
 }
-
-var errNotAllRegistered = errors.New("not every watcher registered")
 
 func fmtErr(err error) string {
 	if err == nil {
