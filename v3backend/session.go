@@ -175,7 +175,11 @@ func (b *Backend) setSession(s *session, reason string) bool {
 	b.mu.Unlock()
 	close(ch)
 	b.metrics.backendUp.Set(1)
-	b.lg.Info("etcd v3 backend connected", zap.String("endpoint", s.endpoint), zap.String("reason", reason))
+	fields := []zap.Field{zap.String("endpoint", s.endpoint)}
+	if reason != "" { // a first connection has none
+		fields = append(fields, zap.String("reason", reason))
+	}
+	b.lg.Info("etcd v3 backend connected", fields...)
 	return true
 }
 
