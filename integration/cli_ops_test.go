@@ -23,10 +23,16 @@ import (
 // runBinary runs the bridge binary to completion in a fresh directory.
 func runBinary(t *testing.T, env []string, args ...string) cmdResult {
 	t.Helper()
+	return runBinaryIn(t, t.TempDir(), env, args...)
+}
+
+// runBinaryIn runs the bridge binary to completion in dir.
+func runBinaryIn(t *testing.T, dir string, env []string, args ...string) cmdResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, buildBridge(t), args...)
-	cmd.Dir = t.TempDir()
+	cmd.Dir = dir
 	cmd.Env = childEnv(env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -59,6 +65,19 @@ func TestCLIHelpVersionAndMistakes(t *testing.T) {
 		{"--version", nil, []string{"--version"}, 0, []string{"git commit:"}, ""},
 		{"unknown command", nil, []string{"serve"}, 2, nil, `v2bridge: unknown command "serve"`},
 		{"unknown flag", nil, []string{"--endpoint", "x"}, 2, nil, "v2bridge: flag provided but not defined: -endpoint"},
+		{"migrate without --from", nil, []string{"migrate"}, 2, nil, "v2bridge: migrate: --from is required: "},
+		{"verify without --from", nil, []string{"verify", "--endpoints", "http://127.0.0.1:1"}, 2, nil,
+			"v2bridge: verify: --from is required: "},
+		{"verify without --endpoints", nil, []string{"verify", "--from", "http://127.0.0.1:1"}, 2, nil,
+			"v2bridge: verify: --endpoints is required: "},
+		{"migrate with a --from that is no URL", nil, []string{"migrate", "--from", "old-etcd:2379", "--endpoints", "http://127.0.0.1:1"}, 2, nil,
+			`v2bridge: migrate: bad --from "old-etcd:2379": want the etcd v2 server's client URL`},
+		{"migrate cutover without --from", nil, []string{"migrate", "cutover"}, 2, nil, "v2bridge: migrate cutover: --from is required: "},
+		{"migrate rollback without --endpoints", nil, []string{"migrate", "rollback", "--from", "http://127.0.0.1:1"}, 2, nil,
+			"v2bridge: migrate rollback: --endpoints is required: "},
+		{"version with an argument", nil, []string{"version", "x"}, 2, nil, `v2bridge: version: unexpected argument "x"`},
+		{"verify against nothing", nil, []string{"verify", "--from", "http://127.0.0.1:1", "--endpoints", "http://127.0.0.1:1",
+			"--dial-timeout", "500ms", "--progress", "none"}, 1, nil, "v2bridge: cannot reach the etcd v3 cluster at http://127.0.0.1:1: "},
 		{"unknown variable", []string{"V2BRIDGE_ENDPOINT=http://m1:2379"}, nil, 1, nil,
 			"v2bridge: unknown environment variable V2BRIDGE_ENDPOINT (did you mean V2BRIDGE_ENDPOINTS?)"},
 		{"config file without a backend", []string{"V2BRIDGE_CONFIG_FILE=/dev/null"}, nil, 1, nil, "v2bridge: no etcd v3 backend"},
@@ -92,7 +111,7 @@ func TestCLITakenPortIsOneErrorBeforeAnythingStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	taken := "http://" + ln.Addr().String()
 	_, args := embeddedArgs(t)
 	for _, c := range []struct{ name, flag string }{
@@ -241,7 +260,7 @@ func TestCLINotifiesSystemdWhenReadyAndStopping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	msgs := make(chan string, 8)
 	go func() {
 		buf := make([]byte, 4096)
@@ -274,7 +293,7 @@ func TestCLINotifiesSystemdWhenReadyAndStopping(t *testing.T) {
 		t.Fatalf("READY=1 sent but /readyz: %v %v", r, err)
 	} else {
 		_, _ = io.Copy(io.Discard, r.Body)
-		r.Body.Close()
+		_ = r.Body.Close()
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	expect("STOPPING=1")
@@ -307,9 +326,10 @@ func TestCLIMigrateAndVerifyPrintOneJSONSummary(t *testing.T) {
 	if d, _ := m["differences"].([]any); len(d) != 0 || m["sourceNodes"] != float64(3) {
 		t.Errorf("verify summary: %s", r.stdout)
 	}
-	// A command that fails before it counts anything still prints one object.
+	// A command that fails before it counts anything still prints one object
+	// (here a command-line mistake: exit status 2).
 	r = runBinary(t, nil, "verify", "--output", "json", "--from", url, "--progress", "none")
-	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil || r.code != 1 || m["ok"] != false ||
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil || r.code != 2 || m["ok"] != false ||
 		!strings.Contains(m["error"].(string), "--endpoints is required") {
 		t.Fatalf("failed verify --output json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -27,7 +26,7 @@ func backendConfig(c *config, endpoints []string, layout translate.Layout) (v3ba
 	}
 	if c.user != "" {
 		if !strings.Contains(c.user, ":") {
-			return bcfg, errors.New("--user must be name:password")
+			return bcfg, usageErrorf("--user must be name:password") // a command-line mistake (exit status 2)
 		}
 		bcfg.Username, bcfg.Password, _ = strings.Cut(c.user, ":")
 	}

@@ -89,6 +89,18 @@ func TestHelpAndVersionSucceed(t *testing.T) {
 }
 
 func TestCommandLineMistakesAreUsageErrors(t *testing.T) {
+	// Every one is found before anything is connected to: the URLs lead
+	// nowhere.
+	from, eps := []string{"--from", "http://127.0.0.1:1"}, []string{"--endpoints", "http://127.0.0.1:1"}
+	args := func(parts ...[]string) []string {
+		var a []string
+		for _, p := range parts {
+			a = append(a, p...)
+		}
+		return a
+	}
+	migrate, verify := []string{"migrate"}, []string{"verify"}
+	cutover, rollback := []string{"migrate", "cutover"}, []string{"migrate", "rollback"}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -96,12 +108,50 @@ func TestCommandLineMistakesAreUsageErrors(t *testing.T) {
 		{[]string{"serve"}, `unknown command "serve"`},
 		{[]string{"--bogus"}, "flag provided but not defined"},
 		{[]string{"help", "nothing"}, `unknown command "nothing"`},
+		{[]string{"version", "extra"}, `version: unexpected argument "extra"`},
 		{[]string{"migrate", "--output", "yaml"}, "--output must be text or json"},
+		{migrate, "migrate: --from is required"},
+		{verify, "verify: --from is required"},
+		{args(migrate, from), "migrate: --endpoints is required"},
+		{args(verify, from), "verify: --endpoints is required"},
+		{args(verify, eps, []string{"--from", "old-etcd:2379"}), `verify: bad --from "old-etcd:2379"`},
+		{args(migrate, from, eps, []string{"--from-prefix", "/a\x01"}), "migrate: bad --from-prefix"},
+		{args(migrate, from, eps, []string{"--follow", "--dry-run"}), "--follow cannot be combined with --dry-run"},
+		{args(migrate, from, eps, []string{"--data-prefix", "/x", "--meta-prefix", "/x/meta/"}), "overlaps"},
+		{args(verify, from, eps, []string{"--log-level", "loud"}), "--log-level"},
+		{args(migrate, from, eps, []string{"--progress", "fancy"}), "--progress must be auto, tty, lines or none"},
+		{args(migrate, from, eps, []string{"--from-user", "alice"}), "--from-user must be name:password"},
+		{args(verify, from, eps, []string{"--user", "alice"}), "--user must be name:password"},
+		{cutover, "migrate cutover: --from is required"},
+		{args(rollback, from), "migrate rollback: --endpoints is required"},
+		{args(cutover, eps, []string{"--from", "old-etcd:2379"}), "migrate cutover: --from: bad URL"},
+		{args(rollback, from, eps, []string{"--from-user", "alice"}), "--from-user must be name:password"},
+		{args(cutover, from, eps, []string{"--user", "alice"}), "--user must be name:password"},
+		{args(rollback, from, eps, []string{"--data-prefix", "/x", "--meta-prefix", "/x/meta/"}), "overlaps"},
 	} {
 		err := run(c.args, nil, io.Discard, io.Discard)
 		var ue usageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestOperationalFailuresAreNotUsageErrors(t *testing.T) {
+	common := []string{"--from", "http://127.0.0.1:1", "--endpoints", "http://127.0.0.1:1",
+		"--dial-timeout", "200ms", "--request-timeout", "200ms", "--progress", "none"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"verify"}, common...), "cannot reach the etcd v3 cluster"},
+		{append([]string{"migrate"}, common...), "cannot reach the etcd v3 cluster"},
+		{append([]string{"migrate", "cutover"}, common[:8]...), "migrate cutover: "},
+	} {
+		err := run(c.args, nil, io.Discard, io.Discard)
+		var ue usageError
+		if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error (not a usage error) containing %q", c.args, err, c.want)
 		}
 	}
 }

@@ -146,7 +146,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.discoverySRV, "discovery-srv", "", "domain whose DNS SRV records (_etcd-client-ssl._tcp, _etcd-client._tcp) list the backend endpoints")
 	fs.StringVar(&c.discoverySRVName, "discovery-srv-name", "", "suffix of the SRV service name, as etcd's --discovery-srv-name")
 	fs.Var(&c.embedded, "embedded", "serve a private embedded etcd instead of --endpoints (data in --data-dir; nothing else shares it)")
-	fs.StringVar(&c.dataDir, "data-dir", "default.v2bridge", "embedded etcd's data directory")
+	fs.StringVar(&c.dataDir, "data-dir", "default.v2bridge", "embedded etcd's data directory (one bridge at a time: v2bridge.lock in it holds that bridge's PID)")
 	fs.StringVar(&c.embeddedClientURLs, "embedded-client-urls", "http://127.0.0.1:22379", "embedded etcd's v3 client URL (v3 clients share the data here)")
 	fs.StringVar(&c.embeddedPeerURLs, "embedded-peer-urls", "http://127.0.0.1:22380", "embedded etcd's peer URL")
 	fs.BoolVar(&c.embeddedInProcess, "embedded-in-process", true, "the bridge calls its embedded etcd's v3 services in its own process instead of over gRPC on --embedded-client-urls, at about half the CPU per write (false, or with --user: over gRPC, as with --endpoints)")
@@ -251,7 +251,7 @@ func applySources(fs *flag.FlagSet, getenv func(string) string) error {
 // readConfigFile reads a YAML map of flag names to values; lists become
 // comma-separated values.
 func readConfigFile(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // G304: the operator's own --config-file
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
 	}

@@ -124,20 +124,22 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
+	// Settings missing or malformed are command-line mistakes (exit status
+	// 2), found before anything is connected to.
 	if cf.from == "" {
-		return fmt.Errorf("migrate %s: --from is required: the old etcd v2 server's client URL, e.g. --from http://old-etcd:2379", cmd)
+		return usageErrorf("migrate %s: --from is required: the old etcd v2 server's client URL, e.g. --from http://old-etcd:2379", cmd)
 	}
 	endpoints := splitList(c.endpoints)
 	if len(endpoints) == 0 {
-		return fmt.Errorf("migrate %s: --endpoints is required: the etcd v3 cluster the dual-mode bridges use", cmd)
+		return usageErrorf("migrate %s: --endpoints is required: the etcd v3 cluster the dual-mode bridges use", cmd)
 	}
 	layout, err := translate.NewLayout(c.dataPrefix, c.metaPrefix)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	lg, err := newLogger(c.logLevel, c.logFormat)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	defer func() { _ = lg.Sync() }()
 	srcTLS, err := cf.tls()
@@ -145,8 +147,8 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return err
 	}
 	src, err := cutover.NewSource(splitList(cf.from), srcTLS, cf.fromUser, cf.fromTimeout)
-	if err != nil {
-		return err
+	if err != nil { // only for a malformed URL or user
+		return usageError{fmt.Errorf("migrate %s: --from: %w", cmd, err)}
 	}
 	defer src.Close()
 	bcfg, err := backendConfig(&c, endpoints, layout)
@@ -157,14 +159,14 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	o := cutover.Options{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Layout: layout, Source: src,
 		V3Index:      v3Index(cli, layout, c.requestTimeout),
 		SourcePadKey: path.Join("/", cf.fromPrefix, "_v2bridge_rollback_pad"),
 		AckTimeout:   cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
 		By: whoRuns(), RequestTimeout: c.requestTimeout,
-		Log: func(s string) { fmt.Fprintln(steps, s) }}
-	fmt.Fprintf(steps, "%s: old server %s, etcd v3 %s, mode record %s\n", cmd, src, strings.Join(endpoints, ","), o.Keys.Mode)
+		Log: func(s string) { _, _ = fmt.Fprintln(steps, s) }}
+	_, _ = fmt.Fprintf(steps, "%s: old server %s, etcd v3 %s, mode record %s\n", cmd, src, strings.Join(endpoints, ","), o.Keys.Mode)
 	var res *cutover.Result
 	if cmd == "cutover" {
 		res, err = cutover.Cutover(ctx, o)
@@ -179,7 +181,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return fmt.Errorf("migrate %s: %w", cmd, err)
 	}
 	if res.Changed {
-		fmt.Fprintf(steps, "done in %s: %d bridge(s) serve in %s mode (generation %d)\n",
+		_, _ = fmt.Fprintf(steps, "done in %s: %d bridge(s) serve in %s mode (generation %d)\n",
 			res.Duration.Round(time.Millisecond), res.Bridges, res.Record.Mode, res.Record.Generation)
 	}
 	return nil

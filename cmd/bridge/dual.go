@@ -128,7 +128,7 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	agent := cutover.NewAgent(cutover.AgentConfig{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Switch: sw,
 		LeaseTTL: c.modeLeaseTTL, RequestTimeout: c.requestTimeout, Name: c.name,
 		Advertise: splitList(c.advertiseClientURLs), Logger: lg.Named("mode")})

@@ -9,19 +9,26 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// embeddedLogger is the embedded etcd's logger: the bridge's, at the bridge's
-// level, but never below info — etcd's debug lines are bbolt transactions and
-// raw applied requests, values included, which would drown the bridge's own
-// request lines and leak what they deliberately leave out — and without stack
-// traces, which locate etcd's code, not an operator's problem. Once closing
-// is set, it drops the errors etcd logs about its own listeners on every
-// clean Close.
+// embeddedLogger is the embedded etcd's logger: the bridge's, one level up
+// from the bridge's down to warn, and without stack traces, which locate
+// etcd's code, not an operator's problem. At the default level, info, etcd
+// logs only its warnings and errors: its info lines (some fifty at every
+// start: its configuration, raft's elections, each listener) would bury the
+// bridge's own. At debug, etcd logs at info, never at debug: etcd's debug
+// lines are bbolt transactions and raw applied requests, values included,
+// which would drown the bridge's own request lines and leak what they
+// deliberately leave out. Once closing is set, it drops the errors etcd logs
+// about its own listeners on every clean Close.
 func embeddedLogger(lg *zap.Logger) (*zap.Logger, *atomic.Bool) {
 	closing := new(atomic.Bool)
 	lg = lg.Named("etcd").WithOptions(zap.AddStacktrace(zapcore.DPanicLevel),
 		zap.WrapCore(func(c zapcore.Core) zapcore.Core { return closeNoiseFilter{c, closing} }))
-	if lg.Core().Enabled(zapcore.DebugLevel) {
+	// IncreaseLevel only raises: each case applies to a level it raises.
+	switch {
+	case lg.Core().Enabled(zapcore.DebugLevel):
 		lg = lg.WithOptions(zap.IncreaseLevel(zapcore.InfoLevel))
+	case lg.Core().Enabled(zapcore.InfoLevel):
+		lg = lg.WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))
 	}
 	return lg, closing
 }

@@ -10,13 +10,14 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-func TestEmbeddedEtcdLogsAtTheBridgesLevelButNotDebug(t *testing.T) {
+func TestEmbeddedEtcdLogsItsInfoOnlyAtDebugAndNeverItsDebug(t *testing.T) {
 	for _, c := range []struct {
 		bridge, want zapcore.Level
 	}{
 		{zapcore.DebugLevel, zapcore.InfoLevel},
-		{zapcore.InfoLevel, zapcore.InfoLevel},
+		{zapcore.InfoLevel, zapcore.WarnLevel},
 		{zapcore.WarnLevel, zapcore.WarnLevel},
+		{zapcore.ErrorLevel, zapcore.ErrorLevel},
 	} {
 		core, _ := observer.New(c.bridge)
 		lg, _ := embeddedLogger(zap.New(core))
@@ -27,7 +28,7 @@ func TestEmbeddedEtcdLogsAtTheBridgesLevelButNotDebug(t *testing.T) {
 }
 
 func TestEmbeddedEtcdCloseNoiseIsDroppedOnlyWhileClosing(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
+	core, logs := observer.New(zapcore.DebugLevel) // etcd at info
 	lg, closing := embeddedLogger(zap.New(core))
 	noise := "setting up serving from embedded etcd failed."
 	lg.Error(noise)

@@ -72,16 +72,16 @@ Exit status: 0 on success and for help, 1 on an error, 2 on a command-line mista
 // printUsage writes the server's help, flags grouped, to w.
 func printUsage(w io.Writer) {
 	fs := newFlagSet(&config{}, io.Discard)
-	fmt.Fprintf(w, usageHead, progName)
+	_, _ = fmt.Fprintf(w, usageHead, progName)
 	for _, g := range flagGroups {
-		fmt.Fprintf(w, "\n%s:\n", g.title)
+		_, _ = fmt.Fprintf(w, "\n%s:\n", g.title)
 		for _, n := range g.names {
 			if f := fs.Lookup(n); f != nil {
 				printFlag(w, f)
 			}
 		}
 	}
-	fmt.Fprint(w, usageTail)
+	_, _ = fmt.Fprint(w, usageTail)
 }
 
 // printFlag writes one flag as --name TYPE  $VARIABLE, then its usage.
@@ -102,7 +102,7 @@ func printFlag(o io.Writer, f *flag.Flag) {
 		name = " " + name
 	}
 	left := "  --" + f.Name + name
-	fmt.Fprintf(o, "%-46s $%s\n        %s%s\n", left, envName(f.Name), usage, def)
+	_, _ = fmt.Fprintf(o, "%-46s $%s\n        %s%s\n", left, envName(f.Name), usage, def)
 }
 
 // helpFor prints the help of a command named in `v2bridge help CMD`.

@@ -68,6 +68,9 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 			}
 			return runMigrateCommand(rest[0], append(append([]string{}, global...), rest[1:]...), stdout, stderr)
 		case "version":
+			if len(rest) > 1 {
+				return usageErrorf("version: unexpected argument %q", rest[1])
+			}
 			printVersion(stdout)
 			return nil
 		case "help":

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"sort"
@@ -75,7 +76,7 @@ func (f *oldServerFlags) add(fs *flag.FlagSet, server, fromUsage, prefixUsage, t
 // checks --from-user.
 func (f *oldServerFlags) tls() (*tls.Config, error) {
 	if f.fromUser != "" && !strings.Contains(f.fromUser, ":") {
-		return nil, errors.New("--from-user must be name:password")
+		return nil, usageErrorf("--from-user must be name:password")
 	}
 	if f.fromCACert == "" && f.fromCert == "" && !f.fromInsecure {
 		return nil, nil
@@ -100,14 +101,14 @@ func setCommandUsage(fs *flag.FlagSet, intro, own, backend string) {
 	server := newFlagSet(&config{}, io.Discard)
 	fs.Usage = func() {
 		o := fs.Output()
-		fmt.Fprint(o, intro)
-		fmt.Fprintln(o, "\n"+own)
+		_, _ = fmt.Fprint(o, intro)
+		_, _ = fmt.Fprintln(o, "\n"+own)
 		fs.VisitAll(func(f *flag.Flag) {
 			if !shown[f.Name] && server.Lookup(f.Name) == nil {
 				printFlag(o, f)
 			}
 		})
-		fmt.Fprintln(o, "\n"+backend)
+		_, _ = fmt.Fprintln(o, "\n"+backend)
 		fs.VisitAll(func(f *flag.Flag) {
 			if shown[f.Name] {
 				printFlag(o, f)
@@ -231,16 +232,16 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	lg, err := newLogger(c.logLevel, c.logFormat)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	defer func() { _ = lg.Sync() }()
 	if r.o, err = sourceOptions(&r.mf); err != nil {
 		return err
 	}
 	if r.pp, err = newProgressPrinter(r.mf.progress, stderr, tty); err != nil {
-		return err
+		return usageError{err}
 	}
-	r.o.Log = func(msg string) { fmt.Fprintln(stderr, msg) }
+	r.o.Log = func(msg string) { _, _ = fmt.Fprintln(stderr, msg) }
 	if r.pp != nil {
 		r.o.Progress = r.pp.Update
 		r.o.Log = r.pp.Println
@@ -250,14 +251,14 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	defer be.Close()
+	defer func() { _ = be.Close() }()
 	r.o.Target = be
 	if cmd == "migrate" && !r.mf.dryRun {
 		if err := r.watchMode(ctx, &c, endpoints, layout, lg); err != nil {
 			return err
 		}
 		if r.reporter != nil {
-			defer r.reporter.Client.Close()
+			defer func() { _ = r.reporter.Client.Close() }()
 		}
 	}
 	r.jt = newJSONTarget(endpoints, layout)
@@ -301,24 +302,31 @@ func (r *migrateRun) writeJSONSummary(err error) {
 	writeJSON(r.stdout, r.summary)
 }
 
-// checkTarget checks the settings that must be given and returns the v3
-// cluster's endpoints and the bridge's key layout.
+// checkTarget checks the settings that must be given, and given right,
+// before anything is connected to (command-line mistakes: exit status 2),
+// and returns the v3 cluster's endpoints and the bridge's key layout.
 func (r *migrateRun) checkTarget(c *config) ([]string, translate.Layout, error) {
 	if r.mf.from == "" {
-		return nil, translate.Layout{}, fmt.Errorf("%s: --from is required: the client URL of the etcd v2 server, e.g. --from http://old-etcd:2379", r.cmd)
+		return nil, translate.Layout{}, usageErrorf("%s: --from is required: the client URL of the etcd v2 server, e.g. --from http://old-etcd:2379", r.cmd)
+	}
+	if u, err := url.Parse(r.mf.from); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, translate.Layout{}, usageErrorf("%s: bad --from %q: want the etcd v2 server's client URL, e.g. --from http://old-etcd:2379", r.cmd, r.mf.from)
+	}
+	if _, verr := translate.CleanPath(r.mf.fromPrefix); verr != nil {
+		return nil, translate.Layout{}, usageErrorf("%s: bad --from-prefix %q: %s", r.cmd, r.mf.fromPrefix, verr.Cause)
 	}
 	if r.mf.dryRun && r.mf.follow {
-		return nil, translate.Layout{}, errors.New("migrate: --follow cannot be combined with --dry-run")
+		return nil, translate.Layout{}, usageErrorf("migrate: --follow cannot be combined with --dry-run")
 	}
 	endpoints := splitList(c.endpoints)
 	if len(endpoints) == 0 {
-		return nil, translate.Layout{}, fmt.Errorf("%s: --endpoints is required: the etcd v3 cluster your bridges serve "+
+		return nil, translate.Layout{}, usageErrorf("%s: --endpoints is required: the etcd v3 cluster your bridges serve "+
 			"(for a bridge running its embedded etcd, give that etcd's client URL, "+
 			"e.g. --endpoints http://127.0.0.1:22379, while the bridge runs)", r.cmd)
 	}
 	layout, err := translate.NewLayout(c.dataPrefix, c.metaPrefix)
 	if err != nil {
-		return nil, translate.Layout{}, err
+		return nil, translate.Layout{}, usageError{err}
 	}
 	return endpoints, layout, nil
 }
@@ -406,7 +414,7 @@ func (r *migrateRun) migrate(ctx context.Context) error {
 		return fmt.Errorf("migrate: %w", cerr)
 	}
 	if cerr != nil {
-		fmt.Fprintf(r.stderr, "migrate: %v\nfollowing anyway; the exit status will say so\n", cerr)
+		_, _ = fmt.Fprintf(r.stderr, "migrate: %v\nfollowing anyway; the exit status will say so\n", cerr)
 	}
 	if !r.mf.follow {
 		return conflictError(len(sum.Conflicts), r.mf.dryRun)
@@ -428,17 +436,17 @@ func (r *migrateRun) watchMode(ctx context.Context, c *config, endpoints []strin
 	}
 	src, err := cutover.NewSource([]string{r.o.From}, r.o.SourceTLS, r.o.SourceUser, r.mf.fromTimeout)
 	if err != nil {
-		cli.Close()
+		_ = cli.Close()
 		return err
 	}
 	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Source: src,
 		Prefix: r.o.FromPrefix, RequestTimeout: c.requestTimeout, Log: r.o.Log}
 	if err := rep.Check(ctx); err != nil {
-		cli.Close()
+		_ = cli.Close()
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if !r.mf.follow {
-		cli.Close()
+		_ = cli.Close()
 		return nil
 	}
 	r.reporter = rep
@@ -450,7 +458,7 @@ func (r *migrateRun) watchMode(ctx context.Context, c *config, endpoints []strin
 // or until the cutover to etcd v3 is done; cerr is the copy's own error,
 // reported once following ends.
 func (r *migrateRun) follow(ctx context.Context, sum *migrate.Summary, js *jsonMigrate, cerr error) error {
-	fmt.Fprintf(r.stderr, "following %s from index %d; interrupt (Ctrl-C) to stop; `migrate cutover` stops it too\n", sum.Source, sum.Index+1)
+	_, _ = fmt.Fprintf(r.stderr, "following %s from index %d; interrupt (Ctrl-C) to stop; `migrate cutover` stops it too\n", sum.Source, sum.Index+1)
 	fctx, fcancel := context.WithCancel(ctx)
 	defer fcancel()
 	repDone := make(chan error, 1)
@@ -469,7 +477,7 @@ func (r *migrateRun) follow(ctx context.Context, sum *migrate.Summary, js *jsonM
 	fst, ferr := migrate.Follow(fctx, r.o, sum)
 	fcancel()
 	if errors.Is(<-repDone, cutover.ErrSwitched) {
-		fmt.Fprintln(r.stderr, "the cutover to etcd v3 is done: the old server is no longer followed")
+		_, _ = fmt.Fprintln(r.stderr, "the cutover to etcd v3 is done: the old server is no longer followed")
 	}
 	r.finishProgress()
 	if fst != nil && r.jsonOut() {
@@ -490,14 +498,14 @@ func (r *migrateRun) follow(ctx context.Context, sum *migrate.Summary, js *jsonM
 }
 
 func printFollowStats(w io.Writer, fst *migrate.FollowStats) {
-	fmt.Fprintf(w, "followed     %s events up to source index %d: %s applied, %s already there, %d TTLs carried over, %d re-syncs, %d conflicts, %d failures\n",
+	_, _ = fmt.Fprintf(w, "followed     %s events up to source index %d: %s applied, %s already there, %d TTLs carried over, %d re-syncs, %d conflicts, %d failures\n",
 		migrate.Count(fst.Events), fst.Index, migrate.Count(fst.Applied), migrate.Count(fst.Unchanged),
 		fst.TTLRefreshed, fst.Resyncs, len(fst.Conflicts), len(fst.Failures))
 	for _, c := range fst.Conflicts {
-		fmt.Fprintln(w, "  conflict:", c)
+		_, _ = fmt.Fprintln(w, "  conflict:", c)
 	}
 	for _, f := range fst.Failures {
-		fmt.Fprintln(w, "  failed:", f)
+		_, _ = fmt.Fprintln(w, "  failed:", f)
 	}
 }
 
@@ -537,45 +545,45 @@ func printSummary(w io.Writer, s *migrate.Summary, target string) {
 		return done
 	}
 	if s.DryRun {
-		fmt.Fprintln(w, "dry run: nothing was written")
+		_, _ = fmt.Fprintln(w, "dry run: nothing was written")
 	}
-	fmt.Fprintf(w, "source       %s %s (index %d)\n", s.Source, s.Prefix, s.Index)
-	fmt.Fprintf(w, "target       %s\n", target)
-	fmt.Fprintf(w, "tree         %s keys, %s directories (%s empty), %s TTL nodes, %s hidden nodes, %s",
+	_, _ = fmt.Fprintf(w, "source       %s %s (index %d)\n", s.Source, s.Prefix, s.Index)
+	_, _ = fmt.Fprintf(w, "target       %s\n", target)
+	_, _ = fmt.Fprintf(w, "tree         %s keys, %s directories (%s empty), %s TTL nodes, %s hidden nodes, %s",
 		migrate.Count(s.Keys), migrate.Count(s.Dirs), migrate.Count(s.EmptyDirs), migrate.Count(s.TTLKeys),
 		migrate.Count(s.Hidden), migrate.Bytes(s.Bytes))
 	if s.LargestKey != "" {
-		fmt.Fprintf(w, " (largest value %s at %s)", migrate.Bytes(int64(s.LargestValue)), s.LargestKey)
+		_, _ = fmt.Fprintf(w, " (largest value %s at %s)", migrate.Bytes(int64(s.LargestValue)), s.LargestKey)
 	}
-	fmt.Fprintln(w)
+	_, _ = fmt.Fprintln(w)
 	if len(s.HiddenNamed)+len(s.HiddenFound) > 0 {
-		fmt.Fprintf(w, "hidden       named: %s; found in the source's event history: %s\n", orNone(s.HiddenNamed), orNone(s.HiddenFound))
+		_, _ = fmt.Fprintf(w, "hidden       named: %s; found in the source's event history: %s\n", orNone(s.HiddenNamed), orNone(s.HiddenFound))
 	}
-	fmt.Fprintf(w, "%s %s created, %s updated, %s already there, %s expired on the source first\n",
+	_, _ = fmt.Fprintf(w, "%s %s created, %s updated, %s already there, %s expired on the source first\n",
 		would("written     ", "would write "), migrate.Count(s.Created), migrate.Count(s.Updated),
 		migrate.Count(s.Unchanged), migrate.Count(s.Expired))
 	if s.Extra > 0 {
-		fmt.Fprintf(w, "extra        %s nodes on the bridge are not on the source; %s %s (--prune deletes the rest)\n",
+		_, _ = fmt.Fprintf(w, "extra        %s nodes on the bridge are not on the source; %s %s (--prune deletes the rest)\n",
 			migrate.Count(s.Extra), migrate.Count(s.Deleted), would("deleted", "would be deleted"))
 	}
-	fmt.Fprintf(w, "conflicts    %d\n", len(s.Conflicts))
+	_, _ = fmt.Fprintf(w, "conflicts    %d\n", len(s.Conflicts))
 	for _, c := range s.Conflicts {
-		fmt.Fprintln(w, "  "+c.String())
+		_, _ = fmt.Fprintln(w, "  "+c.String())
 	}
 	if len(s.Failures) > 0 {
-		fmt.Fprintf(w, "failed       %d\n", len(s.Failures))
+		_, _ = fmt.Fprintf(w, "failed       %d\n", len(s.Failures))
 		for _, f := range s.Failures {
-			fmt.Fprintln(w, "  "+f.String())
+			_, _ = fmt.Fprintln(w, "  "+f.String())
 		}
 	}
-	fmt.Fprintf(w, "duration     %s (%s nodes/s)\n", s.Duration.Round(time.Millisecond), migrate.Count(int(s.Rate()+0.5)))
+	_, _ = fmt.Fprintf(w, "duration     %s (%s nodes/s)\n", s.Duration.Round(time.Millisecond), migrate.Count(int(s.Rate()+0.5)))
 }
 
-func printReport(w io.Writer, r *migrate.Report, target string, max int) {
-	fmt.Fprintf(w, "source       %s %s: %s nodes\n", r.Source, r.Prefix, migrate.Count(r.SourceNodes))
-	fmt.Fprintf(w, "bridge       %s: %s nodes\n", target, migrate.Count(r.BridgeNodes))
+func printReport(w io.Writer, r *migrate.Report, target string, maxDiffs int) {
+	_, _ = fmt.Fprintf(w, "source       %s %s: %s nodes\n", r.Source, r.Prefix, migrate.Count(r.SourceNodes))
+	_, _ = fmt.Fprintf(w, "bridge       %s: %s nodes\n", target, migrate.Count(r.BridgeNodes))
 	if len(r.HiddenNamed)+len(r.HiddenFound) > 0 {
-		fmt.Fprintf(w, "hidden       named: %s; found in the source's event history: %s\n", orNone(r.HiddenNamed), orNone(r.HiddenFound))
+		_, _ = fmt.Fprintf(w, "hidden       named: %s; found in the source's event history: %s\n", orNone(r.HiddenNamed), orNone(r.HiddenFound))
 	}
 	kinds := map[string]int{}
 	for _, d := range r.Differences {
@@ -586,19 +594,19 @@ func printReport(w io.Writer, r *migrate.Report, target string, max int) {
 		parts = append(parts, fmt.Sprintf("%d %s", n, k))
 	}
 	sort.Strings(parts)
-	fmt.Fprintf(w, "differences  %d", len(r.Differences))
+	_, _ = fmt.Fprintf(w, "differences  %d", len(r.Differences))
 	if len(parts) > 0 {
-		fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
+		_, _ = fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
 	}
-	fmt.Fprintln(w)
+	_, _ = fmt.Fprintln(w)
 	for i, d := range r.Differences {
-		if max >= 0 && i >= max {
-			fmt.Fprintf(w, "  ... and %d more\n", len(r.Differences)-i)
+		if maxDiffs >= 0 && i >= maxDiffs {
+			_, _ = fmt.Fprintf(w, "  ... and %d more\n", len(r.Differences)-i)
 			break
 		}
-		fmt.Fprintln(w, "  "+d.String())
+		_, _ = fmt.Fprintln(w, "  "+d.String())
 	}
-	fmt.Fprintf(w, "duration     %s\n", r.Duration.Round(time.Millisecond))
+	_, _ = fmt.Fprintf(w, "duration     %s\n", r.Duration.Round(time.Millisecond))
 }
 
 func orNone(ps []string) string {

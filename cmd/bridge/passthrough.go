@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
-	
+
 	"github.com/v2bridge/v2bridge/detach"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/upstream"

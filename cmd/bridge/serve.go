@@ -49,14 +49,20 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	}
 	var etcd *embed.Etcd
 	if c.embeddedMode != "" {
+		// Before anything is logged: a --data-dir in use is one error line.
+		release, err := lockDataDir(c.dataDir)
+		if err != nil {
+			return err
+		}
+		defer release() // after the embedded etcd is closed
 		warnEmbedded(lg, c)
 		elg, closing := embeddedLogger(lg)
-		etcd, err = v3backend.StartEmbedded(v3backend.EmbeddedConfig{
+		etcd, err = v3backend.StartEmbeddedContext(ctx, v3backend.EmbeddedConfig{
 			Name: c.name, Dir: c.dataDir, ClientURL: c.embeddedClientURLs, PeerURL: c.embeddedPeerURLs,
 			AutoCompaction: c.autoCompaction, Logger: elg,
 		})
 		if err != nil {
-			return err
+			return interruptedOr(ctx, lg, err)
 		}
 		defer func() {
 			closing.Store(true)
@@ -83,7 +89,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 			MaxConnections: c.maxConnections}})
 	cancel()
 	if err != nil {
-		return err
+		return interruptedOr(ctx, lg, err)
 	}
 	shutdown := func() error {
 		// Watches are long-polls: Close ends them (clients re-issue them
@@ -104,6 +110,17 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		br.Serve(l.ln, br.API.MetricsHandler(), errc)
 	}
 	return runUntilDone(ctx, lg, br.Backend.Ready, errc, shutdown)
+}
+
+// interruptedOr is err, a failure to start, unless ctx ended meanwhile: a
+// signal before the bridge serves stops it as cleanly as one after (exit
+// status 0).
+func interruptedOr(ctx context.Context, lg *zap.Logger, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	lg.Info("interrupted while starting: shutting down")
+	return nil
 }
 
 // backendEndpoints are the etcd v3 endpoints: --endpoints, or those the

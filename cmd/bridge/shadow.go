@@ -87,7 +87,7 @@ func readShadow(ctx context.Context, c *config, endpoints []string, layout trans
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	rctx, cancel := context.WithTimeout(ctx, max(c.requestTimeout, time.Second))
 	defer cancel()
 	return shadow.ReadRecords(rctx, cli, layout)
@@ -97,7 +97,7 @@ func readShadow(ctx context.Context, c *config, endpoints []string, layout trans
 // read it is reported, and does not fail verify.
 func printShadow(w io.Writer, recs []shadow.Record, err error) {
 	if err != nil {
-		fmt.Fprintf(w, "shadow       could not read the bridges' shadow records: %v\n", err)
+		_, _ = fmt.Fprintf(w, "shadow       could not read the bridges' shadow records: %v\n", err)
 		return
 	}
 	shadow.WriteSummary(w, recs, time.Now())

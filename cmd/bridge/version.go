@@ -46,6 +46,6 @@ func buildVersion() (ver, commit string) {
 
 func printVersion(w io.Writer) {
 	ver, commit := buildVersion()
-	fmt.Fprintf(w, "%s version: %s\ngit commit: %s\ngo version: %s\ngo os/arch: %s/%s\n",
+	_, _ = fmt.Fprintf(w, "%s version: %s\ngit commit: %s\ngo version: %s\ngo os/arch: %s/%s\n",
 		progName, ver, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
