@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -358,17 +360,12 @@ func str(v any) string {
 	return s
 }
 
+// unionKeys are the keys of a and b, sorted.
 func unionKeys(a, b map[string]any) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, m := range []map[string]any{a, b} {
-		for k := range m {
-			if !seen[k] {
-				seen[k] = true
-				out = append(out, k)
-			}
-		}
+	both := maps.Clone(a)
+	if both == nil {
+		both = map[string]any{}
 	}
-	sort.Strings(out)
-	return out
+	maps.Copy(both, b)
+	return slices.Sorted(maps.Keys(both))
 }
