@@ -29,6 +29,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -114,6 +115,12 @@ func (l *Listener) acceptLoop() {
 func (l *Listener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.back:
+		// The connection's next request waits behind every goroutine
+		// already runnable: after one event reaches many parked watches,
+		// their answers go out before net/http parses their clients'
+		// re-watches, which would otherwise run first (a new connection's
+		// goroutine is scheduled next).
+		runtime.Gosched()
 		return c, nil
 	case a := <-l.accepted:
 		return a.c, a.err
@@ -233,12 +240,13 @@ const (
 
 // parked is a request waiting outside net/http.
 type parked struct {
-	l       *Listener
-	c       net.Conn
-	closing bool          // the connection closes after the answer (said in its head)
-	gone    chan struct{} // closed by the reader when the socket becomes readable or it is woken
-	saw     readiness     // what the reader saw; read after gone is closed
-	done    func(bytes int, gone bool)
+	l        *Listener
+	c        net.Conn
+	closing  bool          // the connection closes after the answer (said in its head)
+	headLost bool          // the head could not be written: the client is gone
+	gone     chan struct{} // closed by the reader when the socket becomes readable or it is woken
+	saw      readiness     // what the reader saw; read after gone is closed
+	done     func(bytes int, gone bool)
 }
 
 // Park takes r's connection from net/http, before anything is written, and
@@ -289,7 +297,7 @@ func Park(w http.ResponseWriter, r *http.Request, wait func(gone <-chan struct{}
 	}
 	l.mu.Unlock()
 	if _, err := c.Write(appendHead(w.Header(), p.closing)); err != nil {
-		p.saw = left
+		p.headLost = true
 		_ = c.Close() // the reader wakes; the waiter ends the wait at once
 	}
 	if !p.closing {
@@ -302,9 +310,7 @@ func Park(w http.ResponseWriter, r *http.Request, wait func(gone <-chan struct{}
 // read waits until the socket is readable, without reading it.
 func (p *parked) read(rc syscall.RawConn) {
 	defer p.l.wg.Done()
-	if saw := peek(rc); p.saw != left {
-		p.saw = saw
-	}
+	p.saw = peek(rc)
 	close(p.gone)
 }
 
@@ -316,16 +322,9 @@ var aLongTimeAgo = time.Unix(1, 0)
 func (p *parked) wait(wait func(<-chan struct{}) []byte) {
 	defer p.l.wg.Done()
 	body := wait(p.gone)
-	p.wake()
-	<-p.gone
-	l := p.l
-	l.mu.Lock()
-	if _, ok := l.parked[p]; ok {
-		delete(l.parked, p)
-		l.parkedN.Add(-1)
-	}
-	l.mu.Unlock()
-	// The end of the chunked body. A client that closed its side may still
+	// The end of the chunked body goes out first, while the reader still
+	// waits (it only peeks), so the client has its answer without waiting
+	// for the reader to be woken. A client that closed its side may still
 	// read: it gets the end, as net/http would write it, then the close.
 	var out []byte
 	if len(body) > 0 {
@@ -335,9 +334,21 @@ func (p *parked) wait(wait func(<-chan struct{}) []byte) {
 		out = append(out, "\r\n"...)
 	}
 	out = append(out, "0\r\n\r\n"...)
-	_ = p.c.SetWriteDeadline(time.Now().Add(WriteTimeout))
-	_, err := p.c.Write(out)
-	gone := p.saw == left || err != nil
+	var err error
+	if !p.headLost {
+		_ = p.c.SetWriteDeadline(time.Now().Add(WriteTimeout))
+		_, err = p.c.Write(out)
+	}
+	p.wake()
+	<-p.gone
+	l := p.l
+	l.mu.Lock()
+	if _, ok := l.parked[p]; ok {
+		delete(l.parked, p)
+		l.parkedN.Add(-1)
+	}
+	l.mu.Unlock()
+	gone := p.headLost || p.saw == left || err != nil
 	if gone || p.closing {
 		l.closeConn(p.c)
 		p.end(len(body), gone)
