@@ -257,3 +257,15 @@ func TestReadMapFindsRowsAndItems(t *testing.T) {
 		t.Errorf("readMap = %q, want %q", got, want)
 	}
 }
+
+// The design of record stays a 20-minute read: at most 5,000 words, as wc
+// counts them.
+func TestDesignIsAShortRead(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "docs", "design.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Fields(string(b))); n > 5000 {
+		t.Fatalf("docs/design.md has %d words; the design of record must stay within 5,000", n)
+	}
+}
