@@ -425,7 +425,7 @@ func (b *Backend) decodeRevision(s *session, rev int64, evs []translate.V3Event,
 	var ls translate.Leases
 	if len(leased) > 0 {
 		lctx, cancel := context.WithTimeout(s.ctx, time.Second)
-		ls = b.resolveLeases(lctx, s, translate.LeasesOf(leased))
+		ls = b.resolveLeasesAt(lctx, s, translate.LeasesOf(leased), rev)
 		cancel()
 	}
 	out, sweeps, forged := b.layout.DecodeRevision(rev, evs, ls, time.Now())

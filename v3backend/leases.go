@@ -71,6 +71,13 @@ func (c *leaseCache) get(id int64) (time.Time, bool) {
 // the bridge's lease records (one transaction), then, for leases granted by
 // v3 clients, from TimeToLive. A lease it cannot resolve is shown permanent.
 func (b *Backend) resolveLeases(ctx context.Context, s *session, ids []int64) translate.Leases {
+	return b.resolveLeasesAt(ctx, s, ids, 0)
+}
+
+// resolveLeasesAt is resolveLeases for the changes of revision rev (0: for
+// the present), where a lease that has run out is looked up in its record
+// as of the revision before rev (goneLeaseRecords).
+func (b *Backend) resolveLeasesAt(ctx context.Context, s *session, ids []int64, rev int64) translate.Leases {
 	out := translate.Leases{}
 	var miss []int64
 	for _, id := range ids {
@@ -102,14 +109,45 @@ func (b *Backend) resolveLeases(ctx context.Context, s *session, ids []int64) tr
 			native = append(native, miss[i])
 		}
 	}
+	var gone []int64
 	for _, id := range native {
 		ttl, err := s.cli.TimeToLive(ctx, clientv3.LeaseID(id))
 		if err != nil || ttl.TTL < 0 {
+			gone = append(gone, id)
 			continue
 		}
 		exp := time.Now().Add(time.Duration(ttl.TTL) * time.Second)
 		b.leases.putNative(id, exp)
 		out[id] = exp
 	}
+	if rev > 1 && len(gone) > 0 {
+		b.goneLeaseRecords(ctx, s, gone, rev-1, out)
+	}
 	return out
+}
+
+// goneLeaseRecords looks up, in the lease records as of revision rev, the
+// expirations of leases that no longer exist: a lease that ran out took its
+// record with it, so the changes of its expiry, decoded by a bridge whose
+// cache never held the lease (it started since, or replays history), find
+// the record only at the revision before. A lease without one (a v3
+// client's), or a revision compacted away, stays unresolved.
+func (b *Backend) goneLeaseRecords(ctx context.Context, s *session, ids []int64, rev int64, out translate.Leases) {
+	ops := make([]clientv3.Op, len(ids))
+	for i, id := range ids {
+		ops[i] = clientv3.OpGet(b.layout.LeaseKey(id), clientv3.WithSerializable(), clientv3.WithRev(rev))
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return
+	}
+	for i, r := range resp.Responses {
+		if kvs := r.GetResponseRange().Kvs; len(kvs) == 1 {
+			if ns, err := strconv.ParseInt(string(kvs[0].Value), 10, 64); err == nil {
+				exp := time.Unix(0, ns)
+				b.leases.put(ids[i], exp)
+				out[ids[i]] = exp
+			}
+		}
+	}
 }
