@@ -82,6 +82,7 @@ func (s *Server) Do(ctx context.Context, r *v2diff.Request) (*v2diff.Response, e
 	if err != nil {
 		return nil, err
 	}
+	sent := time.Now()
 	resp, err := s.Client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", s.Side, r, err)
@@ -91,7 +92,7 @@ func (s *Server) Do(ctx context.Context, r *v2diff.Request) (*v2diff.Response, e
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: reading body: %w", s.Side, r, err)
 	}
-	return &v2diff.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+	return &v2diff.Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Sent: sent, At: time.Now()}, nil
 }
 
 // Pair is one server of each side.

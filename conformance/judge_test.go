@@ -3,6 +3,7 @@
 package conformance
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,26 +17,72 @@ import (
 // must fail, even where a documented divergence sits next to it, and every
 // correct or documented one must pass.
 
-// judgeFixture is a session in which both servers made the same three
-// writes: /b created (ref 4, bridge 10), /a created (5, 11), and /a replaced
-// by a set (6, 13; the bridge spent 12 on housekeeping).
+// judgeFixture is a session in which both servers made the same writes
+// (bridge index / reference index):
+//
+//	10 / 4   /b created
+//	11 / 5   /a created
+//	13 / 6   /a replaced by a set (the bridge spent 12 on housekeeping)
+//	21 / 11  /d/c created (and with it the directory /d)
+//	22 / 12  /d/c replaced by a set
+//	23 / 13  /t created with a TTL of 2 s
+//	24 / 14  /d/_h (hidden) created
+//	25 / 15  (/t expires: no watch saw it, so it is not registered)
+//	26 / 16  /d deleted, recursive
 func judgeFixture() *v2diff.Session {
 	s := v2diff.NewSession()
-	put := func(k string) *v2diff.Request { return &v2diff.Request{Method: "PUT", Path: "/v2/keys" + k} }
+	ttl := `"expiration":"` + exp(2*time.Second) + `","ttl":2,`
 	for _, w := range []struct {
-		key, ref, br string
+		req      string
+		ref, br  string
+		refX, bX string
 	}{
-		{"/b", `{"action":"set","node":{"key":"/b","value":"1","modifiedIndex":4,"createdIndex":4}}`,
-			`{"action":"set","node":{"key":"/b","value":"1","modifiedIndex":10,"createdIndex":10}}`},
-		{"/a", `{"action":"set","node":{"key":"/a","value":"1","modifiedIndex":5,"createdIndex":5}}`,
-			`{"action":"set","node":{"key":"/a","value":"1","modifiedIndex":11,"createdIndex":11}}`},
-		{"/a", `{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":6,"createdIndex":6},"prevNode":{"key":"/a","value":"1","modifiedIndex":5,"createdIndex":5}}`,
-			`{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":13,"createdIndex":13},"prevNode":{"key":"/a","value":"1","modifiedIndex":11,"createdIndex":11}}`},
+		{"PUT /b?value=1", `{"action":"set","node":{"key":"/b","value":"1","modifiedIndex":4,"createdIndex":4}}`,
+			`{"action":"set","node":{"key":"/b","value":"1","modifiedIndex":10,"createdIndex":10}}`, "4", "10"},
+		{"PUT /a?value=1", `{"action":"set","node":{"key":"/a","value":"1","modifiedIndex":5,"createdIndex":5}}`,
+			`{"action":"set","node":{"key":"/a","value":"1","modifiedIndex":11,"createdIndex":11}}`, "5", "11"},
+		{"PUT /a?value=2", `{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":6,"createdIndex":6},"prevNode":{"key":"/a","value":"1","modifiedIndex":5,"createdIndex":5}}`,
+			evA13, "6", "13"},
+		{"PUT /d/c?value=1&prevExist=false", refC11, evC21, "11", "21"},
+		{"PUT /d/c?value=2", `{"action":"set","node":{"key":"/d/c","value":"2","modifiedIndex":12,"createdIndex":12},"prevNode":{"key":"/d/c","value":"1","modifiedIndex":11,"createdIndex":11}}`,
+			evC22, "12", "22"},
+		{"PUT /t?value=1&ttl=2", `{"action":"set","node":{"key":"/t","value":"1",` + ttl + `"modifiedIndex":13,"createdIndex":13}}`,
+			`{"action":"set","node":{"key":"/t","value":"1",` + ttl + `"modifiedIndex":23,"createdIndex":23}}`, "13", "23"},
+		{"PUT /d/_h?value=h&prevExist=false", `{"action":"create","node":{"key":"/d/_h","value":"h","modifiedIndex":14,"createdIndex":14}}`,
+			evH24, "14", "24"},
+		{"DELETE /d?recursive=true", `{"action":"delete","node":{"key":"/d","dir":true,"modifiedIndex":16,"createdIndex":11},"prevNode":{"key":"/d","dir":true,"modifiedIndex":11,"createdIndex":11}}`,
+			evD26, "16", "26"},
 	} {
-		s.Register(v2diff.NewExchange([2]*v2diff.Request{put(w.key), put(w.key)},
-			[2]*v2diff.Response{ok(200, "0", w.ref), ok(200, "0", w.br)}))
+		method, target, _ := strings.Cut(w.req, " ")
+		r := req(method, "/v2/keys"+target)
+		status := 200
+		if strings.Contains(w.ref, `"create"`) {
+			status = 201
+		}
+		s.Register(v2diff.NewExchange([2]*v2diff.Request{r, r},
+			[2]*v2diff.Response{ok(status, w.refX, w.ref), ok(status, w.bX, w.br)}))
 	}
 	return s
+}
+
+// The fixture's writes as the bridge answered them, which is what their
+// events must be.
+const (
+	evA13 = `{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":13,"createdIndex":13},"prevNode":{"key":"/a","value":"1","modifiedIndex":11,"createdIndex":11}}`
+	evC21 = `{"action":"create","node":{"key":"/d/c","value":"1","modifiedIndex":21,"createdIndex":21}}`
+	evC22 = `{"action":"set","node":{"key":"/d/c","value":"2","modifiedIndex":22,"createdIndex":22},"prevNode":{"key":"/d/c","value":"1","modifiedIndex":21,"createdIndex":21}}`
+	evH24 = `{"action":"create","node":{"key":"/d/_h","value":"h","modifiedIndex":24,"createdIndex":24}}`
+	evD26 = `{"action":"delete","node":{"key":"/d","dir":true,"modifiedIndex":26,"createdIndex":21},"prevNode":{"key":"/d","dir":true,"modifiedIndex":21,"createdIndex":21}}`
+	// refC11 is v2's create of /d/c, the first event of a stream from
+	// waitIndex 11.
+	refC11 = `{"action":"create","node":{"key":"/d/c","value":"1","modifiedIndex":11,"createdIndex":11}}`
+)
+
+// evT25 is the expiry of /t: its prevNode is the node the TTL write left,
+// with no ttl left.
+func evT25(action, value string) string {
+	return `{"action":"` + action + `","node":{"key":"/t","modifiedIndex":25,"createdIndex":23},"prevNode":{"key":"/t","value":"` +
+		value + `","expiration":"` + exp(2*time.Second) + `","modifiedIndex":23,"createdIndex":23}}`
 }
 
 // ok is a successful v2 answer; fail an error answer (no X-Raft-*).
@@ -71,10 +118,13 @@ func exp(d time.Duration) string { return time.Now().Add(d).UTC().Format(time.RF
 func req(method, target string) *v2diff.Request { return &v2diff.Request{Method: method, Path: target} }
 
 type judgeCase struct {
-	name         string
-	req, reqB    *v2diff.Request // reqB: the bridge's, when its indexes differ
-	ref, br      *v2diff.Response
-	watch, event bool
+	name      string
+	req, reqB *v2diff.Request // reqB: the bridge's, when its indexes differ
+	ref, br   *v2diff.Response
+	watch     bool
+	// lines are further lines of the watch (reference, bridge; "" for
+	// none), judged one after the other after ref and br, its headers.
+	lines [][2]string
 	// excuse is the divergence a passing answer needs ("" for none);
 	// wrong marks an answer that must fail.
 	excuse string
@@ -84,7 +134,6 @@ type judgeCase struct {
 const (
 	errKeyDeep  = `{"errorCode":209,"message":"Invalid field","cause":"key is deeper than 48 levels","index":0}`
 	errTooLarge = `{"errorCode":209,"message":"Invalid field","cause":"value too large: the request exceeds the etcd v3 backend's request size limit (--max-request-bytes)","index":0}`
-	err401      = `{"errorCode":401,"message":"The event in requested index is outdated and cleared","cause":"the requested history has been cleared [5/4]","index":6}`
 	err300Dir   = `{"errorCode":300,"message":"Raft Internal Error","cause":"nodePath /1/d : Not a file ()","index":0}`
 )
 
@@ -112,6 +161,12 @@ func ttlCases() []judgeCase {
 	add("ttl=0 answered with an expiration that disagrees with its ttl", "0", now,
 		`,"expiration":"`+exp(time.Hour)+`","ttl":2`, "", true)
 	add("ttl=5 answered with the minimum lease", "5", `,"expiration":"`+exp(5*time.Second)+`","ttl":5`, lease, "", true)
+	add("ttl=0 answered with ttl 1 and an expiration in the past", "0", now,
+		`,"expiration":"`+exp(-time.Second)+`","ttl":1`, "", true)
+	add("ttl=1 answered with ttl 2 and an expiration 5 s away", "1", one,
+		`,"expiration":"`+exp(5*time.Second)+`","ttl":2`, "", true)
+	add("ttl=0 answered with ttl 2 and an expiration 0.3 s away", "0", now,
+		`,"expiration":"`+exp(300*time.Millisecond)+`","ttl":2`, "", true)
 
 	huge := `,"expiration":"` + exp(9_000_000_000*time.Second) + `","ttl":9000000000`
 	add("a ttl past 2262 is honoured where v2 overflows", "9000000000", "", huge, "ttl-overflow", false)
@@ -130,8 +185,23 @@ func ttlCases() []judgeCase {
 			br: fail(500, "13", `{"errorCode":300,"message":"Raft Internal Error","cause":"lease TTL too large","index":13}`), wrong: true},
 		judgeCase{name: "a huge ttl answered with 202 for another cause", req: over, ref: r,
 			br: fail(400, "0", `{"errorCode":202,"message":"The given TTL in POST form is not a number","cause":"invalid value for \"ttl\"","index":0}`), wrong: true},
+		judgeCase{name: "a huge ttl refused with 202 and a non-zero index", req: over, ref: r,
+			br: fail(400, "13", `{"errorCode":202,"message":"The given TTL in POST form is not a number","cause":"ttl exceeds the maximum of 9000000000","index":13}`), wrong: true},
 		judgeCase{name: "a honourable huge ttl refused with 202", req: req("PUT", "/v2/keys/z?value=1&ttl=9000000000"), ref: r,
 			br: fail(400, "0", `{"errorCode":202,"message":"The given TTL in POST form is not a number","cause":"ttl exceeds the maximum of 9000000000","index":0}`), wrong: true},
+	)
+	// A DELETE parses its ttl and ignores it.
+	del := req("DELETE", "/v2/keys/b?ttl=0")
+	deleted := func(mi, ci int, node string) string {
+		return `{"action":"delete","node":{"key":"/b"` + node + `,"modifiedIndex":` + strconv.Itoa(mi) + `,"createdIndex":` +
+			strconv.Itoa(ci) + `},"prevNode":{"key":"/b","value":"1","modifiedIndex":` + strconv.Itoa(ci) +
+			`,"createdIndex":` + strconv.Itoa(ci) + `}}`
+	}
+	cs = append(cs,
+		judgeCase{name: "a DELETE ?ttl=0 ignores the ttl", req: del, ref: ok(200, "17", deleted(17, 4, "")),
+			br: ok(200, "27", deleted(27, 10, ""))},
+		judgeCase{name: "a DELETE ?ttl=0 answered with a ttl on the deleted node", req: del,
+			ref: ok(200, "17", deleted(17, 4, "")), br: ok(200, "27", deleted(27, 10, lease)), wrong: true},
 	)
 	return cs
 }
@@ -155,6 +225,16 @@ func limitCases() []judgeCase {
 			ref: created(deep), br: fail(400, "0", strings.Replace(errKeyDeep, "209", "210", 1)), wrong: true},
 		{name: "a deep key refused with a 500", req: req("PUT", "/v2/keys"+deep+"?value=1"),
 			ref: created(deep), br: fail(500, "0", errKeyDeep), wrong: true},
+		{name: "a deep key refused with the wrong message and a non-zero index", req: req("PUT", "/v2/keys"+deep+"?value=1"),
+			ref: created(deep), br: fail(400, "13", `{"errorCode":209,"message":"Key not found","cause":"key is deeper than 48 levels","index":13}`),
+			wrong: true},
+		{name: "a deep key refused with the wrong message", req: req("PUT", "/v2/keys"+deep+"?value=1"),
+			ref: created(deep), br: fail(400, "0", strings.Replace(errKeyDeep, "Invalid field", "Key not found", 1)),
+			wrong: true},
+		{name: "a deep key refused with a non-zero index", req: req("PUT", "/v2/keys"+deep+"?value=1"),
+			ref: created(deep), br: fail(400, "13", strings.Replace(errKeyDeep, `"index":0`, `"index":13`, 1)), wrong: true},
+		{name: "a deep key refused with X-Raft-* headers", req: req("PUT", "/v2/keys"+deep+"?value=1"),
+			ref: created(deep), br: ok(400, "0", errKeyDeep), wrong: true},
 		{name: "a 2 MiB value is refused", req: &v2diff.Request{Method: "PUT", Path: "/v2/keys/big", Form: map[string][]string{"value": {big}}},
 			ref: created("/big"), br: fail(400, "0", errTooLarge), excuse: "limits"},
 		{name: "a 1 MiB value refused as too large", req: &v2diff.Request{Method: "PUT", Path: "/v2/keys/big", Form: map[string][]string{"value": {nearly}}},
@@ -173,6 +253,8 @@ func limitCases() []judgeCase {
 			ref: plain(404, "", "X-Etcd-Index", "6"), br: plain(400, "", "X-Etcd-Index", "0"), excuse: "limits"},
 		{name: "a HEAD of a short key refused", req: req("HEAD", "/v2/keys/a/b"),
 			ref: plain(404, "", "X-Etcd-Index", "6"), br: plain(400, "", "X-Etcd-Index", "0"), wrong: true},
+		{name: "a HEAD of a deep key refused with a non-zero index", req: req("HEAD", "/v2/keys"+deep),
+			ref: plain(404, "", "X-Etcd-Index", "6"), br: plain(400, "", "X-Etcd-Index", "13"), wrong: true},
 		{name: "a 5000-byte key is refused", req: req("PUT", "/v2/keys/"+strings.Repeat("k", 5000)+"?value=1"),
 			ref: created("/" + strings.Repeat("k", 5000)), br: cause("key is longer than 4096 bytes"), excuse: "limits"},
 		{name: "a 4000-byte key refused as too long", req: req("PUT", "/v2/keys/"+strings.Repeat("k", 4000)+"?value=1"),
@@ -180,73 +262,205 @@ func limitCases() []judgeCase {
 	}
 }
 
+// err401 is the reference's 401 for a waitIndex it no longer keeps, at
+// its index 16 (after every write of the fixture).
+const err401 = `{"errorCode":401,"message":"The event in requested index is outdated and cleared","cause":"the requested history has been cleared [5/2]","index":16}`
+
+// watchJudgeCases are watches from a past waitIndex: v2 answers 401 where
+// the bridge answers from history (history-horizon).
 func watchJudgeCases() []judgeCase {
-	w := func(q string) *v2diff.Request { return req("GET", "/v2/keys/a?wait=true&"+q) }
-	ev := func(key string, mi int) string {
-		return `{"action":"set","node":{"key":"` + key + `","value":"2","modifiedIndex":` + strconv.Itoa(mi) +
-			`,"createdIndex":` + strconv.Itoa(mi) + `}}`
+	// hist is a watch of target (a key, maybe with ?recursive=true) from
+	// waitIndex 2 on the reference (cleared) and wb on the bridge, which
+	// answers body at X-Etcd-Index 26 (every write of the fixture made).
+	hist := func(name, target, wb, body, excuse string, wrong bool) judgeCase {
+		sep := "?"
+		if strings.Contains(target, "?") {
+			sep = "&"
+		}
+		return judgeCase{name: name, req: req("GET", "/v2/keys"+target+sep+"wait=true&waitIndex=2"),
+			reqB: req("GET", "/v2/keys"+target+sep+"wait=true&waitIndex="+wb), watch: true,
+			ref: fail(400, "16", err401), br: ok(200, "26", body), excuse: excuse, wrong: wrong}
 	}
-	horizon := func(name string, q, qb, body, excuse string, wrong bool) judgeCase {
-		return judgeCase{name: name, req: w(q), reqB: w(qb), watch: true,
-			ref: fail(400, "6", err401), br: ok(200, "15", body), excuse: excuse, wrong: wrong}
+	right := func(name, target, wb, body string) judgeCase {
+		return hist(name, target, wb, body, "history-horizon", false)
 	}
-	waiting := func(name, key, qb string, wrong bool) judgeCase {
-		br := ok(200, "15", "")
-		br.Body = nil
-		c := judgeCase{name: name, req: req("GET", "/v2/keys"+key+"?wait=true&waitIndex=5"),
-			reqB: req("GET", "/v2/keys"+key+"?wait=true&"+qb), watch: true, ref: fail(400, "6", err401), br: br,
-			wrong: wrong}
+	wrong := func(name, target, wb, body string) judgeCase { return hist(name, target, wb, body, "", true) }
+	waiting := func(name, key, wb string, wrong bool) judgeCase {
+		c := hist(name, key, wb, "", "", wrong)
+		c.br = waitingHead("26")
 		if !wrong {
 			c.excuse = "history-horizon"
 		}
 		return c
 	}
-	stream := func(name, q, qb, body, excuse string, wrong bool) judgeCase {
-		return judgeCase{name: name, req: req("GET", "/v2/keys/d?wait=true&stream=true&"+q),
-			reqB: req("GET", "/v2/keys/d?wait=true&stream=true&"+qb), watch: true, event: true,
-			ref: eventLine(""), br: eventLine(body), excuse: excuse, wrong: wrong}
+	a13 := func(from, to string) string { return strings.Replace(evA13, from, to, 1) }
+	return []judgeCase{
+		right("history beyond v2's horizon is served, prevNode and all", "/a", "12", evA13),
+		wrong("history answered without the write's prevNode", "/a", "12",
+			`{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":13,"createdIndex":13}}`),
+		wrong("history answered with the old value", "/a", "12", a13(`"value":"2"`, `"value":"1"`)),
+		wrong("history answered with another key's prevNode", "/a", "12",
+			a13(`"prevNode":{"key":"/a"`, `"prevNode":{"key":"/b"`)),
+		wrong("history answered with another prevNode of the key", "/a", "12",
+			a13(`"modifiedIndex":11,"createdIndex":11}}`, `"modifiedIndex":10,"createdIndex":10}}`)),
+		wrong("history answered with createdIndex after modifiedIndex", "/a", "12",
+			a13(`"modifiedIndex":13,"createdIndex":13`, `"modifiedIndex":13,"createdIndex":14`)),
+		wrong("history answered with a prevNode the write did not have", "/d/c", "21",
+			strings.Replace(evC21, `}}`, `},"prevNode":{"key":"/d/c","value":"0","modifiedIndex":20,"createdIndex":20}}`, 1)),
+		wrong("history answered with another action", "/a", "12", a13(`"set"`, `"compareAndSwap"`)),
+		wrong("history answered with an event for another key", "/a", "12", evC21),
+		wrong("history answered with an event before waitIndex", "/a", "12",
+			`{"action":"set","node":{"key":"/a","value":"1","modifiedIndex":11,"createdIndex":11}}`),
+		{name: "history answered with an event after X-Etcd-Index", req: req("GET", "/v2/keys/d/c?wait=true&waitIndex=2"),
+			reqB: req("GET", "/v2/keys/d/c?wait=true&waitIndex=22"), watch: true,
+			ref: fail(400, "11", strings.Replace(err401, `"index":16`, `"index":11`, 1)), br: ok(200, "21", evC22), wrong: true},
+		wrong("history answered with a later event, skipping the first match", "/a", "11", evA13),
+		wrong("history answered with an event at another write's index", "/a", "10",
+			`{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":10,"createdIndex":10}}`),
+		wrong("history answered with an event at no write's index", "/a", "12",
+			`{"action":"set","node":{"key":"/a","value":"2","modifiedIndex":12,"createdIndex":12}}`),
+		wrong("history answered with a get", "/a", "12", a13(`"set"`, `"get"`)),
+		wrong("history answered with a delete carrying a value", "/a", "12", a13(`"set"`, `"delete"`)),
+		wrong("history answered with a child event on a non-recursive watch", "/d", "21", evC21),
+		wrong("history answered with a sibling's event on a recursive watch", "/d/c?recursive=true", "22",
+			strings.ReplaceAll(evH24, "/d/_h", "/d/cc")),
+		right("history serves a child event on a recursive watch", "/d?recursive=true", "21", evC21),
+		right("history serves a hidden key, as v2's history does", "/d?recursive=true", "23", evH24),
+		right("history serves the delete of a directory above", "/d/x", "25", evD26),
+		wrong("history answered with the delete of a directory elsewhere", "/d/x", "25",
+			strings.ReplaceAll(evD26, `"/d"`, `"/e"`)),
+		right("history serves an expiry no watch saw", "/t", "24", evT25("expire", "1")),
+		wrong("history answers an expiry as a delete", "/t", "24", evT25("delete", "1")),
+		wrong("history answers an expiry with another value", "/t", "24", evT25("expire", "2")),
+		wrong("history answers an expiry with a ttl left", "/t", "24",
+			strings.Replace(evT25("expire", "1"), `"modifiedIndex":23`, `"ttl":2,"modifiedIndex":23`, 1)),
+		wrong("history answers an expiry of a key without TTL", "/b", "11",
+			`{"action":"expire","node":{"key":"/b","modifiedIndex":25,"createdIndex":10},"prevNode":{"key":"/b","value":"1","modifiedIndex":10,"createdIndex":10}}`),
+		waiting("a watch beyond v2's horizon waits when no write matches", "/c", "12", false),
+		waiting("a watch beyond v2's horizon waits though a write matches", "/a", "11", true),
+		{name: "history answered with a 500", req: req("GET", "/v2/keys/a?wait=true&waitIndex=2"),
+			reqB: req("GET", "/v2/keys/a?wait=true&waitIndex=12"), watch: true, ref: fail(400, "16", err401),
+			br: fail(500, "26", `{"errorCode":300,"message":"Raft Internal Error","index":26}`), wrong: true},
+	}
+}
+
+// waitingHead is the headers of a watch that is waiting (no body yet).
+func waitingHead(xi string) *v2diff.Response {
+	r := ok(200, xi, "")
+	r.Body = nil
+	return r
+}
+
+// streamCases are streams from a past waitIndex: v2 sends its one event
+// from history and is silent after (stream-history); each case is the
+// headers and then the lines, judged one by one.
+func streamCases() []judgeCase {
+	// stream watches key from waitIndex 11 on the reference and 21 on the
+	// bridge (the create of /d/c, v2's one event), begun when the servers
+	// were at xiRef and xiBridge.
+	stream := func(name, key, xiRef, xiBridge string, lines [][2]string, wrong bool) judgeCase {
+		q := "?wait=true&stream=true"
+		if key == "/d" {
+			q += "&recursive=true"
+		}
+		c := judgeCase{name: name, req: req("GET", "/v2/keys"+key+q+"&waitIndex=11"),
+			reqB: req("GET", "/v2/keys"+key+q+"&waitIndex=21"), watch: true,
+			ref: waitingHead(xiRef), br: waitingHead(xiBridge), lines: lines, wrong: wrong}
+		if !wrong {
+			c.excuse = "stream-history"
+		}
+		return c
+	}
+	d := "/d" // recursive
+	first := [2]string{refC11, evC21}
+	then := func(bridge string) [2]string { return [2]string{"", bridge} }
+	return []judgeCase{
+		stream("a stream goes on with every later event", d, "12", "22",
+			[][2]string{first, then(evC22), then(evD26)}, false),
+		stream("a stream goes on with a hidden key from history, as v2's history does", d, "14", "24",
+			[][2]string{first, then(evC22), then(evH24), then(evD26)}, false),
+		stream("a stream on a key hears the delete of its directory", "/d/c", "12", "22",
+			[][2]string{first, then(evC22), then(evD26)}, false),
+		stream("a stream repeats an event", d, "12", "22",
+			[][2]string{first, then(evC22), then(evC22)}, true),
+		stream("a stream goes back to an older index", d, "12", "22",
+			[][2]string{first, then(evC22), then(evD26), then(evC22)}, true),
+		stream("a stream shows a hidden key it is not told of live", d, "12", "22",
+			[][2]string{first, then(evC22), then(evH24)}, true),
+		stream("a stream skips an event", d, "12", "22", [][2]string{first, then(evD26)}, true),
+		stream("a stream shows a key outside the watched path", d, "12", "22",
+			[][2]string{first, then(evC22), then(evT25("expire", "1"))}, true),
+		stream("a stream on a key shows a sibling", "/d/c", "14", "24",
+			[][2]string{first, then(evC22), then(evH24)}, true),
+		stream("a stream goes on with the old value", d, "12", "22",
+			[][2]string{first, then(strings.Replace(evC22, `"value":"2"`, `"value":"1"`, 1))}, true),
+		stream("a stream goes on with a garbage expire for an unrelated key", d, "12", "22",
+			[][2]string{first, then(`{"action":"expire","node":{"key":"/zzz","modifiedIndex":23}}`)}, true),
+		stream("a stream goes on with a line that is not JSON", d, "12", "22",
+			[][2]string{first, then(`{"action":"set"`)}, true),
+		stream("a stream from history v2 did not answer from history", d, "10", "13",
+			[][2]string{first, then(evC22)}, true),
+		stream("a stream has an event though v2 sent none", d, "12", "22", [][2]string{then(evC21)}, true),
+		{name: "a stream without waitIndex has an event v2 did not send",
+			req: req("GET", "/v2/keys/d?wait=true&stream=true&recursive=true"), watch: true, ref: waitingHead("12"), br: waitingHead("22"),
+			lines: [][2]string{then(evD26)}, wrong: true},
+	}
+}
+
+// causeCases are errors whose causes carry indexes or values.
+func causeCases() []judgeCase {
+	cleared := func(cause, index string) string {
+		return `{"errorCode":401,"message":"The event in requested index is outdated and cleared","cause":"the requested history has been cleared ` +
+			cause + `","index":` + index + `}`
+	}
+	watch := func(name, bridgeCause string, wrong bool) judgeCase {
+		return judgeCase{name: name, req: req("GET", "/v2/keys/a?wait=true&waitIndex=2"),
+			reqB: req("GET", "/v2/keys/a?wait=true&waitIndex=9"), watch: true,
+			ref: fail(400, "16", cleared("[5/2]", "16")), br: fail(400, "26", cleared(bridgeCause, "26")), wrong: wrong}
+	}
+	cas := func(name, q, qb, ref, br string, wrong bool) judgeCase {
+		e := func(xi, cause string) *v2diff.Response {
+			return fail(412, xi, `{"errorCode":101,"message":"Compare failed","cause":"`+cause+`","index":`+xi+`}`)
+		}
+		return judgeCase{name: name, req: req("PUT", "/v2/keys/a?value=3&"+q), reqB: req("PUT", "/v2/keys/a?value=3&"+qb),
+			ref: e("16", ref), br: e("26", br), wrong: wrong}
 	}
 	return []judgeCase{
-		horizon("history beyond v2's horizon is served", "waitIndex=5", "waitIndex=12", ev("/a", 13), "history-horizon", false),
-		horizon("history answered with an event for another key", "waitIndex=5", "waitIndex=12", ev("/b", 14), "", true),
-		horizon("history answered with an event before waitIndex", "waitIndex=5", "waitIndex=12", ev("/a", 11), "", true),
-		horizon("history answered with an event after X-Etcd-Index", "waitIndex=5", "waitIndex=12", ev("/a", 16), "", true),
-		horizon("history answered with a later event, skipping the first match", "waitIndex=5", "waitIndex=11",
-			ev("/a", 13), "", true),
-		horizon("history answered with an event at another write's index", "waitIndex=5", "waitIndex=10",
-			ev("/a", 10), "", true),
-		horizon("history answered with a get", "waitIndex=5", "waitIndex=12",
-			`{"action":"get","node":{"key":"/a","value":"2","modifiedIndex":13,"createdIndex":13}}`, "", true),
-		horizon("history answered with a delete carrying a value", "waitIndex=5", "waitIndex=12",
-			`{"action":"delete","node":{"key":"/a","value":"2","modifiedIndex":14,"createdIndex":11}}`, "", true),
-		horizon("history answered with a child event on a non-recursive watch", "waitIndex=5", "waitIndex=14",
-			ev("/a/x", 14), "", true),
-		horizon("history answered with a sibling's event on a recursive watch", "recursive=true&waitIndex=5",
-			"recursive=true&waitIndex=14", ev("/ab", 14), "", true),
-		horizon("history serves a child event on a recursive watch", "recursive=true&waitIndex=5",
-			"recursive=true&waitIndex=14", ev("/a/x", 14), "history-horizon", false),
-		waiting("a watch beyond v2's horizon waits when no write matches", "/c", "waitIndex=12", false),
-		waiting("a watch beyond v2's horizon waits though a write matches", "/a", "waitIndex=11", true),
-		{name: "history answered with a 500", req: w("waitIndex=5"), reqB: w("waitIndex=12"), watch: true,
-			ref: fail(400, "6", err401), br: fail(500, "13", `{"errorCode":300,"message":"Raft Internal Error","index":13}`),
-			wrong: true},
-		stream("a stream goes on after its event from history", "recursive=true&waitIndex=5", "recursive=true&waitIndex=11",
-			ev("/d/c", 14), "stream-history", false),
-		stream("a stream goes on with a garbage expire for an unrelated key", "recursive=true&waitIndex=5",
-			"recursive=true&waitIndex=11", `{"action":"expire","node":{"key":"/zzz","modifiedIndex":14}}`, "", true),
-		stream("a stream goes on with an event before waitIndex", "recursive=true&waitIndex=5",
-			"recursive=true&waitIndex=11", ev("/d/c", 10), "", true),
-		stream("a stream goes on with a line that is not JSON", "recursive=true&waitIndex=5",
-			"recursive=true&waitIndex=11", `{"action":"set"`, "", true),
-		stream("a stream without waitIndex has an event v2 did not send", "recursive=true", "recursive=true",
-			ev("/d/c", 14), "", true),
-		{name: "history serves the delete of a directory above", req: req("GET", "/v2/keys/d/x?wait=true&waitIndex=5"),
-			reqB: req("GET", "/v2/keys/d/x?wait=true&waitIndex=11"), watch: true, ref: fail(400, "6", err401),
-			br:     ok(200, "15", `{"action":"delete","node":{"key":"/d","dir":true,"modifiedIndex":14,"createdIndex":10},"prevNode":{"key":"/d","dir":true,"modifiedIndex":10,"createdIndex":10}}`),
-			excuse: "history-horizon"},
-		{name: "history answered with the delete of a directory elsewhere", req: req("GET", "/v2/keys/d/x?wait=true&waitIndex=5"),
-			reqB: req("GET", "/v2/keys/d/x?wait=true&waitIndex=11"), watch: true, ref: fail(400, "6", err401),
-			br:    ok(200, "13", `{"action":"delete","node":{"key":"/e","dir":true,"modifiedIndex":13,"createdIndex":10},"prevNode":{"key":"/e","dir":true,"modifiedIndex":10,"createdIndex":10}}`),
+		watch("a 401 names an oldest kept index after waitIndex", "[13/9]", false),
+		watch("a 401 whose oldest kept index lies past the current index", "[30/9]", true),
+		watch("a 401 whose oldest kept index is not after waitIndex", "[9/9]", true),
+		cas("a compare-failed cause names the values", "prevValue=1", "prevValue=1", "[1 != 2]", "[1 != 2]", false),
+		cas("a compare-failed cause with the two values swapped", "prevValue=1", "prevValue=1", "[1 != 2]", "[2 != 1]",
+			true),
+		cas("a compare-failed cause maps the indexes", "prevIndex=5", "prevIndex=11", "[5 != 6]", "[11 != 13]", false),
+		cas("a compare-failed cause with the two indexes swapped", "prevIndex=5", "prevIndex=11", "[5 != 6]",
+			"[13 != 11]", true),
+		cas("a compare-failed cause naming another index", "prevIndex=5", "prevIndex=11", "[5 != 6]", "[11 != 10]", true),
+		cas("both compares failed", "prevValue=1&prevIndex=5", "prevValue=1&prevIndex=11", "[1 != 2] [5 != 6]",
+			"[1 != 2] [11 != 13]", false),
+		cas("both compares failed, values swapped", "prevValue=1&prevIndex=5", "prevValue=1&prevIndex=11",
+			"[1 != 2] [5 != 6]", "[2 != 1] [11 != 13]", true),
+	}
+}
+
+// listingCases: listings are compared in key order unless the request
+// says sorted=true (sorted-listings).
+func listingCases() []judgeCase {
+	listing := func(names ...string) string {
+		var nodes []string
+		for _, n := range names {
+			nodes = append(nodes, `{"key":"/l/`+n+`","dir":true,"modifiedIndex":10,"createdIndex":10}`)
+		}
+		return `{"action":"get","node":{"key":"/l","dir":true,"nodes":[` + strings.Join(nodes, ",") + `],"modifiedIndex":10,"createdIndex":10}}`
+	}
+	sorted := req("GET", "/v2/keys/l?sorted=true")
+	return []judgeCase{
+		{name: "an unsorted listing in another order", req: req("GET", "/v2/keys/l"),
+			ref: ok(200, "16", strings.ReplaceAll(listing("b", "a"), ":10", ":4")), br: ok(200, "26", listing("a", "b"))},
+		{name: "a sorted listing in order", req: sorted,
+			ref: ok(200, "16", strings.ReplaceAll(listing("a", "b"), ":10", ":4")), br: ok(200, "26", listing("a", "b"))},
+		{name: "a sorted listing out of order", req: sorted,
+			ref: ok(200, "16", strings.ReplaceAll(listing("a", "b"), ":10", ":4")), br: ok(200, "26", listing("b", "a")),
 			wrong: true},
 	}
 }
@@ -337,13 +551,16 @@ func endpointCases() []judgeCase {
 
 func judgeCases() []judgeCase {
 	var cs []judgeCase
-	for _, f := range []func() []judgeCase{ttlCases, limitCases, watchJudgeCases, createdIndexCases, dirUpdateCases,
-		endpointCases} {
+	for _, f := range []func() []judgeCase{ttlCases, limitCases, watchJudgeCases, streamCases, causeCases,
+		listingCases, createdIndexCases, dirUpdateCases, endpointCases} {
 		cs = append(cs, f()...)
 	}
 	return cs
 }
 
+// TestJudge judges each case as the runner does (caseRun.finish): the
+// exchange is registered, then compared and excused; a watch's lines
+// follow its headers, one exchange each.
 func TestJudge(t *testing.T) {
 	for _, c := range judgeCases() {
 		t.Run(c.name, func(t *testing.T) {
@@ -352,14 +569,32 @@ func TestJudge(t *testing.T) {
 			if rb == nil {
 				rb = c.req
 			}
-			x := v2diff.NewExchange([2]*v2diff.Request{c.req, rb}, [2]*v2diff.Response{c.ref, c.br})
-			x.Watch, x.Event = c.watch, c.event
-			fails, excused := judge(s, x, false)
+			reqs := [2]*v2diff.Request{c.req, rb}
+			x := v2diff.NewExchange(reqs, [2]*v2diff.Response{c.ref, c.br})
+			x.Watch = c.watch
+			exchanges := []*v2diff.Exchange{x}
+			for _, l := range c.lines {
+				x := v2diff.NewExchange(reqs, [2]*v2diff.Response{eventLine(l[0]), eventLine(l[1])})
+				x.Watch, x.Event = true, true
+				exchanges = append(exchanges, x)
+			}
+			var fails []string
+			excused := map[string]int{}
+			for i, x := range exchanges {
+				s.Register(x)
+				f, e := judge(s, x, x.Req[v2diff.Ref].BoolParam("sorted"))
+				if len(f) > 0 {
+					fails = append(fails, fmt.Sprintf("exchange %d:\n%s", i+1, report(x, f)))
+				}
+				for id, n := range e {
+					excused[id] += n
+				}
+			}
 			switch {
 			case c.wrong && len(fails) == 0:
-				t.Errorf("a wrong answer passed (excused: %v)\n%s", excused, report(x, nil))
+				t.Errorf("a wrong answer passed (excused: %v)\n%s", excused, reportAll(exchanges))
 			case !c.wrong && len(fails) > 0:
-				t.Errorf("a right answer failed\n%s", report(x, fails))
+				t.Errorf("a right answer failed\n%s", strings.Join(fails, ""))
 			case !c.wrong && c.excuse == "" && len(excused) > 0:
 				t.Errorf("excused by %v, want no excuse", excused)
 			case !c.wrong && c.excuse != "" && (excused[c.excuse] == 0 || len(excused) != 1):
@@ -367,6 +602,14 @@ func TestJudge(t *testing.T) {
 			}
 		})
 	}
+}
+
+func reportAll(xs []*v2diff.Exchange) string {
+	var b strings.Builder
+	for i, x := range xs {
+		fmt.Fprintf(&b, "exchange %d:\n%s", i+1, report(x, nil))
+	}
+	return b.String()
 }
 
 // TestUndeclaredExcuse: a scripted case fails on an entry it did not declare.

@@ -164,38 +164,48 @@ var wholeAnswer = []string{"status", "header X-Raft-Index", "header X-Raft-Term"
 var refusalAnswer = append(append([]string(nil), wholeAnswer...), "header X-Etcd-Index")
 
 // matchHistoryHorizon: v2 answers 401 where the bridge still has the
-// history: it answers with the first matching event, or waits when there
-// is none yet.
+// history: it answers with the first matching event, as its write made it,
+// or waits when there is none yet.
 func matchHistoryHorizon(s *Session, x *Exchange, d Diff) bool {
 	if !x.Watch || x.Event || !isError(x, Ref, 400, 401) || x.Resp[Bridge].Status != 200 {
 		return false
 	}
 	if len(x.Resp[Bridge].Body) == 0 {
 		return in(d.Where, []string{"status", "header X-Raft-Index", "header X-Raft-Term", "body"}) &&
-			silentWatch(s, x) == ""
+			s.silentWatch(x) == ""
 	}
-	return in(d.Where, wholeAnswer) && validHistoryEvent(s, x, x.Object(Bridge), x.Resp[Bridge], true) == ""
+	return in(d.Where, wholeAnswer) && s.historyAnswer(x) == ""
 }
 
 // matchStreamHistory: after its one event from history, v2's stream is
-// silent; the bridge's goes on with later events.
+// silent; the bridge's goes on with the next events the watch is told of,
+// each as its write made it.
 func matchStreamHistory(s *Session, x *Exchange, d Diff) bool {
 	wi, ok := UintParam(x.Req[Ref], "waitIndex")
 	if !x.Event || !x.Req[Ref].BoolParam("stream") || !ok || wi == 0 || len(x.Resp[Ref].Body) != 0 ||
 		d.Where != "body" {
 		return false
 	}
-	// Not necessarily the first match: the stream sent earlier ones.
-	return validHistoryEvent(s, x, x.Object(Bridge), nil, false) == ""
-}
-
-// matchTTLMinimum: ttl=0 and ttl=1 become a lease of MinLeaseTTL seconds.
-func matchTTLMinimum(s *Session, x *Exchange, d Diff) bool {
-	ttl, ok := UintParam(x.Req[Ref], "ttl")
-	if !ok || ttl >= MinLeaseTTL || !in(d.Where, []string{"body.node.ttl", "body.node.expiration"}) {
+	// v2 found waitIndex in its history (it was not after v2's index when
+	// the watch came) and sent that one event.
+	st := s.watches[x.Req[Bridge]]
+	if st == nil || wi > st.start[Ref] || st.refLines != 1 {
 		return false
 	}
-	return leaseOf(x.Node(Bridge, "node"), 1, MinLeaseTTL) == ""
+	return s.streamLine(x, st) == ""
+}
+
+// matchTTLMinimum: ttl=0 and ttl=1 of a write become a lease of
+// MinLeaseTTL seconds.
+func matchTTLMinimum(s *Session, x *Exchange, d Diff) bool {
+	ttl, ok := UintParam(x.Req[Ref], "ttl")
+	m := x.Req[Ref].Method
+	if !ok || ttl >= MinLeaseTTL || m != "PUT" && m != "POST" || x.Watch ||
+		!in(x.Action(Bridge), []string{"set", "create", "update", "compareAndSwap"}) ||
+		!in(d.Where, []string{"body.node.ttl", "body.node.expiration"}) {
+		return false
+	}
+	return leaseOf(x.Node(Bridge, "node"), 1, MinLeaseTTL, x.Resp[Bridge]) == ""
 }
 
 // matchTTLOverflow: v2 overflows an expiration past 2262; the bridge honours
@@ -206,13 +216,13 @@ func matchTTLOverflow(s *Session, x *Exchange, d Diff) bool {
 		return false
 	}
 	if ttl > MaxLeaseTTL {
-		return in(d.Where, refusalAnswer) && isError(x, Bridge, 400, 202) &&
-			str(x.Object(Bridge)["cause"]) == "ttl exceeds the maximum of 9000000000"
+		return in(d.Where, refusalAnswer) &&
+			refusal(x, 202, "The given TTL in POST form is not a number", "ttl exceeds the maximum of 9000000000")
 	}
 	if !in(d.Where, []string{"body.node.ttl", "body.node.expiration"}) || !overflowedInRef(x) {
 		return false
 	}
-	return leaseOf(x.Node(Bridge, "node"), ttl-ttlTolerance, ttl) == ""
+	return leaseOf(x.Node(Bridge, "node"), ttl-ttlTolerance, ttl, x.Resp[Bridge]) == ""
 }
 
 // overflowTTL is the smallest TTL whose expiration v2 cannot represent (it
@@ -289,7 +299,7 @@ func dirUpdate(x *Exchange) string {
 		}
 		return ""
 	}
-	return leaseOf(n, max(ttl, MinLeaseTTL)-ttlTolerance, max(ttl, MinLeaseTTL))
+	return leaseOf(n, max(ttl, MinLeaseTTL)-ttlTolerance, max(ttl, MinLeaseTTL), x.Resp[Bridge])
 }
 
 // matchLimits: the bridge refuses a key or value over a documented limit
@@ -300,9 +310,24 @@ func matchLimits(s *Session, x *Exchange, d Diff) bool {
 	}
 	if b := x.Resp[Bridge]; x.Req[Bridge].Method == "HEAD" {
 		// No body to name the limit: any exceeded key limit will do.
-		return b.Status == 400 && len(b.Body) == 0 && exceededLimit(x.Req[Bridge], "")
+		return b.Status == 400 && len(b.Body) == 0 && b.Header.Get("X-Etcd-Index") == "0" &&
+			exceededLimit(x.Req[Bridge], "")
 	}
-	return isError(x, Bridge, 400, 209) && exceededLimit(x.Req[Bridge], str(x.Object(Bridge)["cause"]))
+	cause := str(x.Object(Bridge)["cause"])
+	return refusal(x, 209, "Invalid field", cause) && exceededLimit(x.Req[Bridge], cause)
+}
+
+// refusal reports whether the bridge refused the request before reading
+// the store, as v2 refuses a request it cannot parse: HTTP 400 and error
+// code with its message and cause, index 0 in the body and in
+// X-Etcd-Index, and no X-Raft-* headers (v2 sends them with writes and
+// reads only).
+func refusal(x *Exchange, code int, message, cause string) bool {
+	b, obj := x.Resp[Bridge], x.Object(Bridge)
+	index, ok := NumField(obj, "index")
+	return isError(x, Bridge, 400, code) && obj["message"] == message && obj["cause"] == cause && ok && index == 0 &&
+		len(obj) == 4 && b.Header.Get("X-Etcd-Index") == "0" &&
+		b.Header.Get("X-Raft-Index") == "" && b.Header.Get("X-Raft-Term") == ""
 }
 
 // limitChecks pair each refusal's cause with the test of the request that

@@ -4,7 +4,6 @@ package v2diff
 
 import (
 	"encoding/json"
-	"math"
 	"net/url"
 	"path"
 	"strconv"
@@ -61,10 +60,16 @@ func ordinal(v any) (int, bool) {
 	return k, err == nil
 }
 
-// leaseOf checks that node n has a TTL between lo and hi seconds: a ttl in
-// that range and an expiration that agrees with it. It returns what is
-// wrong, or "".
-func leaseOf(n map[string]any, lo, hi uint64) string {
+// answerAge bounds how long before the judge looks at an answer whose
+// sending time is unknown the server made it.
+const answerAge = 500 * time.Millisecond
+
+// leaseOf checks that node n of answer a has a TTL between lo and hi
+// seconds: a ttl in that range and an expiration that agrees with it, the
+// ttl being the time left when the answer was made, rounded up. The answer
+// was made between a.Sent and a.At (unknown: within answerAge before now).
+// It returns what is wrong, or "".
+func leaseOf(n map[string]any, lo, hi uint64, a *Response) string {
 	if n == nil {
 		return "no node"
 	}
@@ -77,89 +82,20 @@ func leaseOf(n map[string]any, lo, hi uint64) string {
 	if err != nil || !strings.HasSuffix(s, "Z") {
 		return "expiration " + show(n["expiration"])
 	}
-	// ttl is the remaining time rounded up: it lies in (ttl-1, ttl] seconds.
-	left := time.Until(exp)
-	if left < time.Duration(lo-1)*time.Second-expirationTolerance ||
-		left > time.Duration(hi)*time.Second+expirationTolerance {
+	// When the answer was made, the expiration was (ttl-1, ttl] seconds
+	// away: at most ttl from its receipt, more than ttl-1 from its sending.
+	sent, at := a.Sent, a.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if sent.IsZero() {
+		sent = at.Add(-answerAge)
+	}
+	full := time.Duration(ttl) * time.Second
+	if exp.Sub(at) > full || exp.Sub(sent) <= full-time.Second {
 		return "expiration " + s + " disagrees with the ttl"
 	}
 	return ""
-}
-
-// writeActions are the actions of v2 events.
-var writeActions = []string{"set", "create", "update", "compareAndSwap", "delete", "compareAndDelete", "expire"}
-
-// validHistoryEvent checks an event the bridge sent a watch (x.Req[Bridge])
-// from its history: a write event the watch matches, at or after waitIndex,
-// if first is set with no write of the session that the watch matches
-// between the two, and, if head (the answer's headers) is given, not after
-// X-Etcd-Index. It returns what is wrong, or "".
-func validHistoryEvent(s *Session, x *Exchange, ev map[string]any, head *Response, first bool) string {
-	if ev == nil {
-		return "not a JSON event"
-	}
-	action := str(ev["action"])
-	n, _ := ev["node"].(map[string]any)
-	prev, _ := ev["prevNode"].(map[string]any)
-	mi, ok := NumField(n, "modifiedIndex")
-	switch {
-	case !in(action, writeActions):
-		return "action " + show(ev["action"])
-	case n == nil || !ok || mi == 0:
-		return "no node with a modifiedIndex"
-	case !watchMatches(KeyOfPath(x.Req[Bridge].Path), x.Req[Bridge].BoolParam("recursive"), action, n, prev):
-		return "an event the watch does not match"
-	case !valueFits(action, n):
-		return "a value where there is none, or none where there is one"
-	}
-	if w, ok := s.written[mi]; ok && (w.action != action || w.node["key"] != n["key"]) {
-		return "the index of another write"
-	}
-	wi, _ := UintParam(x.Req[Bridge], "waitIndex")
-	if mi < wi {
-		return "modifiedIndex before waitIndex"
-	}
-	if i, ok := s.FirstMatch(KeyOfPath(x.Req[Bridge].Path), x.Req[Bridge].BoolParam("recursive"), wi, mi); ok && first {
-		return "not the first event the watch matches: " + strconv.FormatUint(i, 10) + " is"
-	}
-	if head != nil {
-		if xi, err := strconv.ParseUint(head.Header.Get("X-Etcd-Index"), 10, 64); err != nil || mi > xi {
-			return "modifiedIndex after X-Etcd-Index"
-		}
-	}
-	return ""
-}
-
-// silentWatch checks a watch the bridge keeps waiting: no write of the
-// session at or after its waitIndex matches it. It returns what is wrong,
-// or "".
-func silentWatch(s *Session, x *Exchange) string {
-	r := x.Req[Bridge]
-	wi, _ := UintParam(r, "waitIndex")
-	if i, ok := s.FirstMatch(KeyOfPath(r.Path), r.BoolParam("recursive"), wi, math.MaxUint64); ok {
-		return "waiting, but write " + strconv.FormatUint(i, 10) + " matches"
-	}
-	return ""
-}
-
-// watchMatches applies v2's history match rules: the watched key itself,
-// with recursive anything below it, and the removal of a directory whose
-// key is a plain prefix of the watched key.
-func watchMatches(watch string, recursive bool, action string, n, prev map[string]any) bool {
-	key := str(n["key"])
-	if key == watch || recursive && strings.HasPrefix(key, strings.TrimSuffix(watch, "/")+"/") {
-		return true
-	}
-	removal := action == "delete" || action == "expire"
-	return removal && prev != nil && prev["dir"] == true && strings.HasPrefix(watch, str(prev["key"]))
-}
-
-// valueFits: an event's node carries a value exactly when it is a file that
-// is still there.
-func valueFits(action string, n map[string]any) bool {
-	_, hasValue := n["value"].(string)
-	gone := action == "delete" || action == "compareAndDelete" || action == "expire"
-	return hasValue == (!gone && n["dir"] != true)
 }
 
 // rawKeyOfPath is the part of a /v2/keys URL path that names the key,

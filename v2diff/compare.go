@@ -83,16 +83,14 @@ type Session struct {
 	// event registered late (an expiry seen by a watch) shifts ordinals.
 	lives map[string][]*life
 	// written holds the bridge's side of every registered write, by its
-	// index, to tell which event a watch from a waitIndex must get first.
+	// index: the event a watch gets from history must be the one its write
+	// made (events.go).
 	written map[uint64]written
+	// watches follows each watch, keyed by the bridge's request (all the
+	// exchanges of one watch share its requests).
+	watches map[*Request]*watchState
 	// Tolerated counts the differences excused, per divergence id.
 	Tolerated map[string]int
-}
-
-// written is one registered write as the bridge answered it.
-type written struct {
-	action     string
-	node, prev map[string]any
 }
 
 // life is one file at a key, from the write that created it to its removal:
@@ -106,7 +104,7 @@ type life struct {
 // NewSession starts a comparison session.
 func NewSession() *Session {
 	return &Session{Idx: [2]*IndexMap{{}, {}}, lives: map[string][]*life{},
-		written: map[uint64]written{}, Tolerated: map[string]int{}}
+		written: map[uint64]written{}, watches: map[*Request]*watchState{}, Tolerated: map[string]int{}}
 }
 
 // Diff is one difference between the two servers' answers.
@@ -262,23 +260,7 @@ func (s *Session) Register(x *Exchange) {
 	s.Idx[Ref].Add(ri)
 	s.Idx[Bridge].Add(bi)
 	s.registerLife(x, ri, bi)
-	// A refresh is in v2's history but no watch ever gets it.
-	if n := x.Node(Bridge, "node"); n != nil && !x.Req[Bridge].BoolParam("refresh") {
-		s.written[bi] = written{action: x.Action(Bridge), node: n, prev: x.Node(Bridge, "prevNode")}
-	}
-}
-
-// FirstMatch returns the bridge's index of the first registered write in
-// [from, before) that a watch of key (recursive or not) matches, if any.
-func (s *Session) FirstMatch(key string, recursive bool, from, before uint64) (uint64, bool) {
-	var first uint64
-	found := false
-	for i, w := range s.written {
-		if i >= from && i < before && (!found || i < first) && watchMatches(key, recursive, w.action, w.node, w.prev) {
-			first, found = i, true
-		}
-	}
-	return first, found
+	s.written[bi] = record(x, bi)
 }
 
 // registerLife records a write that created a file (a new life) or, a set
@@ -385,38 +367,66 @@ func (s *Session) normKey(side Side, key string) string {
 	})
 }
 
-var causeIndexes = regexp.MustCompile(`\[(\S*) != (\S*)\]`)
-
-// normCause normalises what a cause carries that differs between servers:
-// in-order names in paths and the indexes of a 101 or 401 cause.
-func (s *Session) normCause(side Side, code int, cause string) string {
-	if code == 101 {
-		// "[prevValue != value]" or "[prevIndex != modifiedIndex]": a pair of
-		// numbers is taken for the index form (the tests use values that are
-		// not numbers).
-		return causeIndexes.ReplaceAllStringFunc(cause, func(m string) string {
-			p := causeIndexes.FindStringSubmatch(m)
-			a, errA := strconv.ParseUint(p[1], 10, 64)
-			b, errB := strconv.ParseUint(p[2], 10, 64)
-			if errA != nil || errB != nil {
-				return m
-			}
-			return "[" + s.Idx[side].Name(a) + " != " + s.Idx[side].Name(b) + "]"
-		})
+// diffCause compares the causes of two errors, normalised.
+func (s *Session) diffCause(x *Exchange) []Diff {
+	r, b := x.Object(Ref)["cause"], x.Object(Bridge)["cause"]
+	nr, nb := s.normCause(x, Ref), s.normCause(x, Bridge)
+	if nr != nb || (r == nil) != (b == nil) {
+		return []Diff{{Where: "body.cause", Field: "cause", Ref: r, Bridge: b, Note: fmt.Sprintf("normalised %q vs %q", nr, nb)}}
 	}
-	if code == 401 {
+	if r != b {
+		s.Tolerated["index-numbering"]++
+	}
+	return nil
+}
+
+var compared = regexp.MustCompile(`\[(\S*) != (\S*)\]`)
+
+// normCause normalises what side's error cause carries that differs
+// between servers: in-order names in paths, and the indexes of a 101 or
+// 401 cause.
+func (s *Session) normCause(x *Exchange, side Side) string {
+	cause := str(x.Object(side)["cause"])
+	switch x.ErrorCode(side) {
+	case 101:
+		// v2 writes "[prevValue != value]", "[prevIndex != modifiedIndex]",
+		// or both in that order when both compares failed. Only the index
+		// pair is mapped: values are compared as they are, numbers or not.
+		pairs := compared.FindAllStringSubmatchIndex(cause, -1)
+		r := x.Req[side]
+		if len(pairs) == 0 || r == nil {
+			return cause
+		}
+		if _, ok := r.Param("prevIndex"); !ok {
+			return cause
+		}
+		pv, hasValue := r.Param("prevValue")
+		p := pairs[len(pairs)-1]
+		left, right := cause[p[2]:p[3]], cause[p[4]:p[5]]
+		if len(pairs) == 1 && hasValue && left == pv {
+			return cause // the value pair: only the value compare failed
+		}
+		a, errA := strconv.ParseUint(left, 10, 64)
+		b, errB := strconv.ParseUint(right, 10, 64)
+		if errA != nil || errB != nil {
+			return cause
+		}
+		return cause[:p[0]] + "[" + s.Idx[side].Name(a) + " != " + s.Idx[side].Name(b) + "]" + cause[p[1]:]
+	case 401:
 		// "[oldest kept index/waitIndex]". Which event is the oldest a
 		// server still keeps depends on every client's writes and on how
 		// they interleaved, which differs between two servers fed by
 		// concurrent sequences: compared is that it is newer than the
-		// waitIndex (the history really was cleared), not which it is.
+		// waitIndex (the history really was cleared) and not newer than
+		// the current index (the error's index), not which it is.
+		current, _ := NumField(x.Object(side), "index")
 		return clearedIndexes.ReplaceAllStringFunc(cause, func(m string) string {
 			p := clearedIndexes.FindStringSubmatch(m)
 			a, _ := strconv.ParseUint(p[1], 10, 64)
 			b, _ := strconv.ParseUint(p[2], 10, 64)
 			oldest := "newer than " + s.Idx[side].Name(b)
-			if a <= b {
-				oldest = s.Idx[side].Name(a) // not cleared: shown as is, so it differs
+			if a <= b || a > current {
+				oldest = s.Idx[side].Name(a) // not cleared, or past the present: shown as is, so it differs
 			}
 			return "[" + oldest + "/" + s.Idx[side].Name(b) + "]"
 		})
@@ -434,6 +444,7 @@ func (s *Session) Compare(x *Exchange, sortedListing bool) []Diff {
 		out = append(out, Diff{Where: "status", Field: "status", Ref: r.Status, Bridge: b.Status})
 	}
 	out = append(out, s.compareHeaders(x)...)
+	out = append(out, s.followWatch(x)...)
 	// Bodies.
 	jr, jb := x.JSON[Ref], x.JSON[Bridge]
 	switch {
@@ -446,6 +457,9 @@ func (s *Session) Compare(x *Exchange, sortedListing bool) []Diff {
 		}
 		code := x.ErrorCode(Ref)
 		diffs := s.diffValue("body", "", "", jr, jb, code, sortedListing)
+		if code != 0 && x.Object(Ref) != nil && x.Object(Bridge) != nil {
+			diffs = append(diffs, s.diffCause(x)...)
+		}
 		if len(diffs) == 0 {
 			// v2 writes its fields in a fixed order (key, value, dir,
 			// expiration, ttl, nodes, modifiedIndex, createdIndex).
@@ -559,15 +573,9 @@ func (s *Session) diffValue(where, field, nodeKey string, r, b any, code int, so
 		}
 		return nil
 	case "cause":
-		rs, bs := str(r), str(b)
-		nr, nb := s.normCause(Ref, code, rs), s.normCause(Bridge, code, bs)
-		if nr != nb || (r == nil) != (b == nil) {
-			return []Diff{{Where: where, Field: field, Ref: r, Bridge: b, Note: fmt.Sprintf("normalised %q vs %q", nr, nb)}}
+		if code != 0 && where == "body.cause" {
+			return nil // an error's cause: diffCause, which knows the request
 		}
-		if rs != bs {
-			s.Tolerated["index-numbering"]++
-		}
-		return nil
 	}
 	switch rv := r.(type) {
 	case map[string]any:

@@ -12,6 +12,8 @@ import (
 func TestCompare(t *testing.T) {
 	get := &Request{Method: "GET", Path: "/v2/keys/d"}
 	sortedGet := &Request{Method: "GET", Path: "/v2/keys/d?sorted=true"}
+	casByIndex := &Request{Method: "PUT", Path: "/v2/keys/d?value=x&prevIndex=4"}
+	casByValue := &Request{Method: "PUT", Path: "/v2/keys/d?value=x&prevValue=1"}
 	hdr := func(idx string) http.Header {
 		return http.Header{"Content-Type": {"application/json"}, "X-Etcd-Index": {idx}}
 	}
@@ -56,9 +58,20 @@ func TestCompare(t *testing.T) {
 		{"in-order names", get,
 			`{"action":"get","node":{"key":"/d/00000000000000000005"}}`,
 			`{"action":"get","node":{"key":"/d/00000000000000000011"}}`, "6", "13", nil},
-		{"compare failure cause", get,
+		{"compare failure cause", casByIndex,
 			`{"errorCode":101,"message":"Compare failed","cause":"[4 != 6]","index":6}`,
 			`{"errorCode":101,"message":"Compare failed","cause":"[10 != 13]","index":13}`, "6", "13", nil},
+		{"compare failure cause by value: numbers are values", casByValue,
+			`{"errorCode":101,"message":"Compare failed","cause":"[1 != 2]","index":6}`,
+			`{"errorCode":101,"message":"Compare failed","cause":"[2 != 1]","index":13}`, "6", "13", []string{"body.cause"}},
+		{"history cleared", get,
+			`{"errorCode":401,"message":"The event in requested index is outdated and cleared","cause":"the requested history has been cleared [5/4]","index":6}`,
+			`{"errorCode":401,"message":"The event in requested index is outdated and cleared","cause":"the requested history has been cleared [12/10]","index":13}`,
+			"6", "13", nil},
+		{"history cleared up to after the current index", get,
+			`{"errorCode":401,"message":"The event in requested index is outdated and cleared","cause":"the requested history has been cleared [5/4]","index":6}`,
+			`{"errorCode":401,"message":"The event in requested index is outdated and cleared","cause":"the requested history has been cleared [14/10]","index":13}`,
+			"6", "13", []string{"body.cause"}},
 		{"field order", get, `{"action":"get","node":{"key":"/d","value":"v"}}`,
 			`{"node":{"value":"v","key":"/d"},"action":"get"}`, "6", "13", []string{"body field order"}},
 	}

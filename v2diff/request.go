@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Side names one of the two servers of a comparison.
@@ -126,6 +127,10 @@ type Response struct {
 	Status int
 	Header http.Header
 	Body   []byte
+	// Sent and At are when the request was sent and its answer received
+	// (zero: unknown): the answer was made between them, and expirations
+	// are judged against that window.
+	Sent, At time.Time
 }
 
 func (r *Response) String() string {
