@@ -32,7 +32,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -50,7 +49,6 @@ type Listener struct {
 	done     chan struct{} // closed by Close
 	once     sync.Once
 	wg       sync.WaitGroup // the accept goroutine, and both goroutines of every parked request
-	parkedN  atomic.Int64
 
 	mu      sync.Mutex            // guards counted, parked and closed
 	counted map[net.Conn]struct{} // connections holding a place in sem
@@ -165,7 +163,11 @@ func (l *Listener) Wait(ctx context.Context) error {
 }
 
 // Parked is the number of requests waiting outside net/http.
-func (l *Listener) Parked() int { return int(l.parkedN.Load()) }
+func (l *Listener) Parked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.parked)
+}
 
 // ConnState is the http.Server's ConnState: a connection net/http closes
 // frees its place.
@@ -287,12 +289,10 @@ func Park(w http.ResponseWriter, r *http.Request, wait func(gone <-chan struct{}
 		// Nothing to wait for: the listener is closing, or the client sent
 		// more already, which is lost with net/http's buffer. The answer
 		// ends at once, empty, and the connection closes after it.
-		p.saw = woken
 		close(p.gone)
 		l.wg.Add(1)
 	} else {
 		l.parked[p] = struct{}{}
-		l.parkedN.Add(1)
 		l.wg.Add(2)
 	}
 	l.mu.Unlock()
@@ -343,10 +343,7 @@ func (p *parked) wait(wait func(<-chan struct{}) []byte) {
 	<-p.gone
 	l := p.l
 	l.mu.Lock()
-	if _, ok := l.parked[p]; ok {
-		delete(l.parked, p)
-		l.parkedN.Add(-1)
-	}
+	delete(l.parked, p)
 	l.mu.Unlock()
 	gone := p.headLost || p.saw == left || err != nil
 	if gone || p.closing {

@@ -86,29 +86,18 @@ type loggingWriter struct {
 	detached      bool
 }
 
-// parkObserver tells every loggingWriter in w's chain that its watch leaves
-// the handler (detach.Park), and returns what to call when it ends.
+// parkObserver tells the request log in w's chain, if any, that its watch
+// leaves the handler (detach.Park), and returns what to call when it ends.
 func parkObserver(w http.ResponseWriter) func(bytes int, gone bool) {
-	var fs []func(int, bool)
 	for {
 		if lw, ok := w.(*loggingWriter); ok {
-			if f := lw.watchDetached(); f != nil {
-				fs = append(fs, f)
-			}
+			return lw.watchDetached()
 		}
 		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
 		if !ok {
-			break
+			return nil
 		}
 		w = u.Unwrap()
-	}
-	if len(fs) == 0 {
-		return nil
-	}
-	return func(bytes int, gone bool) {
-		for _, f := range fs {
-			f(bytes, gone)
-		}
 	}
 }
 
