@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -196,4 +197,22 @@ func (p *proc) healthy(url string, d time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond) // poll
 	}
+}
+
+// scrapeMetric reads an unlabelled metric from base's /metrics, as a
+// Prometheus scrape sees it.
+func scrapeMetric(t *testing.T, base, name string) float64 {
+	t.Helper()
+	r := do(t, "GET", base, "/metrics", nil)
+	for _, line := range strings.Split(r.body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in %s/metrics", name, base)
+	return 0
 }

@@ -88,7 +88,7 @@ func TestReadmeCurlExamples(t *testing.T) {
 		watched <- out
 	}()
 	waitFor(t, 10*time.Second, "the README's watch to wait", func() bool {
-		return strings.Contains(do(t, "GET", metrics, "/metrics", nil).body, "\nv2bridge_v2_watchers 1\n")
+		return scrapeMetric(t, metrics, "v2bridge_v2_watchers") == 1
 	})
 	out, err := run(ctx, curls[0])
 	if err != nil {

@@ -287,7 +287,7 @@ func testRestartReplay(t *testing.T, signame string, sig syscall.Signal) {
 	s.compare("one-shot walk from inside the v3 transaction's indexes after a "+signame+" restart", want[mid:],
 		rsWalk(t, p.url, v3idx[1], 40))
 	walked := rsWalk(t, p.url, first[rsBridge], 40)
-	if n := rsMetric(t, p.url, "v2bridge_watch_history_replays_total"); n < 2 {
+	if n := scrapeMetric(t, p.url, "v2bridge_watch_history_replays_total"); n < 2 {
 		t.Errorf("the walks after the restart were served by %v replays, want 2: the replay path was not tested", n)
 	}
 	s.compare("one-shot walk after a "+signame+" restart", want, walked)
@@ -302,7 +302,7 @@ func testRestartReplay(t *testing.T, signame string, sig syscall.Signal) {
 		}
 	}
 	streamed, next := rsStream(t, p.url, first[rsBridge], len(want), after)
-	if n := rsMetric(t, p.url, "v2bridge_watch_history_replays_total"); n < 1 {
+	if n := scrapeMetric(t, p.url, "v2bridge_watch_history_replays_total"); n < 1 {
 		t.Errorf("the stream after the restart was served by %v replays: the replay path was not tested", n)
 	}
 	s.compare("stream after a "+signame+" restart", want, streamed)
@@ -594,21 +594,4 @@ func rsStop(t *testing.T, p *proc, sig syscall.Signal) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("bridge did not exit within 20 s of %v\n%s", sig, p.logs)
 	}
-}
-
-// rsMetric reads a counter from the bridge's /metrics.
-func rsMetric(t *testing.T, base, name string) float64 {
-	t.Helper()
-	r := do(t, "GET", base, "/metrics", nil)
-	for _, line := range strings.Split(r.body, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("no %s in %s/metrics", name, base)
-	return 0
 }

@@ -273,18 +273,7 @@ func startTransportBridge(t *testing.T, creds clientCreds, scert, skey string, c
 // watchers is the bridge's count of v2 watches waiting.
 func (b *transportBridge) watchers(t *testing.T) int {
 	t.Helper()
-	r := do(t, "GET", b.metricsHTTP, "/metrics", nil)
-	for _, line := range strings.Split(r.body, "\n") {
-		if v, ok := strings.CutPrefix(line, "v2bridge_v2_watchers "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("v2bridge_v2_watchers %q: %v", v, err)
-			}
-			return int(n)
-		}
-	}
-	t.Fatalf("no v2bridge_v2_watchers in /metrics:\n%s", r.body)
-	return 0
+	return int(scrapeMetric(t, b.metricsHTTP, "v2bridge_v2_watchers"))
 }
 
 // waitWatchers waits until n v2 watches wait on the bridge; an answer on
