@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	"go.uber.org/zap"
@@ -57,18 +58,10 @@ func (c omitEmpty) Write(e zapcore.Entry, fs []zapcore.Field) error {
 
 // nonEmpty is fs without its empty fields: fs itself when it has none.
 func nonEmpty(fs []zapcore.Field) []zapcore.Field {
-	for i := range fs {
-		if isEmptyField(fs[i]) {
-			out := append([]zapcore.Field(nil), fs[:i]...)
-			for _, f := range fs[i+1:] {
-				if !isEmptyField(f) {
-					out = append(out, f)
-				}
-			}
-			return out
-		}
+	if !slices.ContainsFunc(fs, isEmptyField) {
+		return fs
 	}
-	return fs
+	return slices.DeleteFunc(slices.Clone(fs), isEmptyField)
 }
 
 // isEmptyField reports an empty string, byte string or list.
