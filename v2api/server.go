@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/http"
 	"net/http/pprof"
 	"path"
@@ -85,6 +84,9 @@ type Config struct {
 	// DetachWatches lets a waiting one-shot watch on HTTP/1.1 leave
 	// net/http while it waits (package detach).
 	DetachWatches bool
+	// Members lists the other live bridges /v2/members and /v2/machines
+	// advertise; nil: the bridge alone.
+	Members Members
 }
 
 // Server serves the v2 API.
@@ -140,9 +142,7 @@ func New(cfg Config) *Server {
 	if cfg.Name == "" {
 		cfg.Name = "v2bridge"
 	}
-	h := fnv.New64a()
-	h.Write([]byte(strings.Join(cfg.AdvertiseURLs, ",")))
-	s := &Server{cfg: cfg, id: h.Sum64(), started: time.Now()}
+	s := &Server{cfg: cfg, id: MemberID(cfg.AdvertiseURLs), started: time.Now()}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_http_requests_total",
 		Help: "v2 HTTP requests by method, v2 action and HTTP status."}, []string{"method", "action", "code"})
 	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "v2bridge_http_request_duration_seconds",
@@ -458,80 +458,10 @@ func awaitOne(wa Watch, gone <-chan struct{}) []byte {
 	}
 }
 
-type member struct {
-	ID         string   `json:"id"`
-	Name       string   `json:"name"`
-	PeerURLs   []string `json:"peerURLs"`
-	ClientURLs []string `json:"clientURLs"`
-}
-
-// self is the one member the bridge advertises: v2 clients that sync their
-// endpoint list must keep talking to bridges, never to the v3 members.
-func (s *Server) self() member {
-	return member{ID: strconv.FormatUint(s.id, 16), Name: s.cfg.Name, PeerURLs: []string{}, ClientURLs: s.cfg.AdvertiseURLs}
-}
-
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-func (s *Server) members(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r.Method, "GET", "POST") {
-		return
-	}
-	w.Header().Set("X-Etcd-Cluster-Id", strconv.FormatUint(s.cfg.Store.Meta().ClusterID, 16))
-	if r.Method == "POST" {
-		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"message": "membership is managed on the etcd v3 cluster behind v2bridge"})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string][]member{"members": {s.self()}})
-}
-
-func (s *Server) member(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r.Method, "GET", "DELETE", "PUT") {
-		return
-	}
-	w.Header().Set("X-Etcd-Cluster-Id", strconv.FormatUint(s.cfg.Store.Meta().ClusterID, 16))
-	id := mux.Vars(r)["id"]
-	switch {
-	case r.Method == "GET" && id == "leader":
-		writeJSON(w, http.StatusOK, s.self())
-	case r.Method == "GET":
-		writeJSON(w, http.StatusNotFound, map[string]string{"message": "Not found"})
-	case id == s.self().ID:
-		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"message": "membership is managed on the etcd v3 cluster behind v2bridge"})
-	default:
-		writeJSON(w, http.StatusNotFound, map[string]string{"message": "No such member: " + id})
-	}
-}
-
-func (s *Server) machines(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r.Method, "GET", "HEAD") {
-		return
-	}
-	_, _ = fmt.Fprint(w, strings.Join(s.cfg.AdvertiseURLs, ", "))
-}
-
-func (s *Server) statsSelf(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r.Method, "GET") {
-		return
-	}
-	id := strconv.FormatUint(s.id, 16)
-	up := time.Since(s.started).String()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"name": s.cfg.Name, "id": id, "state": "StateLeader", "startTime": s.started,
-		"leaderInfo":           map[string]any{"leader": id, "uptime": up, "startTime": s.started},
-		"recvAppendRequestCnt": 0, "sendAppendRequestCnt": 0,
-	})
-}
-
-func (s *Server) statsLeader(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r.Method, "GET") {
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"leader": strconv.FormatUint(s.id, 16), "followers": map[string]any{}})
 }
 
 func (s *Server) statsStore(w http.ResponseWriter, r *http.Request) {

@@ -273,7 +273,7 @@ func TestMachinesIsPlainText(t *testing.T) {
 	if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		t.Fatalf("Content-Type %q", ct)
 	}
-	var m member
+	var m memberJSON
 	decodeJSON(t, serve(s, "GET", "/v2/members/leader", ""), &m)
 	if m.Name != "v2bridge" {
 		t.Fatalf("default name %q, want v2bridge", m.Name)
