@@ -37,7 +37,10 @@ type AgentConfig struct {
 	RequestTimeout time.Duration
 	Name           string
 	Advertise      []string
-	Logger         *zap.Logger
+	// DataPrefix and OnlySelf go into the registration (see Registration).
+	DataPrefix string
+	OnlySelf   bool
+	Logger     *zap.Logger
 }
 
 // Agent keeps a dual-mode bridge in step with the mode record: it reads the
@@ -87,7 +90,8 @@ func NewAgent(cfg AgentConfig) *Agent {
 	}
 	host, _ := os.Hostname()
 	return &Agent{cfg: cfg, lg: cfg.Logger,
-		reg: Registration{Name: cfg.Name, Host: host, PID: os.Getpid(), Advertise: cfg.Advertise, Started: time.Now().UTC()}}
+		reg: Registration{Name: cfg.Name, Host: host, PID: os.Getpid(), Advertise: cfg.Advertise, Started: time.Now().UTC(),
+			DataPrefix: cfg.DataPrefix, OnlySelf: cfg.OnlySelf}}
 }
 
 // Run keeps the bridge registered and in step until ctx ends, then removes

@@ -351,7 +351,8 @@ func (o *Options) settle(ctx context.Context, dropped int, side string) error {
 	return nil
 }
 
-// registrations lists the bridges registered now.
+// registrations lists the dual-mode bridges registered now (not the static
+// ones: they never serve the old server).
 func (o *Options) registrations(ctx context.Context) (map[string]Registration, error) {
 	cctx, cancel := o.call(ctx)
 	defer cancel()
@@ -362,7 +363,7 @@ func (o *Options) registrations(ctx context.Context) (map[string]Registration, e
 	out := map[string]Registration{}
 	for _, kv := range resp.Kvs {
 		var g Registration
-		if json.Unmarshal(kv.Value, &g) == nil {
+		if json.Unmarshal(kv.Value, &g) == nil && !g.Static {
 			out[strings.TrimPrefix(string(kv.Key), o.Keys.Bridges)] = g
 		}
 	}

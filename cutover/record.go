@@ -10,7 +10,9 @@
 // handler a dual-mode bridge serves through (switch.go), the agent that
 // keeps a bridge registered and in step with the record (agent.go), and the
 // operator's commands (ops.go) with the old server's side of them
-// (source.go).
+// (source.go). The same registrations are every bridge's membership
+// (members.go): a bridge serving etcd v3 alone registers with a Registrar,
+// and every bridge lists the others for /v2/members from a MemberList.
 package cutover
 
 import (
@@ -239,9 +241,10 @@ func Next(r *Record, mode, from, by string, at time.Time) Record {
 	return n
 }
 
-// Registration is a bridge's entry under Keys.Bridges, on a lease: the
-// bridge's acknowledgement of the record it applied. It vanishes with the
-// lease when the bridge dies or loses etcd v3 for the lease's TTL.
+// Registration is a bridge's entry under Keys.Bridges, on a lease: what
+// /v2/members lists (MemberList) and, in dual mode, the bridge's
+// acknowledgement of the record it applied. It vanishes with the lease when
+// the bridge dies or loses etcd v3 for the lease's TTL.
 type Registration struct {
 	Name       string    `json:"name"`
 	Host       string    `json:"host"`
@@ -251,6 +254,15 @@ type Registration struct {
 	Mode       string    `json:"mode"`       // of the record applied
 	Generation uint64    `json:"generation"` // of the record applied
 	Since      time.Time `json:"since"`      // when the bridge entered that side
+	// DataPrefix is the bridge's --data-prefix: bridges list only those
+	// serving the same key space.
+	DataPrefix string `json:"dataPrefix,omitempty"`
+	// OnlySelf: the bridge advertises only itself (node-local), and no
+	// other bridge lists it.
+	OnlySelf bool `json:"onlySelf,omitempty"`
+	// Static: a bridge without --v2-upstream, serving etcd v3 whatever the
+	// mode record says; the cutover and rollback do not wait for it.
+	Static bool `json:"static,omitempty"`
 }
 
 // Acked reports whether a bridge registered as g has applied generation gen.
@@ -270,7 +282,7 @@ type FollowRecord struct {
 // Keys are the v3 keys of the switch, under the bridges' meta prefix.
 type Keys struct {
 	Mode    string // the mode record
-	Bridges string // prefix of the registrations, one per bridge in dual mode
+	Bridges string // prefix of the registrations, one per bridge
 	Follow  string // the follower's progress
 	Pad     string // rewritten to raise the v3 revision past the old index
 }

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cutover
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/v2api"
+)
+
+// RegistrarConfig configures a Registrar.
+type RegistrarConfig struct {
+	Client clientv3.Lease
+	KV     clientv3.KV
+	Keys   Keys
+	// TTL of the registration's lease: a bridge that dies leaves the
+	// member lists within it.
+	TTL            time.Duration
+	RequestTimeout time.Duration
+	Name           string
+	Advertise      []string
+	DataPrefix     string
+	Logger         *zap.Logger
+}
+
+// Registrar keeps a bridge without --v2-upstream registered under
+// Keys.Bridges (as a Static registration, which the cutover does not wait
+// for), so the other bridges list it. A dual-mode bridge's Agent registers
+// it instead.
+//
+// Every field belongs to the goroutine that calls Run.
+type Registrar struct {
+	cfg   RegistrarConfig
+	val   string
+	lease clientv3.LeaseID
+}
+
+// NewRegistrar is a registrar for cfg; Run starts it.
+func NewRegistrar(cfg RegistrarConfig) *Registrar {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	cfg.TTL = max(cfg.TTL, 2*time.Second)
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	host, _ := os.Hostname()
+	val, _ := json.Marshal(Registration{Name: cfg.Name, Host: host, PID: os.Getpid(), Advertise: cfg.Advertise,
+		Started: time.Now().UTC(), Mode: ModeV3, DataPrefix: cfg.DataPrefix, Static: true})
+	return &Registrar{cfg: cfg, val: string(val)}
+}
+
+// Run keeps the registration on a lease renewed every quarter TTL until ctx
+// ends, then revokes the lease: a bridge that stops cleanly leaves the lists
+// at once.
+func (r *Registrar) Run(ctx context.Context) {
+	lg := r.cfg.Logger
+	tick := time.NewTicker(r.cfg.TTL / 4)
+	defer tick.Stop()
+	for {
+		if err := r.step(ctx); err != nil && ctx.Err() == nil {
+			lg.Warn("member registration in etcd v3: trying again", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			r.revoke()
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// step registers the bridge on a new lease if it has none, else renews the
+// lease; a lease etcd no longer has is forgotten, for the next step.
+func (r *Registrar) step(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	defer cancel()
+	if r.lease != 0 {
+		if _, err := r.cfg.Client.KeepAliveOnce(cctx, r.lease); err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				r.lease = 0
+			}
+			return fmt.Errorf("renewing: %w", err)
+		}
+		return nil
+	}
+	g, err := r.cfg.Client.Grant(cctx, int64((r.cfg.TTL+time.Second-1)/time.Second))
+	if err != nil {
+		return fmt.Errorf("granting a lease: %w", err)
+	}
+	key := r.cfg.Keys.Bridges + strconv.FormatInt(int64(g.ID), 16)
+	if _, err := r.cfg.KV.Put(cctx, key, r.val, clientv3.WithLease(g.ID)); err != nil {
+		return fmt.Errorf("registering: %w", err) // the lease expires on its own
+	}
+	r.lease = g.ID
+	r.cfg.Logger.Info("registered in etcd v3 as a member", zap.String("key", key), zap.Duration("ttl", r.cfg.TTL))
+	return nil
+}
+
+func (r *Registrar) revoke() {
+	if r.lease == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.RequestTimeout)
+	defer cancel()
+	if _, err := r.cfg.Client.Revoke(ctx, r.lease); err != nil {
+		r.cfg.Logger.Debug("revoking the member registration's lease", zap.Error(err))
+	}
+	r.lease = 0
+}
+
+// MemberListConfig configures a MemberList.
+type MemberListConfig struct {
+	Client interface {
+		clientv3.KV
+		clientv3.Watcher
+	}
+	Keys Keys
+	// DataPrefix: only bridges serving this key space are listed.
+	DataPrefix     string
+	RequestTimeout time.Duration
+	Logger         *zap.Logger
+}
+
+// MemberList is the registrations under Keys.Bridges, kept by a watch: the
+// v2api.Members of /v2/members. While etcd v3 is out of reach it keeps the
+// last list it read.
+type MemberList struct {
+	cfg MemberListConfig
+
+	mu   sync.Mutex              // guards regs
+	regs map[string]Registration // by key
+}
+
+// NewMemberList is an empty list for cfg; Run fills it.
+func NewMemberList(cfg MemberListConfig) *MemberList {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	return &MemberList{cfg: cfg, regs: map[string]Registration{}}
+}
+
+var _ v2api.Members = (*MemberList)(nil)
+
+// Members returns the listed bridges: those registered for the same data
+// prefix, advertising client URLs and not only themselves.
+func (l *MemberList) Members() []v2api.Member {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]v2api.Member, 0, len(l.regs))
+	for _, g := range l.regs {
+		if g.OnlySelf || g.DataPrefix != l.cfg.DataPrefix || len(g.Advertise) == 0 {
+			continue
+		}
+		out = append(out, v2api.Member{ID: v2api.MemberID(g.Advertise), Name: g.Name, ClientURLs: g.Advertise})
+	}
+	return out
+}
+
+// Run reads the registrations and follows them with a watch until ctx ends,
+// reading them again whenever the watch fails.
+func (l *MemberList) Run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := l.follow(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > 10*time.Second { // it worked a while: a new failure
+			backoff = 100 * time.Millisecond
+		}
+		l.cfg.Logger.Debug("member list: watch ended; reading the registrations again", zap.Error(err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// follow reads the registrations, then applies the watch's events until it
+// fails.
+func (l *MemberList) follow(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
+	resp, err := l.cfg.Client.Get(cctx, l.cfg.Keys.Bridges, clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return err
+	}
+	regs := map[string]Registration{}
+	for _, kv := range resp.Kvs {
+		l.decode(regs, string(kv.Key), kv.Value)
+	}
+	l.mu.Lock()
+	l.regs = regs
+	l.mu.Unlock()
+	// Require a leader: a member cut off from the others ends the watch
+	// instead of keeping it silent.
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer wcancel()
+	wch := l.cfg.Client.Watch(wctx, l.cfg.Keys.Bridges, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case wr, ok = <-wch:
+		}
+		if !ok {
+			return errors.New("watch closed")
+		}
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		l.mu.Lock()
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(l.regs, string(ev.Kv.Key))
+			} else {
+				l.decode(l.regs, string(ev.Kv.Key), ev.Kv.Value)
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// decode puts the registration at key into regs; one that does not decode
+// is left out.
+func (l *MemberList) decode(regs map[string]Registration, key string, val []byte) {
+	var g Registration
+	if err := json.Unmarshal(val, &g); err != nil {
+		l.cfg.Logger.Debug("ignoring a registration that does not decode", zap.String("key", key), zap.Error(err))
+		delete(regs, key)
+		return
+	}
+	regs[key] = g
+}
