@@ -40,7 +40,10 @@ type Config struct {
 	// /v2/members and /v2/machines advertise.
 	Name          string
 	AdvertiseURLs []string
-	EnablePprof   bool
+	// Members lists the other live bridges /v2/members advertises (nil:
+	// the bridge alone).
+	Members     v2api.Members
+	EnablePprof bool
 	// DetachWatches lets waiting one-shot HTTP/1.1 watches leave net/http
 	// while they wait (package detach); off, every watch waits inside it.
 	DetachWatches bool
@@ -156,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 	}
 	api := v2api.New(v2api.Config{Store: Store{be}, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
 		Logger: cfg.Logger.Named("v2api"), Registry: reg, Gatherer: reg, EnablePprof: cfg.EnablePprof,
-		DetachWatches: cfg.DetachWatches})
+		DetachWatches: cfg.DetachWatches, Members: cfg.Members})
 	b := &Bridge{Backend: be, API: api, Registry: reg, cfg: cfg, lg: cfg.Logger}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "v2bridge_watches_detached",
 		Help: "v2 watches waiting on detached connections, outside net/http."}, b.detached))

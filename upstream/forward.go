@@ -29,11 +29,13 @@ func (p *Passthrough) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // forwarded reports whether a path is the upstream's to answer: the keys and
-// their watches, the stats, v2 auth, /version and /health. /v2/members and
-// /v2/machines advertise the bridge itself.
+// their watches, the store stats, v2 auth, /version and /health. The
+// membership is the bridges' (/v2/members, /v2/machines), and so are the
+// stats naming members (/v2/stats/self, /v2/stats/leader): the upstream's
+// would name its own members, which no bridge lists.
 func forwarded(path string) bool {
 	return path == "/v2/keys" || strings.HasPrefix(path, "/v2/keys/") ||
-		strings.HasPrefix(path, "/v2/stats/") || strings.HasPrefix(path, "/v2/auth/") ||
+		path == "/v2/stats/store" || strings.HasPrefix(path, "/v2/auth/") ||
 		path == "/version" || path == "/health"
 }
 

@@ -4,13 +4,17 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/v2bridge/v2bridge/v2api"
 )
 
 // fakeUpstream answers /health while healthy and names itself on the keys.
@@ -99,20 +103,41 @@ func TestRequestsWhileLostGetError300AtOnce(t *testing.T) {
 	}
 }
 
+// members is a registry's list, as given.
+type members []v2api.Member
+
+func (m members) Members() []v2api.Member { return m }
+
+// TestMembershipIsAnsweredLocally: the members and the stats naming them are
+// the bridges', not the old server's: its member IDs are nowhere listed.
 func TestMembershipIsAnsweredLocally(t *testing.T) {
 	a := startFake(t, "a")
-	p, err := New(Config{URLs: []string{a.URL}, AdvertiseURLs: []string{"http://bridge:2379"}})
+	other := v2api.Member{ID: 1, Name: "other", ClientURLs: []string{"http://other:2379"}}
+	p, err := New(Config{URLs: []string{a.URL}, Name: "b", AdvertiseURLs: []string{"http://bridge:2379"},
+		Members: members{other}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	self := strconv.FormatUint(v2api.MemberID([]string{"http://bridge:2379"}), 16)
 	for _, c := range []struct{ path, want string }{
-		{"/v2/machines", "http://bridge:2379"},
-		{"/v2/members", `"clientURLs":["http://bridge:2379"]`},
+		{"/v2/machines", "http://other:2379, http://bridge:2379"},
+		{"/v2/members", `{"members":[{"id":"1","name":"other","peerURLs":[],"clientURLs":["http://other:2379"]},` +
+			`{"id":"` + self + `","name":"b","peerURLs":[],"clientURLs":["http://bridge:2379"]}]}` + "\n"},
+		{"/v2/stats/leader", `{"followers":{},"leader":"1"}` + "\n"},
 	} {
-		if _, body := get(t, p, c.path); !strings.Contains(body, c.want) {
-			t.Errorf("%s: %q, want %q in it", c.path, body, c.want)
+		if code, body := get(t, p, c.path); code != 200 || body != c.want {
+			t.Errorf("%s: %d %q, want 200 %q", c.path, code, body, c.want)
 		}
+	}
+	code, body := get(t, p, "/v2/stats/self")
+	var st struct {
+		Name, ID, State string
+		LeaderInfo      struct{ Leader string }
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || st.Name != "b" || st.ID != self ||
+		st.State != "StateFollower" || st.LeaderInfo.Leader != "1" {
+		t.Fatalf("/v2/stats/self: %d %q: %v", code, body, err)
 	}
 }
 

@@ -7,9 +7,10 @@
 // failover along a list of upstreams), and the HTTP transport they share.
 //
 // Each request costs at most one round trip to the upstream. Only the
-// bridge's own membership (/v2/members, /v2/machines) and its probes
-// (/readyz, /livez, /metrics) are answered locally, so clients that sync
-// their member list keep talking to bridges.
+// bridges' membership (/v2/members, /v2/machines, /v2/stats/self and
+// /v2/stats/leader) and the probes (/readyz, /livez, /metrics) are answered
+// locally, so clients that sync their member list keep talking to bridges,
+// and the leader the stats name is a member listed.
 package upstream
 
 import (
@@ -44,9 +45,11 @@ type Config struct {
 	// and the wait for a watch's response headers.
 	RequestTimeout time.Duration
 
-	// Name and AdvertiseURLs are what /v2/members and /v2/machines report.
+	// Name and AdvertiseURLs are what /v2/members and /v2/machines report
+	// of the bridge itself, Members the other live bridges (nil: none).
 	Name          string
 	AdvertiseURLs []string
+	Members       v2api.Members
 	EnablePprof   bool
 
 	// Observer, if set, sees the forwarded requests that are not watches
@@ -162,7 +165,7 @@ func New(cfg Config) (*Passthrough, error) {
 	p.tr = newTransport(cfg.RequestTimeout)
 	p.probeTr = newProbeTransport(cfg.HeartbeatTimeout)
 	p.metrics = newMetrics(cfg.Registry)
-	p.api = v2api.New(v2api.Config{Store: localStore{p}, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
+	p.api = v2api.New(v2api.Config{Store: localStore{p}, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs, Members: cfg.Members,
 		Logger: cfg.Logger.Named("v2api"), Registry: cfg.Registry, Gatherer: cfg.Gatherer, EnablePprof: cfg.EnablePprof})
 	p.beat.Store(time.Now().UnixNano())
 	ctx, cancel := context.WithCancel(context.Background())
