@@ -27,6 +27,7 @@ import (
 type config struct {
 	listenClientURLs    string
 	advertiseClientURLs string
+	advertiseOnlySelf   bool
 
 	endpoints             string
 	v2Upstream            string
@@ -125,10 +126,11 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.SetOutput(out)
 	d, h := v3backend.Defaults, server.DefaultHTTPLimits
 	fs.StringVar(&c.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to serve the v2 API on (http://host:port)")
-	fs.StringVar(&c.advertiseClientURLs, "advertise-client-urls", "", "URLs reported by /v2/members and /v2/machines (default: the listen URLs)")
+	fs.StringVar(&c.advertiseClientURLs, "advertise-client-urls", "", "this bridge's URLs in /v2/members and /v2/machines (default: the listen URLs)")
+	fs.BoolVar(&c.advertiseOnlySelf, "advertise-only-self", false, "/v2/members and /v2/machines list this bridge alone, and no other bridge lists it: for a bridge per node whose clients must stay on their node (default: every live bridge of the same cluster and --data-prefix, from their registrations in etcd v3)")
 	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd v3 endpoints (without them, and without any other backend setting, a private embedded etcd runs)")
 	fs.StringVar(&c.v2Upstream, "v2-upstream", "", "passthrough mode: comma-separated client URLs of an old etcd v2 server, which answers every v2 request (failover in list order); with --endpoints or --discovery-srv too, dual mode: the mode record in etcd v3 says which side serves, and 'migrate cutover' switches every bridge at once")
-	fs.DurationVar(&c.modeLeaseTTL, "mode-lease-ttl", 10*time.Second, "dual mode: TTL of the lease on the bridge's registration in etcd v3; a bridge that cannot renew it that long refuses writes, since a cutover may have fenced without it")
+	fs.DurationVar(&c.modeLeaseTTL, "mode-lease-ttl", 10*time.Second, "TTL of the lease on the bridge's registration in etcd v3: a bridge that dies leaves the other bridges' /v2/members within it; in dual mode, a bridge that cannot renew it that long refuses writes, since a cutover may have fenced without it")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", d.DialTimeout, "timeout for connecting to an etcd v3 endpoint")
 	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify the etcd v3 endpoints")
 	fs.StringVar(&c.cert, "cert", "", "client certificate for the etcd v3 endpoints")

@@ -145,3 +145,30 @@ func TestDeprecatedKeysDetachIsAcceptedFromEverySource(t *testing.T) {
 		}
 	}
 }
+
+// TestAdvertiseOnlySelf: off by default (every live bridge is listed), on
+// from the flag, V2BRIDGE_ADVERTISE_ONLY_SELF or the config file.
+func TestAdvertiseOnlySelf(t *testing.T) {
+	file := writeFile(t, "endpoints: http://e:2379\nadvertise-only-self: true\n")
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{"default", []string{"--endpoints", "http://e:2379"}, nil, false},
+		{"flag", []string{"--endpoints", "http://e:2379", "--advertise-only-self"}, nil, true},
+		{"env", []string{"--endpoints", "http://e:2379"}, map[string]string{"V2BRIDGE_ADVERTISE_ONLY_SELF": "true"}, true},
+		{"file", []string{"--config-file", file}, nil, true},
+		{"flag beats env", []string{"--endpoints", "http://e:2379", "--advertise-only-self=false"},
+			map[string]string{"V2BRIDGE_ADVERTISE_ONLY_SELF": "true"}, false},
+	} {
+		cfg, err := parseConfig(c.args, func(k string) string { return c.env[k] }, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if cfg.advertiseOnlySelf != c.want {
+			t.Errorf("%s: advertise-only-self %v, want %v", c.name, cfg.advertiseOnlySelf, c.want)
+		}
+	}
+}

@@ -35,6 +35,8 @@ type dualSides struct {
 	pass   *upstream.Passthrough
 	v3     atomic.Pointer[server.Bridge]
 	shadow lateObserver
+	// mem lists the other bridges for both sides (nil: the bridge alone).
+	mem *membership
 	// onV3 is called once, with the v3 side, when it is connected.
 	onV3 func(*server.Bridge)
 }
@@ -98,8 +100,13 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		}
 		return gs.Gather()
 	})
-	d := &dualSides{}
-	d.pass, err = upstream.New(upstream.Config{URLs: splitList(c.v2Upstream),
+	cli, err := newControlClient(c, bcfg, lg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cli.Close() }()
+	d := &dualSides{mem: newMembership(c, cli, layout, lg, false)} // the agent registers the bridge
+	d.pass, err = upstream.New(upstream.Config{URLs: splitList(c.v2Upstream), Members: d.mem.members(),
 		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout,
 		HeartbeatFailures: c.heartbeatFailures, RequestTimeout: c.requestTimeout,
 		Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs), EnablePprof: c.enablePprof,
@@ -124,15 +131,13 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		OnChange: mm.set,
 	})
 	mm.fenced, mm.headroom = sw.FencedWrites, sw.CeilingHeadroom
-	cli, err := newControlClient(c, bcfg, lg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cli.Close() }()
 	agent := cutover.NewAgent(cutover.AgentConfig{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Switch: sw,
 		LeaseTTL: c.modeLeaseTTL, RequestTimeout: c.requestTimeout, Name: c.name,
-		Advertise: splitList(c.advertiseClientURLs), Logger: lg.Named("mode")})
+		Advertise: splitList(c.advertiseClientURLs), DataPrefix: layout.DataPrefix, OnlySelf: c.advertiseOnlySelf,
+		Logger: lg.Named("mode")})
 
+	d.mem.start()
+	defer d.mem.stop() // after shutdown, before the client closes
 	bgctx, bgcancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup // the agent and the v3 side's builder
 	bg.Add(2)
@@ -192,7 +197,7 @@ func (d *dualSides) buildV3(ctx context.Context, c *config, bcfg v3backend.Confi
 		reg := prometheus.NewRegistry()
 		dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
 		br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
-			EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true,
+			Members: d.mem.members(), EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true,
 			HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
 				MaxConnections: c.maxConnections}})
 		cancel()

@@ -17,12 +17,12 @@ type flagGroup struct {
 
 // flagGroups orders every server flag for --help; a test keeps it complete.
 var flagGroups = []flagGroup{
-	{"Serving the v2 API", []string{"listen-client-urls", "advertise-client-urls", "name",
+	{"Serving the v2 API", []string{"listen-client-urls", "advertise-client-urls", "advertise-only-self", "mode-lease-ttl", "name",
 		"cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "client-crl-file", "tls-min-version",
 		"listen-metrics-urls", "enable-pprof", "http-idle-timeout", "http-body-read-timeout", "max-connections", "keys-detach"}},
 	{"Passthrough to an old etcd v2 server (the migration's first step; heartbeat and request flags below apply);\n" +
 		"with an etcd v3 cluster too, dual mode (the mode record in etcd v3 says which side serves)",
-		[]string{"v2-upstream", "mode-lease-ttl"}},
+		[]string{"v2-upstream"}},
 	{"Shadow comparison in dual mode (while it passes through, reads and writes are checked against etcd v3, off the request path)",
 		[]string{"shadow-sample-rate", "shadow-queue", "shadow-prefix"}},
 	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions", "watch-detach"}},

@@ -82,8 +82,18 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBridgeInfo(reg, c.embeddedMode != "")
 	registerMode(reg, false)
+	var mem *membership
+	if !c.advertiseOnlySelf {
+		cli, err := newControlClient(c, bcfg, lg)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = cli.Close() }() // after the membership stopped
+		mem = newMembership(c, cli, layout, lg, true)
+	}
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
 	br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
+		Members:     mem.members(),
 		EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true, DetachWatches: c.watchDetach,
 		HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
 			MaxConnections: c.maxConnections}})
@@ -91,9 +101,12 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	if err != nil {
 		return interruptedOr(ctx, lg, err)
 	}
+	mem.start()
 	shutdown := func() error {
-		// Watches are long-polls: Close ends them (clients re-issue them
-		// elsewhere), then lets in-flight requests finish.
+		// The registration goes first: other bridges stop advertising
+		// this one. Watches are long-polls: Close ends them (clients
+		// re-issue them elsewhere), then lets in-flight requests finish.
+		mem.stop()
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
 		return br.Close(sctx)
