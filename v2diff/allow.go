@@ -102,7 +102,7 @@ var Divergences = []Divergence{
 	},
 	{
 		ID:    "members",
-		Title: "/v2/members lists the bridge itself, without peer URLs; membership changes are refused",
+		Title: "/v2/members lists the live bridges, without peer URLs; membership changes are refused",
 		Match: matchMembers,
 	},
 	{
