@@ -612,3 +612,83 @@ func runLines(t *testing.T, ctx context.Context, wg *sync.WaitGroup, cmd *exec.C
 		}
 	}()
 }
+
+// TestMembersInEveryMode: bridges in dual mode and in v3 mode over one
+// cluster list one another; one with --advertise-only-self lists itself
+// alone and nobody lists it; a passthrough bridge (no etcd v3) is alone and
+// its stats name itself, so python-etcd's client.leader works there too.
+func TestMembersInEveryMode(t *testing.T) {
+	e := newDualEnv(t)
+	var urls []string
+	for i := 0; i < 2; i++ {
+		urls = append(urls, e.startBridge(t, "").url)
+	}
+	v3only := func(extra ...string) string {
+		return startHealthyBridge(t, func() (string, []string, []string) {
+			u := v2bridgetest.FreeURL(t)
+			return u, nil, append([]string{"--endpoints", e.endpoints(), "--listen-client-urls", u,
+				"--mode-lease-ttl", "3s", "--log-level", "warn"}, extra...)
+		}).url
+	}
+	urls = append(urls, v3only())
+	alone := v3only("--advertise-only-self")
+	for _, u := range urls {
+		waitMembers(t, u, urls)
+	}
+	leader := checkLeader(t, urls)
+	if got := memberURLs(t, alone); len(got) != 1 || got[0] != alone {
+		t.Fatalf("--advertise-only-self lists %v, want itself alone", got)
+	}
+	pyLeader(t, urls[0], leader)
+
+	pass := startHealthyBridge(t, func() (string, []string, []string) {
+		u := v2bridgetest.FreeURL(t)
+		return u, nil, []string{"--v2-upstream", e.ref.URL, "--listen-client-urls", u, "--log-level", "warn"}
+	}).url
+	if got := memberURLs(t, pass); len(got) != 1 || got[0] != pass {
+		t.Fatalf("passthrough bridge lists %v, want itself alone", got)
+	}
+	pyLeader(t, pass, checkLeaderAlone(t, pass))
+}
+
+// checkLeaderAlone checks that bridge u, listing itself alone, names itself
+// leader; it returns its ID.
+func checkLeaderAlone(t *testing.T, u string) string {
+	t.Helper()
+	var ss struct {
+		ID         string                  `json:"id"`
+		State      string                  `json:"state"`
+		LeaderInfo struct{ Leader string } `json:"leaderInfo"`
+	}
+	var sl struct{ Leader string }
+	if err := json.Unmarshal([]byte(do(t, "GET", u, "/v2/stats/self", nil).body), &ss); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(do(t, "GET", u, "/v2/stats/leader", nil).body), &sl); err != nil {
+		t.Fatal(err)
+	}
+	if ss.ID == "" || ss.State != "StateLeader" || ss.LeaderInfo.Leader != ss.ID || sl.Leader != ss.ID {
+		t.Fatalf("%s: stats/self %+v, stats/leader %+v: want the bridge leading itself", u, ss, sl)
+	}
+	return ss.ID
+}
+
+// pyLeader checks that python-etcd's client.leader, asked of bridge u, is
+// the member with ID leader.
+func pyLeader(t *testing.T, u, leader string) {
+	t.Helper()
+	if err := exec.Command("/usr/bin/python3", "-c", "import etcd").Run(); err != nil {
+		missingClient(t, "python3-etcd not installed (Debian package python3-etcd; .ci/run installs it)")
+	}
+	port := u[strings.LastIndex(u, ":")+1:]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "/usr/bin/python3", "-c", `
+import etcd
+c = etcd.Client(host="127.0.0.1", port=`+port+`, protocol="http")
+print(c.leader["id"])
+`).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != leader {
+		t.Fatalf("python-etcd client.leader via %s: %v: %s, want %s", u, err, out, leader)
+	}
+}
