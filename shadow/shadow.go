@@ -497,8 +497,9 @@ const (
 	reasonClosing
 	reasonNotComparable
 	reasonPendingFull
+	reasonSuperseded
 	nReasons
 )
 
 var dropReasons = [nReasons]string{"busy", "queue_full", "v3_unavailable", "upstream_unavailable", "too_large", "closing",
-	"not_comparable", "pending_full"}
+	"not_comparable", "pending_full", "superseded"}

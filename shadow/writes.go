@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,7 +45,7 @@ type pending struct {
 	// v2 reports to no watcher (the follower carries its TTL over later).
 	unchanged, refresh bool
 	// seen: a change of the v3 side matched want; moved: the key changed
-	// on the v3 side after this write arrived (to another state).
+	// on the v3 side after that, or, unseen, to a later write's node.
 	seen, moved bool
 	listed      bool // in byKey and order, counted in live
 	at          time.Time
@@ -177,16 +178,21 @@ func (s *Shadow) applyUpdate(u Update) {
 		rc := recentChange{c: c, at: now}
 		s.w.recent[c.Key] = rc
 		s.w.recentOrder = append(s.w.recentOrder, rc)
-		matched := false
-		for _, p := range s.w.byKey[c.Key] {
+		// The change makes the node of the oldest write awaiting it, if
+		// any: the follower is then past every older write of the key it
+		// has not made (a re-sync skips writes). Every write it had made
+		// has moved on.
+		list := s.w.byKey[c.Key]
+		j := slices.IndexFunc(list, func(p *pending) bool { return !p.done && !p.seen && s.matches(p, c) })
+		for i, p := range list {
 			switch {
 			case p.done:
-			case !matched && !p.seen && s.matches(p, c):
-				matched, p.seen = true, true
+			case i == j:
+				p.seen = true
 				if !p.want.ttl {
 					s.finish(p, "", "") // its TTL is the only thing left to check
 				}
-			default:
+			case p.seen || i < j:
 				p.moved = true
 			}
 		}
@@ -223,6 +229,10 @@ func (s *Shadow) decide(now time.Time) {
 			read[p.key] = got
 		}
 		kind, where := s.judge(p, got, now)
+		if kind == superseded {
+			s.finishDropped(p, reasonSuperseded)
+			continue
+		}
 		s.finish(p, kind, where)
 	}
 	s.trim()
@@ -270,9 +280,18 @@ func (s *Shadow) judge(p *pending, got *translate.Node, now time.Time) (kind, wh
 		k, w = "", ""
 	case !have.exists && p.want.ttl && !p.want.exp.IsZero() && p.want.exp.Before(now.Add(s.cfg.TTLTolerance)):
 		k, w = "", "" // expired since
+	case p.moved:
+		// The follower never made this node, and the key has changed
+		// since: a re-sync (a full copy after the follower fell out of
+		// the upstream's history) skips writes. Nothing is left to compare
+		// it with; the later writes are compared.
+		k, w = superseded, ""
 	}
 	return k, w
 }
+
+// superseded is judge's verdict on a write nothing can be compared with.
+const superseded = "superseded"
 
 // differ names what differs between the node a write made (want) and the
 // v3 side's (have); ttl compares expirations, not only their presence.

@@ -317,3 +317,31 @@ func waitGauge(t *testing.T, e *env, name string, v float64) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestAWriteTheFollowerSkippedIsSuperseded: a follower that re-syncs (a
+// full copy after it fell out of the upstream's history) never makes the
+// writes in between; their keys hold later values: dropped, not divergent.
+func TestAWriteTheFollowerSkippedIsSuperseded(t *testing.T) {
+	e, f := writeEnv(t, nil)
+	e.both("/w", "1", false)
+	e.write(t, "PUT", "/v2/keys/w", url.Values{"value": {"2"}})
+	e.write(t, "PUT", "/v2/keys/w", url.Values{"value": {"3"}})
+	waitGauge(t, e, "v2bridge_shadow_pending_writes", 2)
+	e.v3.put("/w", "3", false, 0)
+	f.send(t, Update{Changes: []Change{file("/w", "3", false)}, HasApplied: true, Applied: everything})
+	e.waitCounts(t, want(Counts{Sampled: 2, Writes: 1, Dropped: map[string]uint64{"superseded": 1}}))
+	e.recent(t)
+}
+
+// TestAWrongValueTheFollowerWroteIsDivergent: a change of the key that is
+// no write's node does not excuse the write: the v3 node decides.
+func TestAWrongValueTheFollowerWroteIsDivergent(t *testing.T) {
+	e, f := writeEnv(t, nil)
+	e.both("/w", "1", false)
+	e.write(t, "PUT", "/v2/keys/w", url.Values{"value": {"2"}})
+	waitGauge(t, e, "v2bridge_shadow_pending_writes", 1)
+	e.v3.put("/w", "garbled", false, 0)
+	f.send(t, Update{Changes: []Change{file("/w", "garbled", false)}, HasApplied: true, Applied: everything})
+	e.waitCounts(t, want(Counts{Sampled: 1, Writes: 1, Divergences: map[string]uint64{KindValue: 1}}))
+	e.recent(t, Divergence{Key: "/w", Kind: KindValue, Method: "PUT", Where: "node.value"})
+}
