@@ -60,9 +60,10 @@ type writes struct {
 	live       int        // not done
 	applied    uint64     // the follower's applied upstream index
 	appliedRev int64      // the v3 revision that said so
-	// recent is the last change of each key changed within recentFor,
-	// for writes whose change the feed brought before the write arrived.
-	recent      map[string]recentChange
+	// recent are the changes of the last recentFor by key, oldest first,
+	// for writes whose answer comes after the follower made them;
+	// recentOrder is every one of them, oldest first.
+	recent      map[string][]recentChange
 	recentOrder []recentChange
 }
 
@@ -71,11 +72,13 @@ type recentChange struct {
 	at time.Time
 }
 
-// recentFor is how long a change is kept for a write that arrives after it.
-const recentFor = 2 * time.Second
+// recentFor is how long a change is kept for a write whose answer comes
+// after it: the old server's answer can take that long to reach the bridge
+// while its watchers, the follower among them, already have the change.
+const recentFor = 5 * time.Second
 
 func newWrites() *writes {
-	return &writes{byKey: map[string][]*pending{}, recent: map[string]recentChange{}}
+	return &writes{byKey: map[string][]*pending{}, recent: map[string][]recentChange{}}
 }
 
 // matcher owns the comparison of writes: it takes forwarded writes and the
@@ -132,11 +135,14 @@ func (s *Shadow) addWrite(wr written) {
 		s.drop(reasonPendingFull)
 		return
 	}
-	if r, ok := s.w.recent[p.key]; ok && s.matches(p, r.c) {
-		p.seen = true // the follower was quicker than the answer
-		if !p.want.ttl {
-			s.finish(p, "", "")
-			return
+	// The follower may have been quicker than the answer.
+	if rs := s.w.recent[p.key]; len(rs) > 0 {
+		if i := slices.IndexFunc(rs, func(r recentChange) bool { return s.matches(p, r.c) }); i >= 0 {
+			p.seen, p.moved = true, i < len(rs)-1
+			if !p.want.ttl {
+				s.finish(p, "", "")
+				return
+			}
 		}
 	}
 	p.listed = true
@@ -176,7 +182,7 @@ func (s *Shadow) applyUpdate(u Update) {
 	now := time.Now()
 	for _, c := range u.Changes {
 		rc := recentChange{c: c, at: now}
-		s.w.recent[c.Key] = rc
+		s.w.recent[c.Key] = append(s.w.recent[c.Key], rc)
 		s.w.recentOrder = append(s.w.recentOrder, rc)
 		// The change makes the node of the oldest write awaiting it, if
 		// any: the follower is then past every older write of the key it
@@ -339,10 +345,13 @@ func (s *Shadow) expire(now time.Time) {
 	s.trim()
 	n := 0
 	for _, rc := range s.w.recentOrder {
-		if now.Sub(rc.at) < recentFor {
+		if now.Sub(rc.at) < recentFor && len(s.w.recentOrder)-n <= s.cfg.MaxPending {
 			break
 		}
-		if cur, ok := s.w.recent[rc.c.Key]; ok && cur.at.Equal(rc.at) {
+		// Both are oldest first: rc heads its key's list.
+		if rs := s.w.recent[rc.c.Key]; len(rs) > 1 {
+			s.w.recent[rc.c.Key] = rs[1:]
+		} else {
 			delete(s.w.recent, rc.c.Key)
 		}
 		n++

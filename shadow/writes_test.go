@@ -345,3 +345,17 @@ func TestAWrongValueTheFollowerWroteIsDivergent(t *testing.T) {
 	e.waitCounts(t, want(Counts{Sampled: 1, Writes: 1, Divergences: map[string]uint64{KindValue: 1}}))
 	e.recent(t, Divergence{Key: "/w", Kind: KindValue, Method: "PUT", Where: "node.value"})
 }
+
+// TestAWriteTheFollowerMadeBeforeItsAnswerCameIsMatched: the old server's
+// watchers, the follower among them, can have a write before its answer
+// reaches the bridge, and the key may have moved on by then.
+func TestAWriteTheFollowerMadeBeforeItsAnswerCameIsMatched(t *testing.T) {
+	e, f := writeEnv(t, nil)
+	e.both("/w", "1", false)
+	f.send(t, Update{Changes: []Change{file("/w", "2", false), file("/w", "later", false)}})
+	e.write(t, "PUT", "/v2/keys/w", url.Values{"value": {"2"}})
+	e.v3.put("/w", "later", false, 0)
+	f.send(t, Update{HasApplied: true, Applied: everything})
+	e.waitCounts(t, want(Counts{Sampled: 1, Writes: 1}))
+	e.recent(t)
+}
