@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/shadow"
@@ -81,6 +82,7 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	e := newShadowEnv(t, (*v2bridgetest.Cluster).Endpoints, func(c *shadow.Config, cl *v2bridgetest.Cluster) {
 		rec = shadow.NewV3Recorder(cl.Client(t), layout, c.Name, 0)
 		c.Recorder, c.RecordInterval = rec, time.Second
+		c.Feed = &shadow.V3Feed{Client: cl.Client(t), Layout: layout}
 	})
 	cli := e.cl.Client(t)
 
@@ -97,16 +99,32 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	if err != nil || sum.Created == 0 {
 		t.Fatalf("copy: %+v %v", sum, err)
 	}
+	// The follower records its progress, as `migrate --follow` does: the
+	// shadow compares each write once the follower has applied it.
+	source, err := cutover.NewSource([]string{src}, nil, "", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Source: source}
+	rep.Applied(sum.Index)
+	o.Applied = rep.Applied
 	fctx, fcancel := context.WithCancel(ctx)
-	followed := make(chan struct{})
+	followed := make(chan struct{}, 2)
 	go func() {
-		defer close(followed)
+		defer func() { followed <- struct{}{} }()
 		if _, err := migrate.Follow(fctx, o, sum); err != nil {
 			t.Errorf("follow: %v", err)
 		}
 	}()
+	go func() {
+		defer func() { followed <- struct{}{} }()
+		if err := rep.Run(fctx); err != nil {
+			t.Errorf("follow progress: %v", err)
+		}
+	}()
 	defer func() {
 		fcancel()
+		<-followed
 		<-followed
 	}()
 

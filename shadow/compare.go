@@ -53,7 +53,6 @@ const (
 	agreedLate         // after re-checking: the follower caught up
 	lagged             // the v3 side still showed an older state
 	diverged
-	skipped // nothing to compare (an error answer to a write, noValueOnSuccess)
 	v3Unavailable
 	upstreamUnavailable
 )
@@ -71,24 +70,12 @@ const lagging = "lagging"
 
 var errUnavailable = errors.New("the v3 side answered error 300 or not in time")
 
-// compare compares one sampled request and counts the outcome.
+// compare compares one sampled read and counts the outcome.
 func (s *Shadow) compare(j *job) {
 	ctx := s.ctx
-	op := "write"
-	var res result
-	if j.method == http.MethodGet || j.method == http.MethodHead {
-		op = "read"
-		q := read{method: j.method, path: j.path, query: j.query, auth: j.auth, upstream: j.ans.Upstream}
-		res = s.checkRead(ctx, q, &v2diff.Response{Status: j.ans.Status, Header: j.ans.Header, Body: j.ans.Body})
-	} else {
-		res = s.checkWrite(ctx, j)
-	}
+	q := read{method: j.method, path: j.path, query: j.query, auth: j.auth, upstream: j.ans.Upstream}
+	res := s.checkRead(ctx, q, &v2diff.Response{Status: j.ans.Status, Header: j.ans.Header, Body: j.ans.Body})
 	switch {
-	case res.outcome == skipped:
-		s.drop(reasonNotComparable)
-		s.lg.Debug("shadow comparison: nothing to compare", zap.String("method", j.method), zap.String("path", j.path),
-			zap.Int("status", j.ans.Status))
-		return
 	case ctx.Err() != nil:
 		s.drop(reasonClosing)
 		return
@@ -106,20 +93,24 @@ func (s *Shadow) compare(j *job) {
 	case lagged:
 		s.counts.lagging.Add(1)
 		s.m.lagging.Inc()
-		s.report(j.method, res, lagging)
+		s.report(j.method, res, lagging, where(res))
 	case diverged:
 		kind := kindOf(res.x, res.diffs)
 		s.m.divergences.WithLabelValues(kind).Inc()
-		s.report(j.method, res, kind)
+		s.report(j.method, res, kind, where(res))
 	}
 	// Counted as compared last: a reader that sees the comparison in Stats
 	// finds everything else about it (metrics, log, divergence) in place.
-	s.m.compared.WithLabelValues(op).Inc()
-	if op == "read" {
-		s.counts.reads.Add(1)
-	} else {
-		s.counts.writes.Add(1)
+	s.m.compared.WithLabelValues("read").Inc()
+	s.counts.reads.Add(1)
+}
+
+// where is the first difference of a read's comparison.
+func where(res result) string {
+	if len(res.diffs) > 0 {
+		return res.diffs[0].Where
 	}
+	return ""
 }
 
 // checkRead compares the upstream's answer ref to q with the v3 side's.
@@ -175,92 +166,6 @@ func (s *Shadow) agree(ctx context.Context, q read, ref *v2diff.Response) (resul
 		}
 		wait = min(2*wait, 500*time.Millisecond)
 	}
-}
-
-// checkWrite checks that the v3 side's node at a written key becomes the
-// node the upstream answered the write with.
-func (s *Shadow) checkWrite(ctx context.Context, j *job) result {
-	ref := &v2diff.Response{Status: j.ans.Status, Header: j.ans.Header, Body: j.ans.Body}
-	x := v2diff.NewExchange([2]*v2diff.Request{}, [2]*v2diff.Response{ref, ref})
-	node, prev := x.Node(v2diff.Ref, "node"), x.Node(v2diff.Ref, "prevNode")
-	action := x.Action(v2diff.Ref)
-	key, _ := node["key"].(string)
-	if j.ans.Status >= 300 || x.ErrorCode(v2diff.Ref) != 0 || node == nil || key == "" || !s.under(key) {
-		return result{outcome: skipped}
-	}
-	var want map[string]any // the node after the write; nil: no node
-	switch action {
-	case translate.ActionSet, translate.ActionCreate, translate.ActionUpdate, translate.ActionCompareAndSwap:
-		want = node
-	case translate.ActionDelete, translate.ActionCompareAndDelete:
-	default:
-		return result{outcome: skipped}
-	}
-	q := read{method: http.MethodGet, path: (&url.URL{Path: "/v2/keys" + key}).EscapedPath(), auth: j.auth,
-		upstream: j.ans.Upstream}
-	deadline := time.Now().Add(s.cfg.CatchUp)
-	wait := 20 * time.Millisecond
-	var b *v2diff.Response
-	for attempt := 0; ; attempt++ {
-		var err error
-		if b, err = s.ask(ctx, q); err != nil {
-			return result{outcome: v3Unavailable}
-		}
-		if s.holds(b, want) {
-			if attempt > 0 {
-				return result{outcome: agreedLate}
-			}
-			return result{outcome: agreed}
-		}
-		if time.Now().Add(wait).After(deadline) {
-			break
-		}
-		if !ctxsleep.Sleep(ctx, wait) {
-			return result{outcome: v3Unavailable}
-		}
-		wait = min(2*wait, 500*time.Millisecond)
-	}
-	if s.holds(b, prev) {
-		// Still the node from before the write: not applied yet.
-		bx := v2diff.NewExchange([2]*v2diff.Request{}, [2]*v2diff.Response{ref, b})
-		return result{outcome: lagged, key: key, x: bx,
-			diffs: []v2diff.Diff{{Where: "node", Field: "node", NodeKey: key, Ref: want, Bridge: bx.Node(v2diff.Bridge, "node")}}}
-	}
-	// Neither the write nor the state before it: the key may have changed
-	// since on the upstream too. Compare with what the upstream holds now.
-	now, err := s.fetch(ctx, q)
-	if err != nil {
-		return result{outcome: upstreamUnavailable}
-	}
-	res := s.checkRead(ctx, q, now)
-	if res.key == "" {
-		res.key = key
-	}
-	return res
-}
-
-// holds reports whether the v3 side's answer b to a GET of a key shows the
-// node want (nil: no node, error 100).
-func (s *Shadow) holds(b *v2diff.Response, want map[string]any) bool {
-	bx := v2diff.NewExchange([2]*v2diff.Request{}, [2]*v2diff.Response{b, b})
-	code := bx.ErrorCode(v2diff.Ref)
-	if want == nil {
-		return code == translate.EcodeKeyNotFound
-	}
-	got := bx.Node(v2diff.Ref, "node")
-	if code != 0 || got == nil {
-		return false
-	}
-	if _, ok := want["nodes"]; !ok {
-		delete(got, "nodes") // a directory's GET lists its children; its write answer does not
-	}
-	sess := v2diff.NewSession()
-	for _, d := range sess.CompareNode("node", want, got) {
-		if !s.tolerable(d) {
-			return false
-		}
-	}
-	return true
 }
 
 // diff compares the upstream's answer ref to q with the v3 side's answer b,
@@ -426,17 +331,13 @@ func (s *Shadow) fetch(ctx context.Context, q read) (*v2diff.Response, error) {
 // key at warn level, at most one line a second after a burst of ten; the
 // values only at debug level. It counts last, so that whoever sees the count
 // finds the lines logged.
-func (s *Shadow) report(method string, res result, kind string) {
-	where := ""
-	if len(res.diffs) > 0 {
-		where = res.diffs[0].Where
-	}
+func (s *Shadow) report(method string, res result, kind, where string) {
 	at := time.Now().UTC()
 	defer s.counts.diverged(Divergence{Key: res.key, Kind: kind, Method: method, Where: where, At: at})
 	if s.warn.Allow() {
 		msg := "shadow comparison: etcd v3 answers differently from the v2 upstream"
 		if kind == lagging {
-			msg = "shadow comparison: etcd v3 still shows an older state than the v2 upstream (the follower lags)"
+			msg = "shadow comparison: the follower has not applied the v2 upstream's change (it lags)"
 		}
 		fields := []zap.Field{zap.String("key", res.key), zap.String("kind", kind), zap.String("method", method),
 			zap.String("where", where), zap.Int("differences", len(res.diffs))}

@@ -35,9 +35,10 @@ type Counts struct {
 	// Retried counts comparisons that agreed only after re-checking: the
 	// follower had not yet applied the upstream's latest writes.
 	Retried uint64 `json:"retried"`
-	// Lagging counts comparisons that never agreed while the v3 side still
-	// showed an older state (a write not applied yet, an upstream that kept
-	// changing): the follower is behind, the copy is not shown wrong.
+	// Lagging counts writes the follower had not applied (its applied
+	// index below the write's) when they had waited MaxAge, and reads
+	// that never agreed while the upstream kept changing: the follower is
+	// behind, the copy is not shown wrong.
 	Lagging     uint64            `json:"lagging"`
 	Divergences map[string]uint64 `json:"divergences"` // by kind
 	Dropped     map[string]uint64 `json:"dropped"`     // by reason
@@ -146,14 +147,17 @@ func (c *counters) recentDivergences() []Divergence {
 
 // metrics are the v2bridge_shadow_* series.
 type metrics struct {
-	sampled     prometheus.Counter
-	compared    *prometheus.CounterVec
-	retried     prometheus.Counter
-	lagging     prometheus.Counter
-	divergences *prometheus.CounterVec
-	dropped     *prometheus.CounterVec
-	queue       prometheus.Gauge
-	rate        prometheus.Gauge
+	sampled       prometheus.Counter
+	compared      *prometheus.CounterVec
+	retried       prometheus.Counter
+	lagging       prometheus.Counter
+	divergences   *prometheus.CounterVec
+	dropped       *prometheus.CounterVec
+	queue         prometheus.Gauge
+	rate          prometheus.Gauge
+	pending       prometheus.Gauge
+	behind        prometheus.Gauge
+	followerIndex prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -161,21 +165,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sampled: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_shadow_sampled_total",
 			Help: "Forwarded requests queued for the shadow comparison with etcd v3 (passthrough mode)."}),
 		compared: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_shadow_compared_total",
-			Help: "Shadow comparisons finished, by op (read: the same GET asked of v3; write: the written key read back from v3)."},
+			Help: "Shadow comparisons finished, by op (read: the same GET asked of v3; write: the write matched with the follower's change or the v3 node once the follower applied it)."},
 			[]string{"op"}),
 		retried: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_shadow_retried_total",
 			Help: "Shadow comparisons that agreed only after re-checking (the follower caught up)."}),
 		lagging: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_shadow_lagging_total",
-			Help: "Shadow comparisons whose v3 side still showed an older state after the catch-up time (the follower is behind)."}),
+			Help: "Writes the follower had not applied (its applied index below theirs) after the pending bound's age, and reads whose v3 side still showed an older state after the catch-up time: the follower is behind."}),
 		divergences: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_shadow_divergences_total",
 			Help: "Shadow comparisons where etcd v3 answered differently from the v2 upstream, by kind."}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_shadow_dropped_total",
-			Help: "Sampled requests not compared, by reason (busy: shed by the adaptive sampling; queue_full; v3_unavailable; upstream_unavailable; too_large; closing; not_comparable: an error answer to a write, or one without its node)."},
+			Help: "Sampled requests not compared, by reason (busy: shed by the adaptive sampling; queue_full; v3_unavailable; upstream_unavailable; too_large; closing; not_comparable: an error answer to a write, or one without its node; pending_full: too many writes awaiting the follower; superseded: a write the follower never made, its key changed since, as after a follower's re-sync)."},
 			[]string{"reason"}),
 		queue: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_shadow_queue_length",
 			Help: "Sampled requests waiting for a shadow comparison."}),
 		rate: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_shadow_sample_rate",
-			Help: "The share of forwarded requests sampled now (--shadow-sample-rate, halved while the queue overflows)."}),
+			Help: "The share of forwarded reads sampled now (--shadow-sample-rate, halved while the read queue overflows); every write is compared."}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_shadow_pending_writes",
+			Help: "Forwarded writes awaiting the follower before they are compared."}),
+		behind: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_shadow_lagging_writes",
+			Help: "Forwarded writes above the follower's applied upstream index (lagging: not applied yet)."}),
+		followerIndex: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_shadow_follower_index",
+			Help: "The upstream index up to which the follower (migrate --follow) has applied every event, as its progress record says."}),
 	}
 	for _, op := range []string{"read", "write"} {
 		m.compared.WithLabelValues(op)
@@ -187,7 +197,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.dropped.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.sampled, m.compared, m.retried, m.lagging, m.divergences, m.dropped, m.queue, m.rate)
+		reg.MustRegister(m.sampled, m.compared, m.retried, m.lagging, m.divergences, m.dropped, m.queue, m.rate,
+			m.pending, m.behind, m.followerIndex)
 	}
 	return m
 }

@@ -32,6 +32,13 @@ type Record struct {
 	Started       time.Time `json:"started"`
 	Updated       time.Time `json:"updated"`
 	Counts        Counts    `json:"counts"`
+	// PerSecond are the counters' rates between the last two records.
+	PerSecond *Rates `json:"perSecond,omitempty"`
+	// When it was written: the writes awaiting the follower, those of them
+	// above the follower's applied index (lagging), and that index.
+	PendingWrites int64  `json:"pendingWrites"`
+	LaggingWrites int64  `json:"laggingWrites"`
+	FollowerIndex uint64 `json:"followerIndex,omitempty"`
 	// Recent are the last divergences and lagging comparisons, oldest
 	// first.
 	Recent []Divergence `json:"recent,omitempty"`
@@ -43,7 +50,33 @@ type Record struct {
 func (s *Shadow) record() *Record {
 	return &Record{Name: s.cfg.Name, Host: s.host, AdvertiseURLs: s.cfg.AdvertiseURLs, Prefix: s.cfg.Prefix,
 		SampleRate: s.cfg.SampleRate, Started: s.started.UTC(), Updated: time.Now().UTC(),
-		Counts: s.counts.snapshot(), Recent: s.counts.recentDivergences()}
+		Counts: s.counts.snapshot(), Recent: s.counts.recentDivergences(),
+		PendingWrites: s.pendingNow.Load(), LaggingWrites: s.behindNow.Load(), FollowerIndex: s.appliedNow.Load()}
+}
+
+// Rates are counters per second.
+type Rates struct {
+	Compared float64 `json:"compared"`
+	Writes   float64 `json:"comparedWrites"`
+	Diverged float64 `json:"divergences"`
+	Lagging  float64 `json:"lagging"`
+	Dropped  float64 `json:"dropped"`
+	Seconds  float64 `json:"seconds"` // the interval they are measured over
+}
+
+func perSecond(a, b *Counts, d time.Duration) *Rates {
+	sec := d.Seconds()
+	if sec <= 0 {
+		return &Rates{}
+	}
+	f := func(x, y uint64) float64 { return float64(y-x) / sec }
+	return &Rates{Compared: f(a.Compared(), b.Compared()), Writes: f(a.Writes, b.Writes),
+		Diverged: f(a.Diverged(), b.Diverged()), Lagging: f(a.Lagging, b.Lagging),
+		Dropped: f(a.DroppedTotal(), b.DroppedTotal()), Seconds: sec}
+}
+
+func (r *Rates) zero() bool {
+	return r == nil || r.Compared == 0 && r.Diverged == 0 && r.Lagging == 0 && r.Dropped == 0
 }
 
 // Recorder keeps a bridge's record where `v2bridge verify` finds it.
@@ -188,6 +221,11 @@ func WriteSummary(w io.Writer, recs []Record, now time.Time) {
 		}
 		_, _ = fmt.Fprintf(w, "  %s: %s; prefix %s, sample rate %g, up %s, reported %s ago\n", who, countsLine(&r.Counts),
 			r.Prefix, r.SampleRate, round(r.Updated.Sub(r.Started)), round(now.Sub(r.Updated)))
+		if p := r.PerSecond; p != nil && p.Seconds > 0 {
+			_, _ = fmt.Fprintf(w, "    per second over the last %s: %.1f compared (%.1f writes), %.1f divergences, %.1f lagging, %.1f dropped; "+
+				"%d writes awaiting the follower (%d above its applied index %d)\n", round(time.Duration(p.Seconds*float64(time.Second))),
+				p.Compared, p.Writes, p.Diverged, p.Lagging, p.Dropped, r.PendingWrites, r.LaggingWrites, r.FollowerIndex)
+		}
 	}
 	t := Total(recs)
 	_, _ = fmt.Fprintf(w, "  total: %s\n", countsLine(&t))

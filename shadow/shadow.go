@@ -1,31 +1,36 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package shadow is the shadow comparison of passthrough mode: while a bridge
-// forwards v2 requests to the old v2 server, it asks its etcd v3 side (where
-// `v2bridge migrate --follow` keeps a copy) the same reads, off the request
-// path, and counts where the two answer differently, so operators know the
-// copy is faithful before they cut over.
+// forwards v2 requests to the old v2 server and `v2bridge migrate --follow`
+// keeps a copy in etcd v3, it checks, off the request path, that the copy
+// holds what the old server answered, so operators know the copy is faithful
+// before they cut over.
 //
-// A sampled read (a GET or HEAD of the keys, not a watch) is answered again
-// by the v2 API over the v3 store and compared the way the conformance suite
-// compares a bridge with a real v2 server: indexes are left out (the two
-// number their writes independently), TTLs agree within a tolerance, and
-// the documented divergences are allowed. A sampled write is checked once
-// the follower has had time to apply it: the v3 node at the written key must
-// become the node the upstream answered with.
+// Every forwarded write that succeeded is compared. Its answer names the
+// node it made and the upstream index it made it at. One v3 watch over the
+// bridge's key range brings the follower's changes and its progress record
+// (the upstream index up to which it has applied every event). A change of
+// the written key that makes the written node (value, directory or file, TTL
+// or not) matches the write at once. A write is lagging while the
+// follower's applied index is below the write's index; once it is not, a
+// write no change matched is judged by the v3 node at its key (read from
+// memory): matched if it agrees (a TTL within the tolerance), else a
+// divergence by kind. A write still waiting after MaxAge counts as lagging;
+// at most MaxPending wait (more are dropped).
 //
-// A difference is re-checked with backoff for a bounded time before it
-// counts, and, if it persists, the upstream is read again: a difference that
-// goes away was the follower catching up; one that stays while the upstream
-// keeps changing is counted as lagging; one that stays while the upstream
-// holds still is a divergence, counted by kind. A write whose key still
-// shows the state from before the write is lagging too.
+// A share of reads (SampleRate; GET or HEAD of the keys, not a watch) is
+// answered again by the v2 API over the v3 store and compared the way the
+// conformance suite compares a bridge with a real v2 server: indexes are
+// left out, TTLs agree within a tolerance, the documented divergences are
+// allowed. A read's difference is re-checked with backoff for a bounded
+// time; if it persists and the upstream changed meanwhile it is lagging,
+// else a divergence.
 //
-// Nothing here may slow or fail a client's request: the decision to sample
-// is a random number against a threshold, the answer is handed over after it
-// was written to the client, the queue is bounded and never waited on, and
-// every call to either side has a deadline. Under pressure requests are
-// dropped (counted), and the sample rate halves while the queue overflows.
+// Nothing here may slow or fail a client's request: Observe only hands the
+// answer to a bounded queue, never waited on, after it was written to the
+// client, and every call to either side has a deadline. Under pressure
+// requests are dropped (counted), and the read sample rate halves while the
+// read queue overflows.
 package shadow
 
 import (
@@ -45,6 +50,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/upstream"
 	"github.com/v2bridge/v2bridge/v2api"
@@ -56,16 +62,24 @@ type Config struct {
 	// from (server.Store).
 	Store v2api.Store
 
-	// SampleRate is the share of forwarded reads and writes compared, in
-	// (0, 1].
+	// SampleRate is the share of forwarded reads compared, in (0, 1].
+	// Every write is compared (with a Feed).
 	SampleRate float64
 	// Prefix limits the comparison to one v2 subtree: the one the follower
 	// migrates (migrate --from-prefix). Default "/".
 	Prefix string
-	// Queue bounds the sampled requests waiting for a worker; Workers is
+	// Queue bounds the sampled reads waiting for a worker; Workers is
 	// how many are compared at once.
 	Queue   int
 	Workers int
+
+	// Feed brings the follower's changes and progress from the v3 side
+	// (V3Feed); without one, writes are not compared.
+	Feed Feed
+	// MaxPending bounds the writes awaiting the follower (more are
+	// dropped); MaxAge is how long one waits before it counts as lagging.
+	MaxPending int
+	MaxAge     time.Duration
 	// Timeout bounds each call to the v3 side and each re-read of the
 	// upstream.
 	Timeout time.Duration
@@ -105,6 +119,8 @@ var Defaults = Config{
 	TTLTolerance:   5 * time.Second,
 	MaxBody:        4 << 20,
 	RecordInterval: 10 * time.Second,
+	MaxPending:     20000,
+	MaxAge:         30 * time.Second,
 }
 
 func (c *Config) setDefaults() error {
@@ -143,6 +159,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.RecordInterval <= 0 {
 		c.RecordInterval = d.RecordInterval
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = d.MaxPending
+	}
+	if c.MaxAge <= 0 {
+		c.MaxAge = d.MaxAge
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -187,10 +209,20 @@ type Shadow struct {
 
 	counts counters
 
+	// The writes: writeq hands them to the matcher goroutine, updates the
+	// feed's; w is the matcher's alone. pendingNow, behindNow and
+	// appliedNow are its gauges, for the record.
+	writeq     chan written
+	updates    chan Update
+	w          *writes
+	pendingNow atomic.Int64
+	behindNow  atomic.Int64
+	appliedNow atomic.Uint64
+
 	ctx     context.Context // ends at Close: it bounds every comparison
 	cancel  context.CancelFunc
 	closed  atomic.Bool
-	workers sync.WaitGroup // the workers and the housekeeping goroutine
+	workers sync.WaitGroup // the workers, the matcher, the feed and the housekeeping goroutine
 }
 
 var _ upstream.Observer = (*Shadow)(nil)
@@ -204,9 +236,12 @@ func New(cfg Config) (*Shadow, error) {
 	host, _ := os.Hostname()
 	s := &Shadow{
 		cfg: cfg, lg: cfg.Logger, m: newMetrics(cfg.Registry), started: time.Now(), host: host,
-		api:   v2api.New(v2api.Config{Store: cfg.Store, Logger: zap.NewNop()}),
-		keys:  "/v2/keys" + strings.TrimSuffix(cfg.Prefix, "/"),
-		queue: make(chan *job, cfg.Queue),
+		api:     v2api.New(v2api.Config{Store: cfg.Store, Logger: zap.NewNop()}),
+		keys:    "/v2/keys" + strings.TrimSuffix(cfg.Prefix, "/"),
+		queue:   make(chan *job, cfg.Queue),
+		writeq:  make(chan written, writeQueue),
+		updates: make(chan Update, 64),
+		w:       newWrites(),
 		// One warning a second, ten at once: a broken copy shows its
 		// first keys, then a count of the rest.
 		warn: rate.NewLimiter(rate.Every(time.Second), 10),
@@ -223,6 +258,17 @@ func New(cfg Config) (*Shadow, error) {
 		go func() {
 			defer s.workers.Done()
 			s.work()
+		}()
+	}
+	if cfg.Feed != nil {
+		s.workers.Add(2)
+		go func() {
+			defer s.workers.Done()
+			s.matcher()
+		}()
+		go func() {
+			defer s.workers.Done()
+			s.runFeed()
 		}()
 	}
 	s.workers.Add(1)
@@ -247,6 +293,9 @@ func (s *Shadow) Close() {
 		case <-s.queue:
 			s.drop(reasonClosing)
 			continue
+		case <-s.writeq:
+			s.drop(reasonClosing)
+			continue
 		default:
 		}
 		break
@@ -260,17 +309,26 @@ func (s *Shadow) Close() {
 	}
 }
 
-// Sample decides whether a forwarded request is compared: a read or write
-// of the keys below Prefix, drawn at the sample rate (less while the queue
-// overflows).
+// writeQueue bounds the forwarded writes not yet taken by the matcher.
+const writeQueue = 4096
+
+// Sample decides whether a forwarded request is compared: every write of
+// the keys below Prefix (with a Feed), and reads drawn at the sample rate
+// (less while the read queue overflows).
 func (s *Shadow) Sample(r *http.Request) bool {
+	write := false
 	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPost, http.MethodDelete:
+	case http.MethodGet, http.MethodHead:
+	case http.MethodPut, http.MethodPost, http.MethodDelete:
+		write = true
 	default:
 		return false
 	}
 	if p := r.URL.Path; p != s.keys && !strings.HasPrefix(p, s.keysDir) || s.closed.Load() {
 		return false
+	}
+	if write {
+		return s.cfg.Feed != nil
 	}
 	u := rand.Uint64() //nolint:gosec // G404: a sampling draw, not a secret
 	if u >= s.nominal {
@@ -283,8 +341,8 @@ func (s *Shadow) Sample(r *http.Request) bool {
 	return true
 }
 
-// Observe queues a sampled request and the upstream's answer for a worker;
-// it never waits.
+// Observe queues a sampled request and the upstream's answer for the
+// matcher (a write) or a worker (a read); it never waits.
 func (s *Shadow) Observe(r *http.Request, a upstream.Answer) {
 	switch {
 	case s.closed.Load():
@@ -292,6 +350,16 @@ func (s *Shadow) Observe(r *http.Request, a upstream.Answer) {
 		return
 	case len(a.Body) > s.cfg.MaxBody:
 		s.drop(reasonTooLarge)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		select {
+		case s.writeq <- written{method: r.Method, query: r.URL.RawQuery, ans: a.Body, status: a.Status, at: time.Now()}:
+			s.counts.sampled.Add(1)
+			s.m.sampled.Inc()
+		default:
+			s.drop(reasonQueueFull)
+		}
 		return
 	}
 	j := &job{method: r.Method, path: r.URL.EscapedPath(), query: r.URL.RawQuery,
@@ -304,6 +372,26 @@ func (s *Shadow) Observe(r *http.Request, a upstream.Answer) {
 	default:
 		s.drop(reasonQueueFull)
 		s.overflowed()
+	}
+}
+
+// runFeed runs the feed until the shadow closes, again after a failure.
+func (s *Shadow) runFeed() {
+	backoff := 100 * time.Millisecond
+	for s.ctx.Err() == nil {
+		start := time.Now()
+		err := s.cfg.Feed.Run(s.ctx, s.updates)
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.lg.Debug("shadow comparison: the v3 feed ended; starting it again", zap.Error(err))
+		if time.Since(start) > time.Minute {
+			backoff = 100 * time.Millisecond
+		}
+		if !ctxsleep.Sleep(s.ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -353,6 +441,8 @@ func (s *Shadow) housekeeping() {
 	defer tick.Stop()
 	var published, written time.Time
 	var last *Counts // the counts last written, nil until a write succeeds
+	prev, prevAt := s.counts.snapshot(), time.Now()
+	var idle bool // the last record written had no traffic per second
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -364,12 +454,14 @@ func (s *Shadow) housekeeping() {
 			}
 			published = now
 			rec := s.record()
+			rec.PerSecond = perSecond(&prev, &rec.Counts, now.Sub(prevAt))
+			prev, prevAt = rec.Counts, now
 			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 			var err error
-			if last != nil && rec.Counts.equal(last) && now.Sub(written) < rewriteAfter {
+			if last != nil && idle && rec.Counts.equal(last) && now.Sub(written) < rewriteAfter {
 				err = s.cfg.Recorder.Refresh(ctx) // nothing new: keep the record alive only
 			} else if err = s.cfg.Recorder.Publish(ctx, rec); err == nil {
-				last, written = &rec.Counts, now
+				last, written, idle = &rec.Counts, now, rec.PerSecond.zero()
 			}
 			cancel()
 			if err != nil {
@@ -404,8 +496,10 @@ const (
 	reasonTooLarge
 	reasonClosing
 	reasonNotComparable
+	reasonPendingFull
+	reasonSuperseded
 	nReasons
 )
 
 var dropReasons = [nReasons]string{"busy", "queue_full", "v3_unavailable", "upstream_unavailable", "too_large", "closing",
-	"not_comparable"}
+	"not_comparable", "pending_full", "superseded"}

@@ -212,78 +212,6 @@ func TestTTLsAgreeWithinTheTolerance(t *testing.T) {
 	}
 }
 
-func TestWritesAreCheckedOnceTheFollowerCaughtUp(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		method string
-		form   url.Values
-		follow func(v3 *fakeStore) // what the follower does after the write
-		check  func(t *testing.T, c Counts)
-	}{
-		{"applied at once", "PUT", url.Values{"value": {"2"}}, func(v3 *fakeStore) { v3.put("/w", "2", false, 0) },
-			func(t *testing.T, c Counts) {
-				if c.Writes != 1 || c.Diverged() != 0 || c.Lagging != 0 {
-					t.Errorf("counts %+v", c)
-				}
-			}},
-		{"applied a moment later", "PUT", url.Values{"value": {"2"}}, func(v3 *fakeStore) {
-			time.AfterFunc(100*time.Millisecond, func() { v3.put("/w", "2", false, 0) })
-		}, func(t *testing.T, c Counts) {
-			if c.Writes != 1 || c.Retried != 1 || c.Diverged() != 0 || c.Lagging != 0 {
-				t.Errorf("counts %+v", c)
-			}
-		}},
-		{"never applied: lagging", "PUT", url.Values{"value": {"2"}}, func(*fakeStore) {},
-			func(t *testing.T, c Counts) {
-				if c.Writes != 1 || c.Lagging != 1 || c.Diverged() != 0 {
-					t.Errorf("counts %+v", c)
-				}
-			}},
-		{"a delete never applied: lagging", "DELETE", nil, func(*fakeStore) {},
-			func(t *testing.T, c Counts) {
-				if c.Writes != 1 || c.Lagging != 1 || c.Diverged() != 0 {
-					t.Errorf("counts %+v", c)
-				}
-			}},
-		{"a delete applied", "DELETE", nil, func(v3 *fakeStore) { v3.remove("/w") },
-			func(t *testing.T, c Counts) {
-				if c.Writes != 1 || c.Lagging != 0 || c.Diverged() != 0 {
-					t.Errorf("counts %+v", c)
-				}
-			}},
-		{"neither the write nor the state before it", "PUT", url.Values{"value": {"2"}},
-			func(v3 *fakeStore) { v3.put("/w", "third", false, 0) },
-			func(t *testing.T, c Counts) {
-				if c.Writes != 1 || c.Divergences[KindValue] != 1 || c.Lagging != 0 {
-					t.Errorf("counts %+v", c)
-				}
-			}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t, nil)
-			e.both("/w", "1", false)
-			code, body := do(t, e.url, c.method, "/v2/keys/w", c.form)
-			if code >= 300 {
-				t.Fatalf("%s: %d %s", c.method, code, body)
-			}
-			c.follow(e.v3)
-			c.check(t, e.settle(t))
-		})
-	}
-}
-
-func TestAWriteSupersededOnTheUpstreamIsNoDivergence(t *testing.T) {
-	e := newEnv(t, nil)
-	e.both("/w", "1", false)
-	do(t, e.url, "PUT", "/v2/keys/w", url.Values{"value": {"2"}})
-	// Before the check is done, the key moved on, on both sides.
-	e.up.put("/w", "3", false, 0)
-	e.v3.put("/w", "3", false, 0)
-	if c := e.settle(t); c.Writes != 1 || c.Diverged() != 0 || c.Lagging != 0 {
-		t.Fatalf("counts %+v", c)
-	}
-}
-
 func TestAReadOfAMovingKeyThatV3DoesNotFollowIsLagging(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.CatchUp = 200 * time.Millisecond })
 	e.both("/m", "1", false)
@@ -364,7 +292,7 @@ func TestSampleDecides(t *testing.T) {
 		never          bool
 	}{
 		{"GET", "/v2/keys/coreos.com/network/config", false},
-		{"PUT", "/v2/keys/coreos.com/network/subnets/x", false},
+		{"PUT", "/v2/keys/coreos.com/network/subnets/x", true}, // without a Feed: see TestEveryWriteIsTaken
 		{"GET", "/v2/keys/coreos.com/network", false},
 		{"GET", "/v2/keys/coreos.com/networking", true},
 		{"GET", "/v2/keys/other", true},
@@ -429,7 +357,7 @@ func TestAStalledV3SideLeavesClientsAlone(t *testing.T) {
 		t.Errorf("slowest request %v with a stalled v3 side (%v without a shadow)", sw, pw)
 	}
 	c := stalled.sh.Stats()
-	if c.Compared() != 0 || c.Dropped["queue_full"]+c.Dropped["busy"] == 0 && c.Sampled < 40 {
+	if c.Compared() != 0 || c.Dropped["queue_full"]+c.Dropped["busy"] == 0 && c.Sampled < 30 {
 		t.Errorf("counts %+v", c)
 	}
 	t.Logf("slowest request: %v without a shadow, %v with a stalled v3 side; %+v", pw, sw, c)

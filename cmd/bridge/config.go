@@ -174,7 +174,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.httpBodyReadTimeout, "http-body-read-timeout", h.BodyReadTimeout, "deadline for reading a request's body")
 	fs.IntVar(&c.maxConnections, "max-connections", h.MaxConnections, "client connections served at once per listener; more wait to be accepted (0: no cap)")
 	fs.Var(&c.keysDetach, "keys-detach", "deprecated, no effect: net/http reads every request; remove it")
-	fs.Float64Var(&c.shadowSampleRate, "shadow-sample-rate", 1, "passthrough mode with --endpoints: share of forwarded reads and writes compared with etcd v3, off the request path (0 disables)")
+	fs.Float64Var(&c.shadowSampleRate, "shadow-sample-rate", 1, "passthrough mode with --endpoints: share of forwarded reads compared with etcd v3, off the request path; every forwarded write is compared (0 disables both)")
 	fs.IntVar(&c.shadowQueue, "shadow-queue", shadow.Defaults.Queue, "sampled requests waiting for a shadow comparison; more are dropped (counted), and the sample rate halves while it overflows")
 	fs.StringVar(&c.shadowPrefix, "shadow-prefix", "/", "v2 subtree the shadow comparison covers: the one migrate --follow copies (its --from-prefix)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")

@@ -37,9 +37,10 @@ func (c *config) checkShadow() error {
 // startShadow builds the shadow comparison of a passthrough bridge against
 // its v3 side br (built with server.New from the same settings): give obs to
 // upstream.Config.Observer, and call stop once the passthrough is closed. obs
-// is nil when --shadow-sample-rate is 0. The bridge's counters go to a
-// leased record in the v3 cluster, written on a client of their own, where
-// `v2bridge verify` reads them.
+// is nil when --shadow-sample-rate is 0. On a client of their own, the
+// shadow watches the follower's changes and progress, and the bridge's
+// counters go to a leased record in the v3 cluster, where `v2bridge verify`
+// reads them.
 func startShadow(c *config, br *server.Bridge, lg *zap.Logger, reg prometheus.Registerer) (obs upstream.Observer, stop func(), err error) {
 	if c.shadowSampleRate == 0 {
 		return nil, func() {}, nil
@@ -51,6 +52,7 @@ func startShadow(c *config, br *server.Bridge, lg *zap.Logger, reg prometheus.Re
 	}
 	sh, err := shadow.New(shadow.Config{Store: server.Store{B: br.Backend}, SampleRate: c.shadowSampleRate,
 		Prefix: c.shadowPrefix, Queue: c.shadowQueue,
+		Feed:     &shadow.V3Feed{Client: cli, Layout: layout, Timeout: c.requestTimeout},
 		Recorder: shadow.NewV3Recorder(cli, layout, c.name, 0), Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
 		Logger: lg.Named("shadow"), Registry: reg})
 	if err != nil {

@@ -58,6 +58,7 @@ type config struct {
 	profile    string
 	profileDir string
 	hist       *histConfig     // nil: no history section
+	shadow     *shadowConfig   // nil: no shadow section
 	workloads  map[string]bool // nil: every key-value workload
 }
 
@@ -80,7 +81,8 @@ func main() {
 	dur := fs.Duration("dur", 0, "override the measured time of each key-value load")
 	fs.DurationVar(&bridgeHeartbeatTimeout, "bridge-heartbeat-timeout", 0, "run the bridge with this --heartbeat-timeout (0: its default)")
 	fs.BoolVar(&bridgeWatchDetach, "bridge-watch-detach", true, "run the bridge with this --watch-detach (false: every watch waits inside net/http)")
-	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history (comma-separated)")
+	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history, shadow (comma-separated)")
+	shadowRate := fs.Int("shadow-rate", 0, "override the write rate of the shadow section (writes/s)")
 	workloads := fs.String("workloads", "", "run only these key-value workloads: put-seq, put-64, cas-16, ttl-cycle-64, ... (comma-separated)")
 	_ = fs.Parse(os.Args[1:])
 
@@ -92,6 +94,7 @@ func main() {
 		cfg.sustained, cfg.drain = 3*time.Second, 6*time.Second
 		cfg.hist = &histConfig{revisions: 200000, stale: 50, getClients: 8, baseline: time.Second,
 			minBurst: time.Second, settle: 10 * time.Second, walkEvents: 2000, walkFor: 10 * time.Second}
+		cfg.shadow = &shadowConfig{rate: 500, dur: 10 * time.Second, keys: 50, clients: 64, settle: 40 * time.Second}
 		cfg.mdName, cfg.jsonlName = "RESULTS.md", "results.jsonl"
 	case "quick":
 		cfg.runs, cfg.warm, cfg.dur = 1, 200*time.Millisecond, 600*time.Millisecond
@@ -101,6 +104,7 @@ func main() {
 		// Just past the replay's reach of 100,000 revisions.
 		cfg.hist = &histConfig{revisions: 120000, stale: 50, getClients: 8, baseline: time.Second,
 			minBurst: time.Second, settle: 10 * time.Second, walkEvents: 2000, walkFor: 10 * time.Second}
+		cfg.shadow = &shadowConfig{rate: 500, dur: 5 * time.Second, keys: 50, clients: 64, settle: 40 * time.Second}
 		cfg.mdName, cfg.jsonlName = "RESULTS-quick.md", "results-quick.jsonl"
 	case "watch":
 		cfg.runs = 3
@@ -116,6 +120,9 @@ func main() {
 	}
 	if *runs > 0 {
 		cfg.runs = *runs
+	}
+	if *shadowRate > 0 && cfg.shadow != nil {
+		cfg.shadow.rate = *shadowRate
 	}
 	if *workloads != "" {
 		cfg.workloads = map[string]bool{}
@@ -137,6 +144,9 @@ func main() {
 		}
 		if !sec["history"] {
 			cfg.hist = nil
+		}
+		if !sec["shadow"] {
+			cfg.shadow = nil
 		}
 		cfg.watch = cfg.watch && (sec["idle"] || sec["sustained"])
 	}
@@ -162,6 +172,9 @@ func main() {
 	}
 	if cfg.hist != nil {
 		runHistory(cfg, res)
+	}
+	if cfg.shadow != nil {
+		runShadow(cfg, res)
 	}
 	elapsed := time.Since(started)
 
