@@ -54,6 +54,10 @@ type Options struct {
 	RequestTimeout time.Duration
 	Poll           time.Duration
 	Now            func() time.Time
+
+	// covered is the follower's prefix a fenced cutover found to hold
+	// everything the bridges serve (checkCoverage).
+	covered string
 }
 
 func (o *Options) setDefaults() {
@@ -165,6 +169,16 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 	case StepResume:
 		o.Log(msg)
 	case StepFence:
+		// A copy that cannot hold what the bridges serve is refused before
+		// anything is fenced; checked again once fenced, when the old
+		// server no longer changes.
+		if fr, err := o.readFollow(ctx); err != nil {
+			return nil, err
+		} else if fr != nil && fr.Stopped == "" {
+			if err := o.checkCoverage(ctx, fr.Prefix); err != nil {
+				return nil, err
+			}
+		}
 		idx, cid, err := o.Source.Index(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("the old v2 server must answer before writes are fenced: %w", err)
@@ -489,6 +503,12 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 			return 0, fmt.Errorf("the follower follows cluster %s at %s, not the old server %s (cluster %s)", fr.ClusterID, fr.Source, o.Source, cid)
 		case fr.Stopped != "":
 			return 0, fmt.Errorf("the follower stopped (%s) at source index %d; start `migrate --follow` again", fr.Stopped, fr.Index)
+		case o.covered != fr.Prefix:
+			if err := o.checkCoverage(ctx, fr.Prefix); err != nil {
+				return 0, err
+			}
+			o.covered = fr.Prefix
+			continue
 		default:
 			ok, at, err := o.Source.Caught(ctx, fr.Prefix, fr.Index+1)
 			var ve *translate.Error

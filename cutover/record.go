@@ -16,6 +16,7 @@ package cutover
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -251,6 +252,23 @@ type Registration struct {
 	Mode       string    `json:"mode"`       // of the record applied
 	Generation uint64    `json:"generation"` // of the record applied
 	Since      time.Time `json:"since"`      // when the bridge entered that side
+	// Prefix is the v2 subtree the bridge serves (--serve-prefix); empty
+	// (a bridge that does not say) is the whole tree.
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// Served is the v2 subtree the bridge serves.
+func (g Registration) Served() string {
+	if g.Prefix == "" {
+		return "/"
+	}
+	return g.Prefix
+}
+
+// Covers reports whether a copy of the v2 subtree copied holds every path
+// of the subtree served (copied is served or one of its ancestors).
+func Covers(copied, served string) bool {
+	return copied == "/" || copied == served || strings.HasPrefix(served, copied+"/")
 }
 
 // Acked reports whether a bridge registered as g has applied generation gen.
