@@ -124,6 +124,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
+	cf.defaultPrefix(&c)
 	// Settings missing or malformed are command-line mistakes (exit status
 	// 2), found before anything is connected to.
 	if cf.from == "" {

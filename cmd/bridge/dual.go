@@ -131,7 +131,7 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 	defer func() { _ = cli.Close() }()
 	agent := cutover.NewAgent(cutover.AgentConfig{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Switch: sw,
 		LeaseTTL: c.modeLeaseTTL, RequestTimeout: c.requestTimeout, Name: c.name,
-		Advertise: splitList(c.advertiseClientURLs), Logger: lg.Named("mode")})
+		Advertise: splitList(c.advertiseClientURLs), Prefix: c.servePrefix, Logger: lg.Named("mode")})
 
 	bgctx, bgcancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup // the agent and the v3 side's builder
@@ -149,7 +149,7 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 	for _, l := range lns.client {
 		lg.Info("serving in dual mode: from the side the mode record names", zap.String("url", l.url),
 			zap.Strings("v2-upstream", splitList(c.v2Upstream)), zap.Strings("backend", endpoints))
-		hs.serve(l, v2api.RequestLog(sw, lg.Named("request")))
+		hs.serve(l, v2api.RequestLog(servePrefixOnly(c.servePrefix, sw), lg.Named("request")))
 	}
 	for _, l := range lns.metrics {
 		lg.Info("serving metrics", zap.String("url", l.url))

@@ -63,13 +63,26 @@ type oldServerFlags struct {
 // ("the v2 source"), and timeout is --from-timeout's default.
 func (f *oldServerFlags) add(fs *flag.FlagSet, server, fromUsage, prefixUsage, timeoutUsage string, timeout time.Duration) {
 	fs.StringVar(&f.from, "from", "", fromUsage)
-	fs.StringVar(&f.fromPrefix, "from-prefix", "/", prefixUsage)
+	fs.StringVar(&f.fromPrefix, "from-prefix", "", prefixUsage+" (default: --serve-prefix, which defaults to /: all the bridges serve)")
 	fs.StringVar(&f.fromCACert, "from-cacert", "", "CA bundle to verify "+server+"'s certificate")
 	fs.StringVar(&f.fromCert, "from-cert", "", "client certificate for "+server)
 	fs.StringVar(&f.fromKey, "from-key", "", "client key for "+server)
 	fs.BoolVar(&f.fromInsecure, "from-insecure-skip-tls-verify", false, "do not verify "+server+"'s certificate")
 	fs.StringVar(&f.fromUser, "from-user", "", strings.TrimPrefix(server, "the ")+" user as name:password (v2 auth)")
 	fs.DurationVar(&f.fromTimeout, "from-timeout", timeout, timeoutUsage)
+}
+
+// defaultPrefix makes --from-prefix, when no source set it, the served
+// prefix of the bridges' settings (--serve-prefix, from the same flags,
+// V2BRIDGE_* variables or --config-file), so that every command covers what
+// the bridges serve unless told otherwise.
+func (f *oldServerFlags) defaultPrefix(c *config) {
+	if f.fromPrefix == "" {
+		f.fromPrefix = c.servePrefix
+	}
+	if f.fromPrefix == "" {
+		f.fromPrefix = "/"
+	}
 }
 
 // tls is the client TLS for the old server (nil: its system defaults), and
@@ -226,6 +239,7 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
+	r.mf.defaultPrefix(&c)
 	endpoints, layout, err := r.checkTarget(&c)
 	if err != nil {
 		return err

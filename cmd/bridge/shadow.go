@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/shadow"
 	"github.com/v2bridge/v2bridge/translate"
@@ -56,6 +57,10 @@ func startShadow(c *config, br *server.Bridge, lg *zap.Logger, reg prometheus.Re
 	if err != nil {
 		_ = cli.Close()
 		return nil, nil, err
+	}
+	if !cutover.Covers(c.shadowPrefix, c.servePrefix) {
+		lg.Warn("--shadow-prefix compares only part of what this bridge serves: keys outside it are never checked",
+			zap.String("shadow-prefix", c.shadowPrefix), zap.String("serve-prefix", c.servePrefix))
 	}
 	lg.Info("shadow comparison with etcd v3", zap.Float64("sample-rate", c.shadowSampleRate),
 		zap.String("prefix", c.shadowPrefix), zap.Int("queue", c.shadowQueue))
