@@ -44,7 +44,7 @@ func (o *Options) checkCoverage(ctx context.Context, copied string) error {
 	sort.Strings(prefixes)
 	var outside []string
 	for _, p := range prefixes {
-		if outside, err = o.outside(ctx, p, copied, outside); err != nil {
+		if outside, err = Outside(ctx, o.Source, p, copied, outside); err != nil {
 			return fmt.Errorf("listing what the old server holds outside the followed copy %s: %w", copied, err)
 		}
 	}
@@ -64,18 +64,22 @@ func (o *Options) checkCoverage(ctx context.Context, copied string) error {
 		prefixes[0], copied)
 }
 
-// outside appends to out the old server's nodes in the served subtree that
+// Outside appends to out the old server's nodes in the served subtree that
 // lie outside copied: the siblings met on the way down to copied, or served
-// itself when the two are apart.
-func (o *Options) outside(ctx context.Context, served, copied string, out []string) ([]string, error) {
+// itself when the two are apart. Hidden nodes, which v2 never lists, are
+// not found.
+func Outside(ctx context.Context, src *Source, served, copied string, out []string) ([]string, error) {
+	if Covers(copied, served) {
+		return out, nil
+	}
 	if served != "/" && !strings.HasPrefix(copied, served+"/") {
-		_, exists, err := o.Source.List(ctx, served)
+		_, exists, err := src.List(ctx, served)
 		if exists {
 			out = append(out, served)
 		}
 		return out, err
 	}
-	children, _, err := o.Source.List(ctx, served)
+	children, _, err := src.List(ctx, served)
 	if err != nil {
 		return out, err
 	}
@@ -83,7 +87,7 @@ func (o *Options) outside(ctx context.Context, served, copied string, out []stri
 		switch {
 		case c == copied:
 		case strings.HasPrefix(copied, c+"/"):
-			if out, err = o.outside(ctx, c, copied, out); err != nil {
+			if out, err = Outside(ctx, src, c, copied, out); err != nil {
 				return out, err
 			}
 		default:

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path"
 	"sort"
 	"strings"
 	"syscall"
@@ -222,8 +223,11 @@ type migrateRun struct {
 	// reporter records the follower's progress in etcd v3 for `migrate
 	// cutover` (with --follow; nil otherwise).
 	reporter *cutover.FollowReporter
-	// shadow reads the bridges' shadow comparison records (verify).
-	shadow func(context.Context) ([]shadow.Record, error)
+	// shadow reads the bridges' shadow comparison records (verify), and
+	// the followed prefix ("" with no follower record).
+	shadow func(context.Context) ([]shadow.Record, string, error)
+	// served is the v2 subtree the bridges serve (--serve-prefix).
+	served string
 }
 
 func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) (err error) {
@@ -278,7 +282,12 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	r.jt = newJSONTarget(endpoints, layout)
 	r.target = fmt.Sprintf("etcd v3 %s (data prefix %q, meta prefix %q)", strings.Join(endpoints, ","), layout.DataPrefix, layout.MetaPrefix)
 	if cmd == "verify" {
-		r.shadow = func(ctx context.Context) ([]shadow.Record, error) { return readShadow(ctx, &c, endpoints, layout) }
+		r.shadow = func(ctx context.Context) ([]shadow.Record, string, error) {
+			return readShadowAndFollowed(ctx, &c, endpoints, layout)
+		}
+		if r.served, err = cleanServePrefix(&c); err != nil {
+			return err
+		}
 		return r.verify(ctx)
 	}
 	return r.migrate(ctx)
@@ -394,19 +403,58 @@ func (r *migrateRun) verify(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
-	recs, serr := r.shadow(ctx)
+	notCompared, ncerr := r.notCompared(ctx)
+	recs, followed, serr := r.shadow(ctx)
 	if r.jsonOut() {
 		js := verifyJSON(rep, r.jt)
-		js.Shadow = shadowJSON(recs, serr)
+		js.NotCompared = notCompared
+		js.Shadow = shadowJSON(recs, followed, serr)
 		r.summary = js
 	} else {
 		printReport(r.stdout, rep, r.target, r.mf.maxDiffs)
-		printShadow(r.stdout, recs, serr)
+		switch {
+		case ncerr != nil:
+			_, _ = fmt.Fprintf(r.stdout, "not compared what the bridges serve outside %s (%s): listing it failed: %v\n",
+				rep.Prefix, r.served, ncerr)
+		case len(notCompared) > 0:
+			_, _ = fmt.Fprintf(r.stdout, "not compared %s (outside --from-prefix %s; the bridges serve %s)\n",
+				strings.Join(notCompared, ", "), rep.Prefix, r.served)
+		}
+		printShadow(r.stdout, recs, followed, serr)
+	}
+	if ncerr != nil {
+		return fmt.Errorf("verify: listing what the bridges serve outside %s: %w", rep.Prefix, ncerr)
 	}
 	if n := len(rep.Differences); n > 0 {
 		return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.Source)
 	}
 	return nil
+}
+
+// notCompared lists the source's nodes the bridges serve that verify's
+// --from-prefix left out.
+func (r *migrateRun) notCompared(ctx context.Context) ([]string, error) {
+	if cutover.Covers(r.o.FromPrefix, r.served) {
+		return nil, nil
+	}
+	src, err := cutover.NewSource([]string{r.o.From}, r.o.SourceTLS, r.o.SourceUser, r.mf.fromTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	return cutover.Outside(ctx, src, r.served, path.Clean(r.o.FromPrefix), nil)
+}
+
+// cleanServePrefix is --serve-prefix as a clean v2 path.
+func cleanServePrefix(c *config) (string, error) {
+	if c.servePrefix == "" {
+		return "/", nil
+	}
+	p, verr := translate.CleanPath(c.servePrefix)
+	if verr != nil {
+		return "", usageErrorf("bad --serve-prefix %q: %s", c.servePrefix, verr.Cause)
+	}
+	return p, nil
 }
 
 // migrate copies the source's tree and, with --follow, keeps applying its
