@@ -10,6 +10,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -140,5 +141,31 @@ func TestCutoverRefusesAPartialCopyBeforeFencing(t *testing.T) {
 	}
 	if r := modeRecord(t, f); r != nil {
 		t.Fatalf("the mode record was written: %+v", r)
+	}
+}
+
+func TestCutoverAbortsWhenThePartialCopyShowsUpWhileFenced(t *testing.T) {
+	f := newFakeEtcd(testKeys)
+	b, _ := json.Marshal(Registration{Name: "b", Mode: ModeFencing, Generation: 9}) // acknowledges at once
+	f.put(testKeys.Bridges+"a", string(b), 0)
+	fr, _ := json.Marshal(FollowRecord{Source: "old", Prefix: "/coreos.com/network", Index: 27})
+	var once sync.Once
+	f.afterTxn = func() { // the follower records its progress only once the fence is written
+		once.Do(func() { f.put(testKeys.Follow, string(fr), 0) })
+	}
+	srv := httptest.NewServer(newTree("/coreos.com/network/config", "/apps/a"))
+	t.Cleanup(srv.Close)
+	src, err := NewSource([]string{srv.URL}, nil, "", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, log := testOptions(t, f, src)
+	_, err = Cutover(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "cutover aborted, the old server stays the authority") ||
+		!strings.Contains(err.Error(), "holds /apps outside the copy") {
+		t.Fatalf("cutover: %v; want an abort naming /apps\n%s", err, log)
+	}
+	if r := modeRecord(t, f); r == nil || r.Mode != ModePassthrough || r.Generation != 2 {
+		t.Fatalf("the mode record afterwards: %+v, want passthrough at generation 2", r)
 	}
 }
