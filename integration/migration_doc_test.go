@@ -536,6 +536,7 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 		d.bridges = append(d.bridges, v2bridgetest.FreeURL(t))
 		d.metrics = append(d.metrics, v2bridgetest.FreeURL(t))
 	}
+	var bridges []*docProc
 	for i := range d.bridges {
 		cfg := d.replacer(i).Replace(d.blocks["config"])
 		if served != "/" {
@@ -548,6 +549,7 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 			t.Fatal(err)
 		}
 		p := d.start("start", i)
+		bridges = append(bridges, p)
 		if err := (&proc{cmd: p.cmd, logs: &bytes.Buffer{}, done: p.done}).healthy(d.bridges[i], 60*time.Second); err != nil {
 			t.Fatalf("bridge %d: %v\n%s", i, err, p.logs)
 		}
@@ -608,7 +610,7 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 	}
 
 	// Step 3: copy, then follow; verify.
-	d.start("follow", 0)
+	follower := d.start("follow", 0)
 	d.waitFollower(served)
 	var r cmdResult
 	for i := 0; i < 3; i++ { // a difference may be a write in flight
@@ -627,12 +629,28 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 	for _, b := range d.bridges {
 		waitFor(t, 30*time.Second, "bridge "+b+" to serve etcd v3", func() bool { return statsMode(t, b) == "v3" })
 	}
+	// The follower stops by itself once the cutover is done.
+	select {
+	case err := <-follower.done:
+		follower.done <- err
+	case <-time.After(30 * time.Second):
+		t.Errorf("the follower still runs 30s after the cutover:\n%s", follower.logs)
+	}
 	before := w.ackedCount()
 	waitFor(t, 30*time.Second, "writes through etcd v3", func() bool { return w.ackedCount() >= before+20 })
 	w.stop()
-	if r := do(t, "PUT", d.bridges[0], "/v2/keys"+dir+"/zz-done", form("value", "done")); r.status != 201 {
-		t.Fatalf("the last write: %d %s", r.status, r.body)
-	}
+	// The last write, repeated until etcdctl, restarted after each 401
+	// with no index to resume from, is watching when it lands.
+	waitFor(t, 60*time.Second, "etcdctl to see the last write", func() bool {
+		if r := do(t, "PUT", d.bridges[0], "/v2/keys"+dir+"/zz-done", form("value", "done")); r.status != 200 && r.status != 201 {
+			t.Fatalf("the last write: %d %s", r.status, r.body)
+		}
+		until := time.Now().Add(2 * time.Second)
+		for time.Now().Before(until) && !watchers["etcdctl"].saw("done") {
+			time.Sleep(50 * time.Millisecond) // poll the watcher's state
+		}
+		return watchers["etcdctl"].saw("done")
+	})
 
 	// No key the bridges serve is hidden: everything the old server holds
 	// there (frozen since the fence) is answered the same by the bridges.
@@ -683,13 +701,10 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 	t.Logf("%d writes acknowledged, %d files below %s", len(acked), len(final), dir)
 
 	// Every watcher converges: the re-listing ones on the final tree,
-	// etcdctl (which cannot re-list) on the last write.
+	// etcdctl (which cannot re-list) on the last write, seen above.
 	for name, st := range watchers {
 		waitFor(t, 60*time.Second, name+" to converge", func() bool {
-			if name == "etcdctl" {
-				return st.saw("done")
-			}
-			return st.equals(final)
+			return name == "etcdctl" || st.equals(final)
 		})
 		st.mu.Lock()
 		for v := range st.seen {
@@ -699,5 +714,14 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 		}
 		t.Logf("%s: %d values seen, %d re-lists", name, len(st.seen), st.relist)
 		st.mu.Unlock()
+	}
+
+	// A bridge stops promptly on SIGTERM, watchers and all.
+	for i, b := range bridges {
+		start := time.Now()
+		b.stop(t)
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("bridge %d took %v to stop on SIGTERM", i, took)
+		}
 	}
 }
