@@ -44,7 +44,7 @@ func docBlocks(t *testing.T) map[string]string {
 		}
 		out[m[1]] = m[2]
 	}
-	for _, name := range []string{"config", "serve-prefix", "start", "check", "dry-run", "partial-follow", "follow", "verify", "cutover"} {
+	for _, name := range []string{"config", "serve-prefix", "start", "check", "dry-run", "partial-follow", "follow", "verify", "verify-part", "cutover"} {
 		if out[name] == "" {
 			t.Fatalf("docs/migration.md has no block marked doc-test: %s", name)
 		}
@@ -620,6 +620,12 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 	}
 	if r.code != 0 || !strings.Contains(r.stdout, "differences  0") || strings.Contains(r.stdout, "not compared") {
 		t.Fatalf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if served == "/" {
+		r := d.run("verify-part")
+		if want := "\nnot compared /apps (outside --from-prefix /coreos.com/network; the bridges serve /)\n"; !strings.Contains(r.stdout, want) {
+			t.Errorf("verify of a part: exit %d, want %q in\n%s%s", r.code, want, r.stdout, r.stderr)
+		}
 	}
 
 	// Step 5: the cutover.
