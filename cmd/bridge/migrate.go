@@ -84,6 +84,7 @@ func (f *oldServerFlags) defaultPrefix(c *config) {
 	if f.fromPrefix == "" {
 		f.fromPrefix = "/"
 	}
+	f.fromPrefix = path.Join("/", f.fromPrefix) // as the old server and the cutover's check name it
 }
 
 // tls is the client TLS for the old server (nil: its system defaults), and
