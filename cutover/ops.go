@@ -280,7 +280,7 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 			"rollback with --force discards any such writes", err)
 	case writes > 0 && !o.Force:
 		o.listDiscarded("written through etcd v3 since the cutover, as they are now", first)
-		return res, fmt.Errorf("%d node(s) were written through etcd v3 since the cutover (%s); they are not copied "+
+		return res, fmt.Errorf("writes to %d node(s) were made through etcd v3 since the cutover (%s); they are not copied "+
 			"back to the old server, which does not have them: rollback with --force discards them", writes, names(first))
 	case err != nil || writes > 0:
 		o.listDiscarded(fmt.Sprintf("--force: discarding %d write(s) made through etcd v3 since the cutover; each node "+
