@@ -40,7 +40,11 @@ type AgentConfig struct {
 	// DataPrefix and OnlySelf go into the registration (see Registration).
 	DataPrefix string
 	OnlySelf   bool
-	Logger     *zap.Logger
+	// Prefix is the v2 subtree the bridge serves ("/" or empty: all), which
+	// its registration names so that a cutover can tell what the
+	// follower's copy must hold.
+	Prefix string
+	Logger *zap.Logger
 }
 
 // Agent keeps a dual-mode bridge in step with the mode record: it reads the
@@ -91,7 +95,7 @@ func NewAgent(cfg AgentConfig) *Agent {
 	host, _ := os.Hostname()
 	return &Agent{cfg: cfg, lg: cfg.Logger,
 		reg: Registration{Name: cfg.Name, Host: host, PID: os.Getpid(), Advertise: cfg.Advertise, Started: time.Now().UTC(),
-			DataPrefix: cfg.DataPrefix, OnlySelf: cfg.OnlySelf}}
+			DataPrefix: cfg.DataPrefix, OnlySelf: cfg.OnlySelf, Prefix: cfg.Prefix}}
 }
 
 // Run keeps the bridge registered and in step until ctx ends, then removes

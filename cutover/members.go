@@ -31,6 +31,7 @@ type RegistrarConfig struct {
 	Name           string
 	Advertise      []string
 	DataPrefix     string
+	Prefix         string // the v2 subtree served (--serve-prefix)
 	Logger         *zap.Logger
 }
 
@@ -57,7 +58,7 @@ func NewRegistrar(cfg RegistrarConfig) *Registrar {
 	}
 	host, _ := os.Hostname()
 	val, _ := json.Marshal(Registration{Name: cfg.Name, Host: host, PID: os.Getpid(), Advertise: cfg.Advertise,
-		Started: time.Now().UTC(), Mode: ModeV3, DataPrefix: cfg.DataPrefix, Static: true})
+		Started: time.Now().UTC(), Mode: ModeV3, DataPrefix: cfg.DataPrefix, Prefix: cfg.Prefix, Static: true})
 	return &Registrar{cfg: cfg, val: string(val)}
 }
 
@@ -127,8 +128,10 @@ type MemberListConfig struct {
 		clientv3.Watcher
 	}
 	Keys Keys
-	// DataPrefix: only bridges serving this key space are listed.
+	// DataPrefix and Prefix: only bridges serving this key space, and this
+	// v2 subtree of it (--serve-prefix), are listed.
 	DataPrefix     string
+	Prefix         string
 	RequestTimeout time.Duration
 	Logger         *zap.Logger
 }
@@ -157,13 +160,14 @@ func NewMemberList(cfg MemberListConfig) *MemberList {
 var _ v2api.Members = (*MemberList)(nil)
 
 // Members returns the listed bridges: those registered for the same data
-// prefix, advertising client URLs and not only themselves.
+// prefix and served subtree, advertising client URLs and not only themselves.
 func (l *MemberList) Members() []v2api.Member {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	served := Registration{Prefix: l.cfg.Prefix}.Served()
 	out := make([]v2api.Member, 0, len(l.regs))
 	for _, g := range l.regs {
-		if g.OnlySelf || g.DataPrefix != l.cfg.DataPrefix || len(g.Advertise) == 0 {
+		if g.OnlySelf || g.DataPrefix != l.cfg.DataPrefix || g.Served() != served || len(g.Advertise) == 0 {
 			continue
 		}
 		out = append(out, v2api.Member{ID: v2api.MemberID(g.Advertise), Name: g.Name, ClientURLs: g.Advertise})

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,10 @@ type Options struct {
 	RequestTimeout time.Duration
 	Poll           time.Duration
 	Now            func() time.Time
+
+	// covered is the follower's prefix a fenced cutover found to hold
+	// everything the bridges serve (checkCoverage).
+	covered string
 }
 
 func (o *Options) setDefaults() {
@@ -90,11 +95,11 @@ type Result struct {
 	// Padded is the number of writes made to raise the index of the side
 	// taking over.
 	Padded int
-	// V3Writes (rollback) is the number of writes found in etcd v3 since
-	// the cutover, V3WritePaths some of their paths.
-	V3Writes     int
-	V3WritePaths []string
-	Duration     time.Duration
+	// V3Writes (rollback) is the number of v2 nodes written through etcd
+	// v3 since the cutover, Discarded each of them as it is now.
+	V3Writes  int
+	Discarded []Discarded
+	Duration  time.Duration
 }
 
 func (o *Options) logf(format string, a ...any) { o.Log(fmt.Sprintf(format, a...)) }
@@ -165,6 +170,16 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 	case StepResume:
 		o.Log(msg)
 	case StepFence:
+		// A copy that cannot hold what the bridges serve is refused before
+		// anything is fenced; checked again once fenced, when the old
+		// server no longer changes.
+		if fr, err := o.readFollow(ctx); err != nil {
+			return nil, err
+		} else if fr != nil && fr.Stopped == "" {
+			if err := o.checkCoverage(ctx, fr.Prefix); err != nil {
+				return nil, err
+			}
+		}
 		idx, cid, err := o.Source.Index(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("the old v2 server must answer before writes are fenced: %w", err)
@@ -256,17 +271,20 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 		since = rec.V3Revision
 		o.Log(msg)
 	}
-	writes, paths, err := o.v3WritesSince(ctx, since)
-	res.V3Writes, res.V3WritePaths = writes, paths
+	first, err := o.v3ChangesSince(ctx, since)
+	writes := len(first)
+	res.V3Writes, res.Discarded = writes, first
 	switch {
 	case err != nil && !o.Force:
 		return res, fmt.Errorf("cannot tell whether etcd v3 was written since the cutover (%v); "+
 			"rollback with --force discards any such writes", err)
 	case writes > 0 && !o.Force:
-		return res, fmt.Errorf("%d write(s) were made through etcd v3 since the cutover (%s); they are not copied "+
-			"back to the old server, which does not have them: rollback with --force discards them", writes, strings.Join(paths, ", "))
+		o.listDiscarded("written through etcd v3 since the cutover, as they are now", first)
+		return res, fmt.Errorf("writes to %d node(s) were made through etcd v3 since the cutover (%s); they are not copied "+
+			"back to the old server, which does not have them: rollback with --force discards them", writes, names(first))
 	case err != nil || writes > 0:
-		o.logf("--force: discarding %d write(s) made through etcd v3 since the cutover (%s)", writes, strings.Join(paths, ", "))
+		o.listDiscarded(fmt.Sprintf("--force: discarding %d write(s) made through etcd v3 since the cutover; each node "+
+			"once, as it is now (the old server keeps its own)", writes), first)
 	}
 	if step == StepFence {
 		next := Next(rec, ModeFencing, ModeV3, o.By, o.Now())
@@ -298,21 +316,23 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 	o.logf("step 1/3: fenced: %d bridge(s) acknowledged generation %d, no write reaches etcd v3", n, rec.Generation)
 	// The first scan ran before the fence: a write that landed between
 	// the two would be lost without a word. Fenced, nothing more lands.
-	again, paths, err := o.v3WritesSince(ctx, since)
+	again, err := o.v3ChangesSince(ctx, since)
+	more := newer(first, again)
 	switch {
 	case err != nil && !o.Force:
 		return abort(fmt.Errorf("cannot tell whether etcd v3 was written since the cutover (%v); "+
 			"rollback with --force discards any such writes", err))
-	case again > writes && !o.Force:
+	case len(more) > 0 && !o.Force:
+		o.listDiscarded("written through etcd v3 while the rollback fenced", more)
 		return abort(fmt.Errorf("%d write(s) were made through etcd v3 while the rollback fenced (%s); they are not "+
-			"copied back to the old server: rollback with --force discards them", again-writes, strings.Join(paths, ", ")))
+			"copied back to the old server: rollback with --force discards them", len(more), names(more)))
 	case err != nil:
 		o.logf("--force: cannot tell whether etcd v3 was written while fencing (%v); discarding any such writes", err)
-	case again > writes:
-		o.logf("--force: discarding %d more write(s) made through etcd v3 while fencing (%s)", again-writes, strings.Join(paths, ", "))
+	case len(more) > 0:
+		o.listDiscarded(fmt.Sprintf("--force: discarding %d more write(s) made through etcd v3 while fencing", len(more)), more)
 	}
 	if err == nil {
-		res.V3Writes, res.V3WritePaths = again, paths
+		res.V3Writes, res.Discarded = len(again), again
 	}
 	s2, ceiling, padded, err := o.raiseSource(ctx, rec)
 	if err != nil {
@@ -490,6 +510,12 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 			return 0, fmt.Errorf("the follower follows cluster %s at %s, not the old server %s (cluster %s)", fr.ClusterID, fr.Source, o.Source, cid)
 		case fr.Stopped != "":
 			return 0, fmt.Errorf("the follower stopped (%s) at source index %d; start `migrate --follow` again", fr.Stopped, fr.Index)
+		case o.covered != fr.Prefix:
+			if err := o.checkCoverage(ctx, fr.Prefix); err != nil {
+				return 0, err
+			}
+			o.covered = fr.Prefix
+			continue
 		default:
 			ok, at, err := o.Source.Caught(ctx, fr.Prefix, fr.Index+1)
 			var ve *translate.Error
@@ -680,31 +706,126 @@ feed:
 	return done, ctx.Err()
 }
 
-// v3WritesSince counts the changes to v2 data (data keys and directory
-// markers) in etcd v3 after revision rev that clients made, and names the
-// first few paths. Changes no client made are left out: lease expiries (a
-// deleted key that carried a lease, in a revision without a bridge's
-// journal record), which the old server has of its own, and the sweeps
-// that remove what was below an expired directory (a revision whose
-// journal record is a sweep). A refresh is a client's write: the old
-// server would let the key expire.
+// listDiscarded logs head, then every node of ds on a line of its own.
+func (o *Options) listDiscarded(head string, ds []Discarded) {
+	o.Log(head + ":")
+	for _, d := range ds {
+		o.Log("  " + d.String())
+	}
+}
+
+// names are the first few paths of ds, for an error message.
+func names(ds []Discarded) string {
+	const few = 5
+	var ps []string
+	for i, d := range ds {
+		if i == few {
+			ps = append(ps, fmt.Sprintf("and %d more", len(ds)-few))
+			break
+		}
+		ps = append(ps, d.Path)
+	}
+	return strings.Join(ps, ", ")
+}
+
+// newer are the nodes of again that first does not hold as they are now.
+func newer(first, again []Discarded) []Discarded {
+	seen := map[Discarded]bool{}
+	for _, d := range first {
+		seen[d] = true
+	}
+	var out []Discarded
+	for _, d := range again {
+		if !seen[d] {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// listChanged sorts the changed nodes by path, leaving out a directory
+// with a changed file below it.
+func listChanged(changed map[string]*Discarded) []Discarded {
+	fileBelow := map[string]bool{}
+	for p, d := range changed {
+		if d.Dir {
+			continue
+		}
+		for q := path.Dir(p); ; q = path.Dir(q) {
+			fileBelow[q] = true
+			if q == "/" {
+				break
+			}
+		}
+	}
+	out := make([]Discarded, 0, len(changed))
+	for p, d := range changed {
+		if !d.Dir || !fileBelow[p] {
+			out = append(out, *d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// Discarded is a v2 node a client changed through etcd v3 since the cutover,
+// as it is now: what a forced rollback loses.
+type Discarded struct {
+	Path    string `json:"path"`
+	Dir     bool   `json:"dir,omitempty"`
+	Deleted bool   `json:"deleted,omitempty"`
+	Value   string `json:"value,omitempty"` // of a file still there
+}
+
+func (d Discarded) String() string {
+	switch {
+	case d.Dir && d.Deleted:
+		return d.Path + " (directory, deleted)"
+	case d.Dir:
+		return d.Path + " (directory)"
+	case d.Deleted:
+		return d.Path + " (deleted)"
+	}
+	return fmt.Sprintf("%s = %q", d.Path, d.Value)
+}
+
+// v3WritesSince counts the v2 nodes (files, and directories with no such
+// file below them) that clients changed in etcd v3 after revision rev, and
+// names them; see v3ChangesSince.
 func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, error) {
+	ds, err := o.v3ChangesSince(ctx, rev)
+	paths := make([]string, len(ds))
+	for i, d := range ds {
+		paths[i] = d.String()
+	}
+	return len(ds), paths, err
+}
+
+// v3ChangesSince lists, each once, in path order, with its last value, every
+// v2 node whose data key or directory marker clients changed in etcd v3
+// after revision rev; a directory only when no file below it is listed (a
+// file's write creates its ancestors' markers). Changes no client made are
+// left out: lease expiries (a deleted key that carried a lease, in a
+// revision without a bridge's journal record), which the old server has of
+// its own, and the sweeps that remove what was below an expired directory
+// (a revision whose journal record is a sweep). A refresh is a client's
+// write: the old server would let the key expire.
+func (o *Options) v3ChangesSince(ctx context.Context, rev int64) ([]Discarded, error) {
 	cctx, cancel := o.call(ctx)
 	resp, err := o.Client.Get(cctx, o.Keys.Mode, clientv3.WithCountOnly())
 	cancel()
 	if err != nil {
-		return 0, nil, fmt.Errorf("reading the current revision: %w", err)
+		return nil, fmt.Errorf("reading the current revision: %w", err)
 	}
 	cur := resp.Header.Revision
 	if cur <= rev {
-		return 0, nil, nil
+		return nil, nil
 	}
 	start, end := o.Layout.WatchRange()
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
 	wch := o.Client.Watch(wctx, start, clientv3.WithRange(end), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
-	count := 0
-	var paths []string
+	changed := map[string]*Discarded{}
 	// Progress requests make a watch with nothing more to send say how
 	// far it has read.
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -717,15 +838,15 @@ func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, 
 			continue
 		case r, ok := <-wch:
 			if !ok {
-				return 0, nil, fmt.Errorf("scanning etcd v3 history from revision %d: %w", rev+1, wctx.Err())
+				return nil, fmt.Errorf("scanning etcd v3 history from revision %d: %w", rev+1, wctx.Err())
 			}
 			wr = r
 		}
 		if err := wr.Err(); err != nil {
 			if errors.Is(err, rpctypes.ErrCompacted) {
-				return 0, nil, fmt.Errorf("etcd v3 history since the cutover (revision %d) was compacted", rev+1)
+				return nil, fmt.Errorf("etcd v3 history since the cutover (revision %d) was compacted", rev+1)
 			}
-			return 0, nil, fmt.Errorf("scanning etcd v3 history: %w", err)
+			return nil, fmt.Errorf("scanning etcd v3 history: %w", err)
 		}
 		byRev := map[int64]bool{} // revisions with a bridge journal record
 		revEvents := map[int64][]translate.V3Event{}
@@ -750,24 +871,30 @@ func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, 
 			}
 			key := string(ev.Kv.Key)
 			p, ok := o.Layout.PathOfData(key)
+			dir := false
 			if !ok {
 				if p, ok = o.Layout.PathOfMarker(key); !ok {
 					continue
 				}
+				dir = true
 			}
 			if ev.Type == clientv3.EventTypeDelete && ev.PrevKv != nil && ev.PrevKv.Lease != 0 && !byRev[ev.Kv.ModRevision] {
 				continue // an expiry, which the old server has of its own
 			}
-			count++
-			if len(paths) < 5 {
-				paths = append(paths, p)
+			d := Discarded{Path: p, Dir: dir, Deleted: ev.Type == clientv3.EventTypeDelete}
+			if !dir && !d.Deleted {
+				d.Value = string(ev.Kv.Value)
 			}
+			if old := changed[p]; dir && old != nil && !old.Dir {
+				continue // the file's own change says more
+			}
+			changed[p] = &d
 		}
 		if n := len(wr.Events); n > 0 {
 			top = wr.Events[n-1].Kv.ModRevision
 		}
 		if top >= cur {
-			return count, paths, nil
+			return listChanged(changed), nil
 		}
 	}
 }

@@ -18,6 +18,7 @@ package cutover
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -263,6 +264,23 @@ type Registration struct {
 	// Static: a bridge without --v2-upstream, serving etcd v3 whatever the
 	// mode record says; the cutover and rollback do not wait for it.
 	Static bool `json:"static,omitempty"`
+	// Prefix is the v2 subtree the bridge serves (--serve-prefix); empty
+	// (a bridge that does not say) is the whole tree.
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// Served is the v2 subtree the bridge serves.
+func (g Registration) Served() string {
+	if g.Prefix == "" {
+		return "/"
+	}
+	return g.Prefix
+}
+
+// Covers reports whether a copy of the v2 subtree copied holds every path
+// of the subtree served (copied is served or one of its ancestors).
+func Covers(copied, served string) bool {
+	return copied == "/" || copied == served || strings.HasPrefix(served, copied+"/")
 }
 
 // Acked reports whether a bridge registered as g has applied generation gen.

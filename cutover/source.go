@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -221,4 +222,37 @@ func (s *Source) write(ctx context.Context, method, key string, form url.Values)
 		return 0, v2Error(resp, body)
 	}
 	return headerIndex(resp.Header)
+}
+
+// List names the children of the directory dir on the old server (v2 lists
+// no hidden node); exists is false when dir is not there.
+func (s *Source) List(ctx context.Context, dir string) (children []string, exists bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, err := s.do(ctx, http.MethodGet, dir, url.Values{"quorum": {"true"}}, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, false, fmt.Errorf("listing %s on the old v2 server: %w", dir, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var ve *translate.Error
+		err := v2Error(resp, body)
+		if errors.As(err, &ve) && ve.Code == translate.EcodeKeyNotFound {
+			err = nil
+		}
+		return nil, false, err
+	}
+	var ev translate.Event
+	if err := json.Unmarshal(body, &ev); err != nil || ev.Node == nil {
+		return nil, false, fmt.Errorf("listing %s on the old v2 server: the answer does not decode: %.200s", dir, body)
+	}
+	for _, n := range ev.Node.Nodes {
+		children = append(children, n.Key)
+	}
+	sort.Strings(children)
+	return children, true, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/shadow"
+	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v3backend"
 	"sigs.k8s.io/yaml"
 )
@@ -63,8 +64,9 @@ type config struct {
 	embeddedPeerURLs   string
 	autoCompaction     string
 
-	dataPrefix string
-	metaPrefix string
+	dataPrefix  string
+	metaPrefix  string
+	servePrefix string
 
 	name        string
 	logLevel    string
@@ -155,6 +157,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.autoCompaction, "embedded-auto-compaction-retention", v3backend.DefaultAutoCompaction, "embedded etcd's periodic auto-compaction retention (bounds watch history)")
 	fs.StringVar(&c.dataPrefix, "data-prefix", "", "v3 key prefix of the v2 key space ('' or /something)")
 	fs.StringVar(&c.metaPrefix, "meta-prefix", "_v2bridge/", "v3 key prefix of the bridge's bookkeeping (no leading slash)")
+	fs.StringVar(&c.servePrefix, "serve-prefix", "/", "v2 subtree served: a key outside it gets error 100 (Key not found) in every mode; migrate, verify and cutover take it for --from-prefix's default")
 	fs.StringVar(&c.name, "name", "v2bridge", "member name reported by /v2/members")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
@@ -176,7 +179,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.Var(&c.keysDetach, "keys-detach", "deprecated, no effect: net/http reads every request; remove it")
 	fs.Float64Var(&c.shadowSampleRate, "shadow-sample-rate", 1, "passthrough mode with --endpoints: share of forwarded reads compared with etcd v3, off the request path; every forwarded write is compared (0 disables both)")
 	fs.IntVar(&c.shadowQueue, "shadow-queue", shadow.Defaults.Queue, "sampled requests waiting for a shadow comparison; more are dropped (counted), and the sample rate halves while it overflows")
-	fs.StringVar(&c.shadowPrefix, "shadow-prefix", "/", "v2 subtree the shadow comparison covers: the one migrate --follow copies (its --from-prefix)")
+	fs.StringVar(&c.shadowPrefix, "shadow-prefix", "", "v2 subtree the shadow comparison covers (default: --serve-prefix, all that is served)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	return fs
 }
@@ -330,6 +333,14 @@ func (c *config) validate() error {
 		return fmt.Errorf("--log-format %q: want json or console", c.logFormat)
 	case c.writeBatch < 1 || c.writeBatch > 128:
 		return fmt.Errorf("--write-batch %d: want 1 to 128 (etcd's default --max-txn-ops)", c.writeBatch)
+	}
+	p, verr := translate.CleanPath(c.servePrefix)
+	if verr != nil {
+		return fmt.Errorf("--serve-prefix %q: %s", c.servePrefix, verr.Cause)
+	}
+	c.servePrefix = p
+	if c.shadowPrefix == "" {
+		c.shadowPrefix = c.servePrefix
 	}
 	if err := c.checkShadow(); err != nil {
 		return err

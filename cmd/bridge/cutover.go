@@ -44,7 +44,7 @@ func newCutoverFlagSet(cmd string, c *config, cf *cutoverFlags, out io.Writer) *
 	if cmd == "cutover" {
 		fs.DurationVar(&cf.followTimeout, "follow-timeout", time.Minute, "how long to wait for 'migrate --follow' to apply the old server's last changes (then the fence is lifted)")
 	} else {
-		fs.BoolVar(&cf.force, "force", false, "roll back even though writes were made through etcd v3 since the cutover (they are lost: nothing copies them back)")
+		fs.BoolVar(&cf.force, "force", false, "roll back even though writes were made through etcd v3 since the cutover: they are lost (nothing copies them back to the old server); each node is listed once with its last value")
 	}
 	fs.StringVar(&cf.output, "output", "text", "result on stdout: text, or json (one object, for scripts; the steps go to stderr)")
 	intro := `Usage: v2bridge migrate rollback --from URL --endpoints URLS [flags]
@@ -88,7 +88,10 @@ type jsonSwitch struct {
 	Bridges  int             `json:"bridges"`
 	Padded   int             `json:"padded"`
 	V3Writes int             `json:"v3Writes,omitempty"`
-	Seconds  float64         `json:"durationSeconds"`
+	// Discarded (rollback) is every node written through etcd v3 since the
+	// cutover, as it is now: what --force loses.
+	Discarded []cutover.Discarded `json:"discarded,omitempty"`
+	Seconds   float64             `json:"durationSeconds"`
 }
 
 func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
@@ -124,6 +127,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
+	cf.defaultPrefix(&c)
 	// Settings missing or malformed are command-line mistakes (exit status
 	// 2), found before anything is connected to.
 	if cf.from == "" {
@@ -174,8 +178,8 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		res, err = cutover.Rollback(ctx, o)
 	}
 	if res != nil {
-		js.Changed, js.Record, js.Bridges, js.Padded, js.V3Writes, js.Seconds =
-			res.Changed, res.Record, res.Bridges, res.Padded, res.V3Writes, res.Duration.Seconds()
+		js.Changed, js.Record, js.Bridges, js.Padded, js.V3Writes, js.Discarded, js.Seconds =
+			res.Changed, res.Record, res.Bridges, res.Padded, res.V3Writes, res.Discarded, res.Duration.Seconds()
 	}
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", cmd, err)

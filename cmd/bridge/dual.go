@@ -133,8 +133,8 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 	mm.fenced, mm.headroom = sw.FencedWrites, sw.CeilingHeadroom
 	agent := cutover.NewAgent(cutover.AgentConfig{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Switch: sw,
 		LeaseTTL: c.modeLeaseTTL, RequestTimeout: c.requestTimeout, Name: c.name,
-		Advertise: splitList(c.advertiseClientURLs), DataPrefix: layout.DataPrefix, OnlySelf: c.advertiseOnlySelf,
-		Logger: lg.Named("mode")})
+		Advertise: splitList(c.advertiseClientURLs), DataPrefix: layout.DataPrefix, Prefix: c.servePrefix,
+		OnlySelf: c.advertiseOnlySelf, Logger: lg.Named("mode")})
 
 	d.mem.start()
 	defer d.mem.stop() // after shutdown, before the client closes
@@ -154,7 +154,7 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 	for _, l := range lns.client {
 		lg.Info("serving in dual mode: from the side the mode record names", zap.String("url", l.url),
 			zap.Strings("v2-upstream", splitList(c.v2Upstream)), zap.Strings("backend", endpoints))
-		hs.serve(l, v2api.RequestLog(sw, lg.Named("request")))
+		hs.serve(l, v2api.RequestLog(servePrefixOnly(c.servePrefix, sw), lg.Named("request")))
 	}
 	for _, l := range lns.metrics {
 		lg.Info("serving metrics", zap.String("url", l.url))

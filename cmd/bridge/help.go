@@ -32,7 +32,7 @@ var flagGroups = []flagGroup{
 		"heartbeat-interval", "heartbeat-timeout", "heartbeat-failures"}},
 	{"Embedded etcd (a private store for trying the bridge out; see the backend rule below)", []string{"embedded", "data-dir",
 		"embedded-client-urls", "embedded-peer-urls", "embedded-auto-compaction-retention", "embedded-in-process"}},
-	{"Key layout in etcd v3", []string{"data-prefix", "meta-prefix"}},
+	{"Key layout in etcd v3", []string{"data-prefix", "meta-prefix", "serve-prefix"}},
 	{"Logging, configuration, version", []string{"log-level", "log-format", "config-file", "version"}},
 }
 

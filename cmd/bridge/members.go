@@ -34,11 +34,13 @@ func newMembership(c *config, cli *clientv3.Client, layout translate.Layout, lg 
 	}
 	keys := cutover.KeysFor(layout.MetaPrefix)
 	m := &membership{list: cutover.NewMemberList(cutover.MemberListConfig{Client: cli, Keys: keys,
-		DataPrefix: layout.DataPrefix, RequestTimeout: c.requestTimeout, Logger: lg.Named("members")})}
+		DataPrefix: layout.DataPrefix, Prefix: c.servePrefix, RequestTimeout: c.requestTimeout,
+		Logger: lg.Named("members")})}
 	if register {
 		m.registrar = cutover.NewRegistrar(cutover.RegistrarConfig{Client: cli, KV: cli, Keys: keys,
 			TTL: c.modeLeaseTTL, RequestTimeout: c.requestTimeout, Name: c.name,
-			Advertise: splitList(c.advertiseClientURLs), DataPrefix: layout.DataPrefix, Logger: lg.Named("members")})
+			Advertise: splitList(c.advertiseClientURLs), DataPrefix: layout.DataPrefix, Prefix: c.servePrefix,
+			Logger: lg.Named("members")})
 	}
 	return m
 }

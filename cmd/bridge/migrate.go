@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path"
 	"sort"
 	"strings"
 	"syscall"
@@ -63,13 +64,27 @@ type oldServerFlags struct {
 // ("the v2 source"), and timeout is --from-timeout's default.
 func (f *oldServerFlags) add(fs *flag.FlagSet, server, fromUsage, prefixUsage, timeoutUsage string, timeout time.Duration) {
 	fs.StringVar(&f.from, "from", "", fromUsage)
-	fs.StringVar(&f.fromPrefix, "from-prefix", "/", prefixUsage)
+	fs.StringVar(&f.fromPrefix, "from-prefix", "", prefixUsage+" (default: --serve-prefix, which defaults to /: all the bridges serve)")
 	fs.StringVar(&f.fromCACert, "from-cacert", "", "CA bundle to verify "+server+"'s certificate")
 	fs.StringVar(&f.fromCert, "from-cert", "", "client certificate for "+server)
 	fs.StringVar(&f.fromKey, "from-key", "", "client key for "+server)
 	fs.BoolVar(&f.fromInsecure, "from-insecure-skip-tls-verify", false, "do not verify "+server+"'s certificate")
 	fs.StringVar(&f.fromUser, "from-user", "", strings.TrimPrefix(server, "the ")+" user as name:password (v2 auth)")
 	fs.DurationVar(&f.fromTimeout, "from-timeout", timeout, timeoutUsage)
+}
+
+// defaultPrefix makes --from-prefix, when no source set it, the served
+// prefix of the bridges' settings (--serve-prefix, from the same flags,
+// V2BRIDGE_* variables or --config-file), so that every command covers what
+// the bridges serve unless told otherwise.
+func (f *oldServerFlags) defaultPrefix(c *config) {
+	if f.fromPrefix == "" {
+		f.fromPrefix = c.servePrefix
+	}
+	if f.fromPrefix == "" {
+		f.fromPrefix = "/"
+	}
+	f.fromPrefix = path.Join("/", f.fromPrefix) // as the old server and the cutover's check name it
 }
 
 // tls is the client TLS for the old server (nil: its system defaults), and
@@ -209,8 +224,11 @@ type migrateRun struct {
 	// reporter records the follower's progress in etcd v3 for `migrate
 	// cutover` (with --follow; nil otherwise).
 	reporter *cutover.FollowReporter
-	// shadow reads the bridges' shadow comparison records (verify).
-	shadow func(context.Context) ([]shadow.Record, error)
+	// shadow reads the bridges' shadow comparison records (verify), and
+	// the followed prefix ("" with no follower record).
+	shadow func(context.Context) ([]shadow.Record, string, error)
+	// served is the v2 subtree the bridges serve (--serve-prefix).
+	served string
 }
 
 func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) (err error) {
@@ -226,6 +244,7 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
+	r.mf.defaultPrefix(&c)
 	endpoints, layout, err := r.checkTarget(&c)
 	if err != nil {
 		return err
@@ -264,7 +283,12 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	r.jt = newJSONTarget(endpoints, layout)
 	r.target = fmt.Sprintf("etcd v3 %s (data prefix %q, meta prefix %q)", strings.Join(endpoints, ","), layout.DataPrefix, layout.MetaPrefix)
 	if cmd == "verify" {
-		r.shadow = func(ctx context.Context) ([]shadow.Record, error) { return readShadow(ctx, &c, endpoints, layout) }
+		r.shadow = func(ctx context.Context) ([]shadow.Record, string, error) {
+			return readShadowAndFollowed(ctx, &c, endpoints, layout)
+		}
+		if r.served, err = cleanServePrefix(&c); err != nil {
+			return err
+		}
 		return r.verify(ctx)
 	}
 	return r.migrate(ctx)
@@ -380,19 +404,58 @@ func (r *migrateRun) verify(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
-	recs, serr := r.shadow(ctx)
+	notCompared, ncerr := r.notCompared(ctx)
+	recs, followed, serr := r.shadow(ctx)
 	if r.jsonOut() {
 		js := verifyJSON(rep, r.jt)
-		js.Shadow = shadowJSON(recs, serr)
+		js.NotCompared = notCompared
+		js.Shadow = shadowJSON(recs, followed, serr)
 		r.summary = js
 	} else {
 		printReport(r.stdout, rep, r.target, r.mf.maxDiffs)
-		printShadow(r.stdout, recs, serr)
+		switch {
+		case ncerr != nil:
+			_, _ = fmt.Fprintf(r.stdout, "not compared what the bridges serve outside %s (%s): listing it failed: %v\n",
+				rep.Prefix, r.served, ncerr)
+		case len(notCompared) > 0:
+			_, _ = fmt.Fprintf(r.stdout, "not compared %s (outside --from-prefix %s; the bridges serve %s)\n",
+				strings.Join(notCompared, ", "), rep.Prefix, r.served)
+		}
+		printShadow(r.stdout, recs, followed, serr)
+	}
+	if ncerr != nil {
+		return fmt.Errorf("verify: listing what the bridges serve outside %s: %w", rep.Prefix, ncerr)
 	}
 	if n := len(rep.Differences); n > 0 {
 		return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.Source)
 	}
 	return nil
+}
+
+// notCompared lists the source's nodes the bridges serve that verify's
+// --from-prefix left out.
+func (r *migrateRun) notCompared(ctx context.Context) ([]string, error) {
+	if cutover.Covers(r.o.FromPrefix, r.served) {
+		return nil, nil
+	}
+	src, err := cutover.NewSource([]string{r.o.From}, r.o.SourceTLS, r.o.SourceUser, r.mf.fromTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	return cutover.Outside(ctx, src, r.served, path.Clean(r.o.FromPrefix), nil)
+}
+
+// cleanServePrefix is --serve-prefix as a clean v2 path.
+func cleanServePrefix(c *config) (string, error) {
+	if c.servePrefix == "" {
+		return "/", nil
+	}
+	p, verr := translate.CleanPath(c.servePrefix)
+	if verr != nil {
+		return "", usageErrorf("bad --serve-prefix %q: %s", c.servePrefix, verr.Cause)
+	}
+	return p, nil
 }
 
 // migrate copies the source's tree and, with --follow, keeps applying its

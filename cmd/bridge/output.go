@@ -75,17 +75,20 @@ type jsonMigrate struct {
 }
 
 type jsonVerify struct {
-	Command         string      `json:"command"`
-	OK              bool        `json:"ok"`
-	Error           string      `json:"error,omitempty"`
-	Source          string      `json:"source"`
-	Prefix          string      `json:"prefix"`
-	Target          jsonTarget  `json:"target"`
-	SourceNodes     int         `json:"sourceNodes"`
-	BridgeNodes     int         `json:"bridgeNodes"`
-	HiddenNamed     []string    `json:"hiddenNamed"`
-	HiddenFound     []string    `json:"hiddenFound"`
-	Differences     []jsonIssue `json:"differences"`
+	Command     string      `json:"command"`
+	OK          bool        `json:"ok"`
+	Error       string      `json:"error,omitempty"`
+	Source      string      `json:"source"`
+	Prefix      string      `json:"prefix"`
+	Target      jsonTarget  `json:"target"`
+	SourceNodes int         `json:"sourceNodes"`
+	BridgeNodes int         `json:"bridgeNodes"`
+	HiddenNamed []string    `json:"hiddenNamed"`
+	HiddenFound []string    `json:"hiddenFound"`
+	Differences []jsonIssue `json:"differences"`
+	// NotCompared are the source's nodes the bridges serve (--serve-prefix)
+	// that lie outside --from-prefix, so were not compared.
+	NotCompared     []string    `json:"notCompared,omitempty"`
 	DurationSeconds float64     `json:"durationSeconds"`
 	Shadow          *jsonShadow `json:"shadow,omitempty"`
 }

@@ -116,7 +116,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	lns.served = true
 	for _, l := range lns.client {
 		lg.Info("serving", zap.String("url", l.url), zap.Strings("backend", endpoints))
-		br.Serve(l.ln, v2api.RequestLog(br.API, lg.Named("request")), errc)
+		br.Serve(l.ln, v2api.RequestLog(servePrefixOnly(c.servePrefix, br.API), lg.Named("request")), errc)
 	}
 	for _, l := range lns.metrics {
 		lg.Info("serving metrics", zap.String("url", l.url))
