@@ -191,11 +191,11 @@ func checkEvent(ops []record, byIndex map[uint64]record, refreshes map[uint64]bo
 		}
 		return
 	}
-	for _, r := range ops { // a delete whose answer was lost
+	for _, r := range ops { // a delete or mkdir (no value of its own) whose answer was lost
 		if r.Class != unknown || r.In.Key != n.Key || wantAction[r.In.Kind] != e.Out.Action {
 			continue
 		}
-		if (r.In.Kind == opDelete || r.In.Kind == opRmdir) ||
+		if (r.In.Kind == opDelete || r.In.Kind == opRmdir || r.In.Kind == opMkdir) ||
 			(r.In.Kind == opCAD && e.Out.Prev != nil && e.Out.Prev.Value == r.In.PrevValue) {
 			return
 		}
