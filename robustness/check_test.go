@@ -63,7 +63,7 @@ func resolve(ops []record, ws [][]watchEvent, v *verdict) {
 				opNames[r.In.Kind], r.In.Key, r.In.Value, time.Duration(r.Call-e.At))
 		}
 		r.Out, r.Ret = e.Out, max(e.At, r.Call)
-		r.Class = okay
+		r.Class, r.Resolved = okay, true
 		v.resolved++
 	}
 }
@@ -267,7 +267,8 @@ func checkPlainGets(ops []record, ws [][]watchEvent, v *verdict) {
 	}
 	acked := map[genKey][]record{}
 	for _, r := range ops {
-		if r.Class == okay && r.In.Kind.write() && r.Out.Node != nil && r.GenCall == r.GenRet && r.GenCall%2 == 0 {
+		if r.Class == okay && !r.Resolved && r.In.Kind.write() && r.Out.Node != nil && r.GenCall == r.GenRet &&
+			r.GenCall%2 == 0 { // acknowledged by that bridge process
 			gk := genKey{r.Bridge, r.GenCall, r.In.Key}
 			acked[gk] = append(acked[gk], r)
 		}

@@ -47,6 +47,8 @@ type record struct {
 	// GenCall and GenRet are the bridge's generation when the call was sent
 	// and when its answer came (see bridgeSlot.gen).
 	GenCall, GenRet int64
+	// Resolved: the write had no answer; a watch event showed it happened.
+	Resolved bool
 }
 
 // history collects every client's records.
