@@ -117,6 +117,17 @@ soak:
 	V2BRIDGE_TEST_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 $(if $(SOAK_RACE),-race) -timeout 0 \
 		-run '^TestSoak$$' -v ./soak/
 
+## robustness: clients through three bridges on a 3-member etcd cluster while bridges are killed and restarted,
+##             members frozen and blackholed, the leader moved and history compacted; porcupine checks their history
+##             for linearizability, and every watch event and plain GET is checked against it. 45 s of faults inside
+##             make test; ROBUSTNESS_DURATION=30m runs longer and writes robustness/ROBUSTNESS.md. It ends itself by
+##             the duration + 10 min whatever wedges (hence no go test timeout).
+ROBUSTNESS_DURATION ?=
+.PHONY: robustness
+robustness:
+	$(if $(ROBUSTNESS_DURATION),V2BRIDGE_TEST_ROBUSTNESS_DURATION=$(ROBUSTNESS_DURATION)) $(GO) test -count=1 -timeout 0 \
+		-run '^TestRobustness$$' -v ./robustness/
+
 vet:
 	$(GO) vet ./...
 

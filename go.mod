@@ -3,6 +3,7 @@ module github.com/v2bridge/v2bridge
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/coreos/go-systemd/v22 v22.5.0
 	github.com/google/btree v1.1.3
 	github.com/gorilla/mux v1.8.1
