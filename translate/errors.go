@@ -79,17 +79,7 @@ type Error struct {
 	Message string `json:"message"`
 	Cause   string `json:"cause,omitempty"`
 	Index   uint64 `json:"index"`
-
-	// settled: no write after the snapshot it was decided on can undo it
-	// (Settled).
-	settled bool
 }
-
-// Settled reports whether the error holds for every later state of the
-// store, not only the snapshot's: a compare on an index the node has
-// already moved past (a node's revision only grows), so no write made
-// meanwhile elsewhere can turn it into a success.
-func (e *Error) Settled() bool { return e.settled }
 
 // NewError returns the v2 error for code with v2's message.
 func NewError(code int, cause string, index uint64) *Error {

@@ -427,14 +427,6 @@ func compareFailCause(kv *KV, prevValue string, prevIndex uint64) (string, bool)
 	}
 }
 
-// testFailed is error 101 for a compare against kv; it is settled when
-// prevIndex names a revision kv has moved past.
-func testFailed(cause string, idx uint64, kv *KV, prevIndex uint64) *Error {
-	e := NewError(EcodeTestFailed, cause, idx)
-	e.settled = prevIndex != 0 && Revision(prevIndex) < kv.ModRevision
-	return e
-}
-
 func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, now time.Time) *Error {
 	idx := Index(s.Rev)
 	if s.isRoot() {
@@ -447,7 +439,7 @@ func (l Layout) planCompareAndSwap(p *Plan, r *Request, s *Snapshot, ls Leases, 
 		return NewError(EcodeNotFile, s.Path, idx)
 	}
 	if cause, ok := compareFailCause(s.File, r.PrevValue, r.PrevIndex); !ok {
-		return testFailed(cause, idx, s.File, r.PrevIndex)
+		return NewError(EcodeTestFailed, cause, idx)
 	}
 	value := r.Value
 	if r.Refresh {
@@ -511,7 +503,7 @@ func (l Layout) planCompareAndDelete(p *Plan, r *Request, s *Snapshot, ls Leases
 		return NewError(EcodeNotFile, causePath(s.Path), idx)
 	}
 	if cause, ok := compareFailCause(s.File, r.PrevValue, r.PrevIndex); !ok {
-		return testFailed(cause, idx, s.File, r.PrevIndex)
+		return NewError(EcodeTestFailed, cause, idx)
 	}
 	l.deleteNode(p, s, ActionCompareAndDelete, ls, now)
 	return nil

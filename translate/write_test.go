@@ -123,35 +123,3 @@ func TestDeleteIgnoresTTL(t *testing.T) {
 }
 
 func ptrU64(v uint64) *uint64 { return &v }
-
-// TestACompareOnAnIndexTheNodeHasPassedIsSettled: a failed compare on an
-// index older than the node's holds whatever was written since the
-// snapshot (a node's revision only grows); any other error might not.
-func TestACompareOnAnIndexTheNodeHasPassedIsSettled(t *testing.T) {
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	state := []*KV{fileKV("/f", "1", 7, 0)}
-	for _, c := range []struct {
-		name    string
-		req     Request
-		settled bool
-	}{
-		{"compare-and-swap on an older index", Request{Method: "PUT", Path: "/f", Value: "2", PrevIndex: Index(5)}, true},
-		{"compare-and-delete on an older index", Request{Method: "DELETE", Path: "/f", PrevIndex: Index(5)}, true},
-		{"an older index and another value", Request{Method: "PUT", Path: "/f", Value: "2", PrevIndex: Index(5), PrevValue: "x"}, true},
-		{"a later index", Request{Method: "PUT", Path: "/f", Value: "2", PrevIndex: Index(9)}, false},
-		{"another value", Request{Method: "PUT", Path: "/f", Value: "2", PrevValue: "x"}, false},
-		{"a missing node", Request{Method: "PUT", Path: "/g", Value: "2", PrevIndex: Index(5)}, false},
-		{"an existing node created again", Request{Method: "PUT", Path: "/f", Value: "2", PrevExist: boolPtr(false)}, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			req := c.req
-			_, verr := planLayout.PlanWrite(&req, snapshotOf(req.Path, state), nil, now)
-			if verr == nil {
-				t.Fatal("no error")
-			}
-			if verr.Settled() != c.settled {
-				t.Errorf("%v: settled %v, want %v", verr, verr.Settled(), c.settled)
-			}
-		})
-	}
-}

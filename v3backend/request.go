@@ -345,7 +345,10 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 				attempt--
 				continue
 			}
-			if present == 0 && !verr.Settled() {
+			// Even a compare on an index the node has moved past: its
+			// answer (code, cause, index) is the snapshot's, and the
+			// node may have changed or gone since.
+			if present == 0 {
 				return nil, &earlyError{err: verr, rev: snap.Rev}
 			}
 			return nil, verr // decided on a copy that waited for present (at most mirrorWait)

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package v3backend
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// TestACompareOnAPassedIndexIsAnsweredFromThePresent: a compare-and-swap
+// on an index older than the node's fails whatever happens, but its answer
+// (code, cause, index) is the store's at the time of the request. While
+// the bridge's copy has not seen the node deleted elsewhere, the answer is
+// the deletion's 100 (Key not found), not a 101 drawn from the copy.
+func TestACompareOnAPassedIndexIsAnsweredFromThePresent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs an etcd member")
+	}
+	ep := startMember(t, nil)
+	var gate sync.RWMutex // held for writing: the bridge's watch receives nothing
+	b := newBackendWith(t, ep, func(c *Config) {
+		c.DialOptions = []grpc.DialOption{grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc,
+			cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || method != "/etcdserverpb.Watch/Watch" {
+				return cs, err
+			}
+			return gatedStream{cs, &gate}, nil
+		})}
+	})
+	other, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first, _, err := b.Write(ctx, request(t, "PUT", "/passed", url.Values{"value": {"1"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Write(ctx, request(t, "PUT", "/passed", url.Values{"value": {"2"}})); err != nil {
+		t.Fatal(err)
+	}
+	older := first.Node.ModifiedIndex // an index the node has moved past
+	gate.Lock()
+	held := true
+	defer func() {
+		if held {
+			gate.Unlock()
+		}
+	}()
+	del, err := other.Delete(ctx, "/passed")
+	if err != nil || del.Deleted != 1 {
+		t.Fatalf("delete elsewhere: %v %+v", err, del)
+	}
+	_, _, err = b.Write(ctx, request(t, "PUT", "/passed", url.Values{"value": {"3"}, "prevIndex": {strconv.FormatUint(older, 10)}}))
+	gate.Unlock()
+	held = false
+	var terr *translate.Error
+	if !errors.As(err, &terr) {
+		t.Fatalf("compare-and-swap on a deleted node: %v, want error 100", err)
+	}
+	want := translate.NewError(translate.EcodeKeyNotFound, "/passed", translate.Index(del.Header.Revision))
+	if *terr != *want {
+		t.Fatalf("compare-and-swap on a deleted node:\n got %+v\nwant %+v", *terr, *want)
+	}
+}
