@@ -128,6 +128,14 @@ robustness:
 	$(if $(ROBUSTNESS_DURATION),V2BRIDGE_TEST_ROBUSTNESS_DURATION=$(ROBUSTNESS_DURATION)) $(GO) test -count=1 -timeout 0 \
 		-run '^TestRobustness$$' -v ./robustness/
 
+## mutate: plant each bug of internal/mutate/mutations.go (one file swapped with go test -overlay, the tree untouched)
+##         and run the tests that should catch it; fails if one survives. MUTATE=name runs one; a full run writes
+##         internal/mutate/RESULTS.md
+MUTATE ?=
+.PHONY: mutate
+mutate:
+	GO=$(GO) $(GO) run ./internal/mutate $(if $(MUTATE),-run $(MUTATE),-results internal/mutate/RESULTS.md)
+
 vet:
 	$(GO) vet ./...
 
