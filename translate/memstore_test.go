@@ -26,6 +26,8 @@ type memStore struct {
 	leases  map[int64]time.Time // lease → expiration
 	lastID  int64
 	watched []*Event // every event decoded from the revisions, in order
+	// parseErr is the v2 error of the last request parse refused.
+	parseErr *Error
 }
 
 func newMemStore(t *testing.T) *memStore {
@@ -86,17 +88,16 @@ func (m *memStore) leaseMap() Leases {
 }
 
 // holds evaluates one compare as etcd does: a range compare holds when it
-// holds for every key in the range (vacuously when the range is empty).
+// holds for every key in the range; an absent key, or an empty range,
+// compares as revision 0.
 func (m *memStore) holds(c Cmp) bool {
 	var kvs []*KV
 	if c.End != "" {
 		kvs = m.rangeOf(c.Key, c.End)
-		if len(kvs) == 0 {
-			return c.Value == 0 // absent keys compare as revision 0
-		}
 	} else if kv, ok := m.kvs[c.Key]; ok {
 		kvs = []*KV{kv}
-	} else {
+	}
+	if len(kvs) == 0 {
 		kvs = []*KV{{Key: c.Key}}
 	}
 	for _, kv := range kvs {
@@ -203,48 +204,76 @@ func (m *memStore) decode(evs []V3Event) ([]*Event, []string) {
 // returns the answer or the v2 error.
 func (m *memStore) do(method, path, form string) (*Event, *Error) {
 	m.t.Helper()
+	r := m.parse(method, path, form)
+	if r == nil {
+		return nil, m.parseErr
+	}
+	if method == "GET" {
+		return m.get(r)
+	}
+	plan, verr := m.plan(r)
+	if verr != nil {
+		return nil, verr
+	}
+	res, ok := m.commit(plan)
+	if !ok {
+		m.t.Fatalf("%s %s: the plan's guards fail on the snapshot it was planned on", method, path)
+	}
+	return res, nil
+}
+
+// parse parses a request; on a v2 error it returns nil and keeps the error
+// in parseErr.
+func (m *memStore) parse(method, path, form string) *Request {
+	m.t.Helper()
 	vals, err := url.ParseQuery(form)
 	if err != nil {
 		m.t.Fatal(err)
 	}
 	r, verr := ParseRequest(method, path, vals)
+	m.parseErr = verr
+	return r
+}
+
+// plan decides a write on a snapshot of the store as it is now, and binds
+// the lease its TTL asks for.
+func (m *memStore) plan(r *Request) (*Plan, *Error) {
+	plan, verr := m.l.PlanWrite(r, m.snapshot(r.Path, r.Method == "POST"), m.leaseMap(), m.now)
 	if verr != nil {
 		return nil, verr
 	}
-	if method == "GET" {
-		return m.get(r)
-	}
-	snap := m.snapshot(r.Path, method == "POST")
-	plan, verr := m.l.PlanWrite(r, snap, m.leaseMap(), m.now)
-	if verr != nil {
-		return nil, verr
-	}
-	var lease int64
 	if plan.TTL > 0 {
 		m.lastID++
-		lease = m.lastID
 		exp := m.now.Add(time.Duration(plan.TTL) * time.Second)
-		m.leases[lease] = exp
-		plan.Bind(lease, exp, m.now, false)
+		m.leases[m.lastID] = exp
+		plan.Bind(m.lastID, exp, m.now, false)
 	} else {
 		plan.Bind(0, time.Time{}, m.now, false)
 	}
-	evs, ok := m.txn(plan.Cmps, plan.Ops, lease)
+	return plan, nil
+}
+
+// commit sends a plan's transaction: false when its guards fail (nothing
+// is applied), else its answer, which must be what watchers decode from its
+// revision.
+func (m *memStore) commit(plan *Plan) (*Event, bool) {
+	m.t.Helper()
+	evs, ok := m.txn(plan.Cmps, plan.Ops, plan.Lease())
 	if !ok {
-		m.t.Fatalf("%s %s: the plan's guards fail on the snapshot it was planned on", method, path)
+		return nil, false
 	}
 	res := plan.Result(m.rev)
 	decoded, sweeps := m.decode(evs)
 	if len(sweeps) > 0 {
-		m.t.Fatalf("%s %s: a client's write decoded as an expiry of %v", method, path, sweeps)
+		m.t.Fatalf("%s: a client's write decoded as an expiry of %v", res.JSON(), sweeps)
 	}
 	switch {
 	case plan.Refresh && len(decoded) != 0:
-		m.t.Fatalf("%s %s: a refresh woke watchers with %s", method, path, decoded[0].JSON())
+		m.t.Fatalf("a refresh woke watchers with %s", decoded[0].JSON())
 	case !plan.Refresh && (len(decoded) != 1 || string(decoded[0].JSON()) != string(res.JSON())):
-		m.t.Fatalf("%s %s: answered\n%s but watchers decode %d events: %v", method, path, res.JSON(), len(decoded), decoded)
+		m.t.Fatalf("answered\n%s but watchers decode %d events: %v", res.JSON(), len(decoded), decoded)
 	}
-	return res, nil
+	return res, true
 }
 
 func (m *memStore) get(r *Request) (*Event, *Error) {

@@ -263,3 +263,65 @@ func TestRulesOfTTLs(t *testing.T) {
 		t.Fatalf("expire events\n%s\nwant\n%s", strings.Join(expired, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestAPlanFailsWhenWhatItDecidedOnChanged: a write decided on a snapshot
+// is not applied when another write changed what the decision read, so a
+// concurrent write cannot slip a v2 rule past it; planned again, it gets
+// the rule's error.
+func TestAPlanFailsWhenWhatItDecidedOnChanged(t *testing.T) {
+	cases := []struct {
+		name         string
+		setup        []step // applied first
+		method, path string
+		form         string
+		meanwhile    [3]string // method, path, form of the concurrent write
+		errAfter     string    // the error the write gets when planned again
+	}{
+		{name: "a create, and the key is created meanwhile",
+			method: "PUT", path: "/a", form: "value=1&prevExist=false",
+			meanwhile: [3]string{"PUT", "/a", "value=2"},
+			errAfter:  `{"errorCode":105,"message":"Key already exists","cause":"/a","index":2000000}`},
+		{name: "a delete of an empty directory, and a child appears meanwhile",
+			setup: []step{{"PUT", "/d", "dir=true",
+				`{"action":"set","node":{"key":"/d","dir":true,"modifiedIndex":2000000,"createdIndex":2000000}}`, 2000000}},
+			method: "DELETE", path: "/d", form: "dir=true",
+			meanwhile: [3]string{"PUT", "/d/x", "value=1"},
+			errAfter:  `{"errorCode":108,"message":"Directory not empty","cause":"/d","index":3000000}`},
+		{name: "a compare-and-swap, and the value changes meanwhile",
+			setup: []step{{"PUT", "/c", "value=1",
+				`{"action":"set","node":{"key":"/c","value":"1","modifiedIndex":2000000,"createdIndex":2000000}}`, 2000000}},
+			method: "PUT", path: "/c", form: "value=3&prevValue=1",
+			meanwhile: [3]string{"PUT", "/c", "value=2"},
+			errAfter:  `{"errorCode":101,"message":"Compare failed","cause":"[1 != 2]","index":3000000}`},
+		{name: "a set below a directory, and a file replaces it meanwhile",
+			setup: []step{{"PUT", "/p", "dir=true",
+				`{"action":"set","node":{"key":"/p","dir":true,"modifiedIndex":2000000,"createdIndex":2000000}}`, 2000000},
+				{"DELETE", "/p", "dir=true",
+					`{"action":"delete","node":{"key":"/p","dir":true,"modifiedIndex":3000000,"createdIndex":2000000},` +
+						`"prevNode":{"key":"/p","dir":true,"modifiedIndex":2000000,"createdIndex":2000000}}`, 3000000}},
+			method: "PUT", path: "/p/q", form: "value=1",
+			meanwhile: [3]string{"PUT", "/p", "value=file"},
+			errAfter:  `{"errorCode":104,"message":"Not a directory","cause":"/p","index":4000000}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMemStore(t)
+			m.run(c.setup)
+			plan, verr := m.plan(m.parse(c.method, c.path, c.form))
+			if verr != nil {
+				t.Fatalf("planning: %v", verr)
+			}
+			if _, verr := m.do(c.meanwhile[0], c.meanwhile[1], c.meanwhile[2]); verr != nil {
+				t.Fatalf("the concurrent write: %v", verr)
+			}
+			rev := m.rev
+			if res, ok := m.commit(plan); ok {
+				t.Fatalf("applied over a changed store: %s", res.JSON())
+			}
+			if m.rev != rev {
+				t.Fatalf("a failed transaction moved the revision from %d to %d", rev, m.rev)
+			}
+			m.run([]step{{c.method, c.path, c.form, c.errAfter, 0}})
+		})
+	}
+}
