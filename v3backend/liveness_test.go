@@ -221,16 +221,19 @@ func TestHeartbeatMissesDeclareTheMemberLostAtTheThreshold(t *testing.T) {
 // HeartbeatTimeout (never sooner); the bridge then moves to the member
 // that answers.
 func TestAHungHeartbeatIsAMissAfterItsTimeout(t *testing.T) {
-	const timeout = 300 * time.Millisecond
+	// The default timeout: a shorter one could expire on a loaded machine
+	// before the member answers, and count misses the test did not cause.
+	const timeout = time.Second
 	m1, m2 := startFakeMember(t, serving), startFakeMember(t, notServing)
 	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
-		HeartbeatFailures: 2, DialTimeout: time.Second}, m1.ep, m2.ep)
+		HeartbeatFailures: 2, DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
 	if b.Endpoint() != m1.ep {
 		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
 	}
 
 	start := time.Now()
 	m1.set(hanging, 0)
+	m2.set(serving, 0)
 	waitUntil(t, "the hung member is declared lost", func() bool { return counterValue(t, b.metrics.losses) == 1 })
 	if took := time.Since(start); took < 2*timeout {
 		t.Fatalf("declared lost %v after it hung: sooner than 2 checks of %v", took, timeout)
@@ -248,7 +251,6 @@ func TestAHungHeartbeatIsAMissAfterItsTimeout(t *testing.T) {
 		t.Fatalf("%v heartbeat misses counted, want 2", got)
 	}
 
-	m2.set(serving, 0)
 	waitUntil(t, "the bridge moved to the answering member", func() bool { return b.Endpoint() == m2.ep })
 	if !b.Up() || counterValue(t, b.metrics.losses) != 1 || histogramCount(t, b.metrics.recoverSeconds) != 1 {
 		t.Fatalf("after the move: up %v, %v losses, %d recoveries", b.Up(), counterValue(t, b.metrics.losses),
