@@ -51,6 +51,9 @@ func TestShadowSettings(t *testing.T) {
 // a v3-mode bridge's store, which a passthrough then feeds, and publishes
 // the bridge's record in v3.
 func TestStartShadowObservesForThePassthrough(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs an etcd member")
+	}
 	cl := v2bridgetest.StartCluster(t, 1)
 	c, err := parseConfig([]string{"--endpoints", strings.Join(cl.Endpoints(), ","), "--name", "wired"},
 		func(string) string { return "" }, io.Discard)

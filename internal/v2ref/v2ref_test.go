@@ -81,6 +81,9 @@ func do(t *testing.T, ctx context.Context, method, rawURL string, form url.Value
 
 func buildOnce(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the reference etcd v2 server")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
 	start := time.Now()

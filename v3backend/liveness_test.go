@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package v3backend
+
+// The liveness monitor against fake members: gRPC servers on loopback that
+// answer the two calls a session makes of a member (the health check, and
+// the count-only read that admits it) and can be told to fail or to hang.
+// No etcd member runs, so these run in make unit.
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+type memberMode int
+
+const (
+	serving memberMode = iota
+	notServing
+	hanging // no answer until the caller gives up
+)
+
+type fakeMember struct {
+	healthpb.UnimplementedHealthServer
+	etcdserverpb.UnimplementedKVServer
+	ep string
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	mode      memberMode
+	failNext  int             // checks still to fail before mode applies again
+	served    int             // checks answered SERVING
+	deadlines []time.Duration // time left to each hung check when it arrived
+}
+
+// startFakeMember serves a fake member on a loopback port until the test
+// ends.
+func startFakeMember(t *testing.T, mode memberMode) *fakeMember {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeMember{ep: "http://" + ln.Addr().String(), mode: mode}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, f)
+	etcdserverpb.RegisterKVServer(srv, f)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	return f
+}
+
+func (f *fakeMember) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	f.mu.Lock()
+	mode := f.mode
+	if f.failNext > 0 {
+		f.failNext--
+		mode = notServing
+	}
+	if mode == hanging {
+		left := time.Duration(-1)
+		if d, ok := ctx.Deadline(); ok {
+			left = time.Until(d)
+		}
+		f.deadlines = append(f.deadlines, left)
+	}
+	if mode == serving {
+		f.served++
+	}
+	f.mu.Unlock()
+	switch mode {
+	case hanging:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case notServing:
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+func (f *fakeMember) Range(context.Context, *etcdserverpb.RangeRequest) (*etcdserverpb.RangeResponse, error) {
+	return &etcdserverpb.RangeResponse{Header: &etcdserverpb.ResponseHeader{ClusterId: 1, MemberId: 2, RaftTerm: 3}}, nil
+}
+
+func (f *fakeMember) set(mode memberMode, failNext int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mode, f.failNext = mode, failNext
+}
+
+func (f *fakeMember) stats() (served int, deadlines []time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.served, append([]time.Duration(nil), f.deadlines...)
+}
+
+// newMonitored connects to eps and runs the liveness monitor, as New does,
+// without the watch hub (which would need a member's watch and ranges).
+func newMonitored(t *testing.T, cfg Config, eps ...string) *Backend {
+	t.Helper()
+	layout, err := translate.NewLayout("", "_v2bridge/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Endpoints, cfg.Layout, cfg.Logger = eps, layout, zap.NewNop()
+	cfg.setDefaults()
+	b := &Backend{cfg: cfg, layout: layout, lg: cfg.Logger, sessCh: make(chan struct{}), eps: eps,
+		metrics: newMetrics(nil)}
+	b.ctx, b.stop = context.WithCancel(context.Background())
+	b.closeCh = b.ctx.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := b.connect(ctx)
+	if err != nil {
+		b.stop()
+		b.wg.Wait()
+		t.Fatal(err)
+	}
+	b.setSession(s, "")
+	b.wg.Add(1)
+	go b.monitor()
+	t.Cleanup(func() {
+		b.mu.Lock()
+		b.closed = true
+		s := b.sess
+		b.mu.Unlock()
+		b.stop()
+		b.wg.Wait()
+		if s != nil {
+			s.end()
+		}
+	})
+	return b
+}
+
+// waitUntil polls cond until it holds, failing the test after a generous
+// deadline (the machine may be busy).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// TestHeartbeatMissesDeclareTheMemberLostAtTheThreshold: misses fewer than
+// HeartbeatFailures in a row are forgiven; that many declare the member
+// lost, and the monitor connects again as soon as it answers.
+func TestHeartbeatMissesDeclareTheMemberLostAtTheThreshold(t *testing.T) {
+	m := startFakeMember(t, serving)
+	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: 5 * time.Second,
+		HeartbeatFailures: 3}, m.ep)
+
+	served, _ := m.stats()
+	m.set(serving, 2)
+	waitUntil(t, "the member answered 3 heartbeats after 2 misses", func() bool {
+		n, _ := m.stats()
+		return n >= served+3
+	})
+	if got := counterValue(t, b.metrics.heartbeatMisses); got != 2 {
+		t.Fatalf("%v heartbeat misses counted, want 2", got)
+	}
+	if got := counterValue(t, b.metrics.losses); got != 0 || !b.Up() {
+		t.Fatalf("2 misses of 3 allowed: %v losses, up %v", got, b.Up())
+	}
+
+	served, _ = m.stats()
+	m.set(serving, 3)
+	waitUntil(t, "the member is declared lost", func() bool { return counterValue(t, b.metrics.losses) == 1 })
+	waitUntil(t, "the bridge connected again", func() bool {
+		n, _ := m.stats()
+		return b.Up() && n > served
+	})
+	if got := counterValue(t, b.metrics.heartbeatMisses); got != 5 {
+		t.Fatalf("%v heartbeat misses counted, want 5", got)
+	}
+	if got := counterValue(t, b.metrics.losses); got != 1 {
+		t.Fatalf("%v losses, want 1", got)
+	}
+	if n := histogramCount(t, b.metrics.recoverSeconds); n != 1 {
+		t.Fatalf("%d recoveries observed, want 1", n)
+	}
+	if b.Endpoint() != m.ep || b.Meta() != (Meta{ClusterID: 1, MemberID: 2, RaftTerm: 3}) {
+		t.Fatalf("connected to %q as %+v", b.Endpoint(), b.Meta())
+	}
+}
+
+// TestAHungHeartbeatIsAMissAfterItsTimeout: a member that stops answering
+// is declared lost after HeartbeatFailures checks, each given up after
+// HeartbeatTimeout (never sooner); the bridge then moves to the member
+// that answers.
+func TestAHungHeartbeatIsAMissAfterItsTimeout(t *testing.T) {
+	// The default timeout: a shorter one could expire on a loaded machine
+	// before the member answers, and count misses the test did not cause.
+	const timeout = time.Second
+	m1, m2 := startFakeMember(t, serving), startFakeMember(t, notServing)
+	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
+		HeartbeatFailures: 2, DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
+	if b.Endpoint() != m1.ep {
+		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
+	}
+
+	start := time.Now()
+	m1.set(hanging, 0)
+	m2.set(serving, 0)
+	waitUntil(t, "the hung member is declared lost", func() bool { return counterValue(t, b.metrics.losses) == 1 })
+	if took := time.Since(start); took < 2*timeout {
+		t.Fatalf("declared lost %v after it hung: sooner than 2 checks of %v", took, timeout)
+	}
+	_, deadlines := m1.stats()
+	if len(deadlines) < 2 {
+		t.Fatalf("%d hung checks seen, want 2 at least", len(deadlines))
+	}
+	for i, left := range deadlines[:2] {
+		if left <= 0 || left > timeout {
+			t.Fatalf("hung heartbeat %d arrived with %v left, want a deadline within %v", i, left, timeout)
+		}
+	}
+	if got := counterValue(t, b.metrics.heartbeatMisses); got != 2 {
+		t.Fatalf("%v heartbeat misses counted, want 2", got)
+	}
+
+	waitUntil(t, "the bridge moved to the answering member", func() bool { return b.Endpoint() == m2.ep })
+	if !b.Up() || counterValue(t, b.metrics.losses) != 1 || histogramCount(t, b.metrics.recoverSeconds) != 1 {
+		t.Fatalf("after the move: up %v, %v losses, %d recoveries", b.Up(), counterValue(t, b.metrics.losses),
+			histogramCount(t, b.metrics.recoverSeconds))
+	}
+}
