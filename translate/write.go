@@ -460,13 +460,17 @@ func (l Layout) deleteNode(p *Plan, s *Snapshot, action string, ls Leases, now t
 		p.Ops = append(p.Ops, Op{Type: OpDelete, Key: l.DataKey(s.Path)})
 		return
 	}
-	dc, mc, sc := l.DataChildPrefix(s.Path), l.MarkerChildPrefix(s.Path), l.SeqKey(s.Path)
+	// The in-order sequence keys of the directory and those below stay:
+	// a POST decided before the delete and committed after the directory
+	// was made again must fail its guard on the sequence key, which it
+	// would pass if the key were gone again, and the names of a directory
+	// made again keep increasing, as v2's do (a small key per directory
+	// ever posted to, as a directory that expires leaves too).
+	dc, mc := l.DataChildPrefix(s.Path), l.MarkerChildPrefix(s.Path)
 	p.Ops = append(p.Ops,
 		Op{Type: OpDelete, Key: dc, End: PrefixEnd(dc)},
 		Op{Type: OpDelete, Key: l.MarkerKey(s.Path)},
 		Op{Type: OpDelete, Key: mc, End: PrefixEnd(mc)},
-		Op{Type: OpDelete, Key: sc},
-		Op{Type: OpDelete, Key: sc + "/", End: PrefixEnd(sc + "/")},
 	)
 	p.Ops = append(p.Ops, l.deleteTTLDirRecords(s.Path)...)
 }
