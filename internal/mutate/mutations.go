@@ -39,7 +39,20 @@ var mutations = []Mutation{
 		Name: "cas-prev-index-loose", File: "translate/write.go",
 		What: "compare-and-swap accepts a prevIndex older than the node's",
 		Find: "Revision(prevIndex) == kv.ModRevision", Replace: "Revision(prevIndex) <= kv.ModRevision",
-		Test: "go test -short -count=1 -run ^TestACompareOnAnIndexTheNodeHasPassedIsSettled$ ./translate/",
+		Test: translateTests,
+	},
+	{
+		Name: "delete-drops-sequence-keys", File: "translate/write.go",
+		What:    "a directory delete removes its in-order sequence key, so a late POST's guard passes again",
+		Find:    "\t\tOp{Type: OpDelete, Key: mc, End: PrefixEnd(mc)},\n\t)",
+		Replace: "\t\tOp{Type: OpDelete, Key: mc, End: PrefixEnd(mc)},\n\t\tOp{Type: OpDelete, Key: l.SeqKey(s.Path)},\n\t)",
+		Test:    translateTests,
+	},
+	{
+		Name: "failed-compare-answered-from-copy", File: "v3backend/request.go",
+		What: "a failed compare is answered from the bridge's copy without a linearizable read",
+		Find: "\t\t\tif present == 0 {\n", Replace: "\t\t\tif present == 0 && verr.Code != translate.EcodeTestFailed {\n",
+		Test: "go test -count=1 -run ^TestACompareOnAPassedIndexIsAnsweredFromThePresent$ ./v3backend/",
 	},
 	{
 		Name: "delete-drops-prev-node", File: "translate/write.go",
