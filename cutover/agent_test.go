@@ -120,7 +120,7 @@ func TestAgentKeepsTheRegistrationWhileWritesAreInFlight(t *testing.T) {
 				defer close(wrote)
 				serve(s, "PUT", "/v2/keys/b")
 			}()
-			defer func() { <-wrote }()
+			defer func() { recv(t, "the write in flight", wrote) }()
 			defer close(pass.release)
 			waitUntil(t, func() bool { return pass.writes.Load() == 2 })
 			stopped := make(chan struct{})
@@ -129,7 +129,12 @@ func TestAgentKeepsTheRegistrationWhileWritesAreInFlight(t *testing.T) {
 				stop()
 			}()
 			if c.finish {
-				time.Sleep(100 * time.Millisecond) // the shutdown has begun
+				// The shutdown has begun: the write gate is closed for good.
+				waitUntil(t, func() bool {
+					s.mu.Lock()
+					defer s.mu.Unlock()
+					return s.closed
+				})
 				if registration(t, f) == nil {
 					t.Fatal("the registration went while a write was in flight")
 				}
@@ -137,13 +142,13 @@ func TestAgentKeepsTheRegistrationWhileWritesAreInFlight(t *testing.T) {
 					t.Errorf("a new write while shutting down: %d %s", r.Code, r.Body)
 				}
 				pass.release <- struct{}{}
-				<-stopped
+				recv(t, "the agent's shutdown", stopped)
 				if registration(t, f) != nil {
 					t.Error("the registration outlived the bridge's shutdown")
 				}
 				return
 			}
-			<-stopped
+			recv(t, "the agent's shutdown", stopped)
 			if registration(t, f) == nil {
 				t.Error("the registration went while a write was still in flight")
 			}
@@ -212,7 +217,7 @@ func TestAgentRenewsItsLeaseWhileWritesDrain(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		release.Do(func() { close(pass.release) })
-		<-wrote
+		recv(t, "the write in flight", wrote)
 	})
 	waitUntil(t, func() bool { return pass.writes.Load() == 2 })
 	f.put(testKeys.Mode, string((&Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}).Encode()), 0)
