@@ -29,6 +29,7 @@ func runBinary(t *testing.T, env []string, args ...string) cmdResult {
 // runBinaryIn runs the bridge binary to completion in dir.
 func runBinaryIn(t *testing.T, dir string, env []string, args ...string) cmdResult {
 	t.Helper()
+	bound(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, buildBridge(t), args...)

@@ -121,6 +121,7 @@ type proc struct {
 
 func startBridgeProcess(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	bound(t)
 	bin := buildBridge(t)
 	p := &proc{logs: &bytes.Buffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, args...)

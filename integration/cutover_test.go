@@ -36,6 +36,7 @@ const network = "/coreos.com/network"
 
 func newDualEnv(t *testing.T) *dualEnv {
 	t.Helper()
+	bound(t)
 	e := &dualEnv{ref: v2ref.StartT(t, v2ref.Options{}), cl: v2bridgetest.StartCluster(t, 1)}
 	e.v3 = e.cl.Client(t)
 	if r := do(t, "PUT", e.ref.URL, "/v2/keys"+network+"/config", form("value", `{"Network":"10.5.0.0/16"}`)); r.status != 201 {

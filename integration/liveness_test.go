@@ -152,6 +152,7 @@ type liveRig struct {
 
 func startRig(t *testing.T, c *v2bridgetest.Cluster, watchers int, o v2bridgetest.Options) *liveRig {
 	t.Helper()
+	bound(t)
 	r := &liveRig{t: t, c: c, br: v2bridgetest.StartBridge(t, c.ProxiedEndpoints(), o)}
 	g, err := v2client(t, r.br.URL).Get(ctxT(t, 10*time.Second), "/", nil)
 	if err != nil {
