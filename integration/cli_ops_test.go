@@ -9,7 +9,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -290,7 +289,7 @@ func TestCLINotifiesSystemdWhenReadyAndStopping(t *testing.T) {
 		}
 	}
 	expect("READY=1")
-	if r, err := http.Get(url + "/readyz"); err != nil || r.StatusCode != 200 {
+	if r, err := httpClient.Get(url + "/readyz"); err != nil || r.StatusCode != 200 {
 		t.Fatalf("READY=1 sent but /readyz: %v %v", r, err)
 	} else {
 		_, _ = io.Copy(io.Discard, r.Body)
