@@ -18,26 +18,28 @@ build:
 run: build
 	./bin/v2bridge $(ARGS)
 
-# The packages with unit tests; the race detector runs on them, on the test
-# fixture (its fault proxies and watchers) and on the integration tests of
-# the concurrent paths (the watch hub, writes through two bridges, leases,
-# failover), not on the whole suite (too slow on small machines, and the
-# liveness tests time their bounds).
+# The packages with unit tests (make unit, make cover).
 UNIT_PKGS := ./translate/... ./v2diff/... ./internal/... ./detach/... ./v2api/... ./v3backend/... ./upstream/... ./cutover/... ./shadow/... ./migrate/... ./cmd/... ./server/...
-RACE_PKGS := $(UNIT_PKGS) ./v2bridgetest/...
-RACE_INTEGRATION := ^(TestWatch.*|TestPassthrough.*|TestCutover.*|TestConcurrentInOrderAcrossBridges|TestMixedFlannelLeases|TestEndpointsAutoSync)$$
+# RACE_SKIP: the tests that hold the bridge's heartbeat to never declaring a
+# busy member lost, with its production settings. The race detector slows
+# this process several times over, and on a loaded machine starves the
+# heartbeat of CPU: a false loss there is the detector's, not the bridge's.
+# make test runs them without it; the heartbeat's code is raced by the
+# other liveness tests and v3backend's.
+RACE_SKIP := ^TestLivenessFalsePositive
+# TESTFLAGS: more go test flags for make test and make race (.ci/run: -v, to
+# list every skipped test).
+TESTFLAGS ?=
 
-## test: vet, the race detector on the unit tests and the concurrent paths, then every test (unit, integration against real etcd, conformance against a real v2 server)
-test: vet
-	$(GO) test -race -count=1 -timeout $(TESTTIME) $(RACE_PKGS)
-	$(GO) test -race -count=1 -timeout $(TESTTIME) -run '$(RACE_INTEGRATION)' ./integration/
-	$(GO) test -count=1 -timeout $(TESTTIME) ./...
+## test: vet, every test (unit, integration against real etcd, conformance against a real v2 server) under the race
+##       detector but RACE_SKIP's, those without it, then the fuzz target briefly
+test: vet race
+	$(GO) test -count=1 -timeout $(TESTTIME) $(TESTFLAGS) -run '$(RACE_SKIP)' ./integration/
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzKeys$$' -fuzztime $(FUZZTIME) ./v2api/
 
-## race: the race detector over every package that starts goroutines, the whole integration and conformance
-##       suites included (about 6.5 min on 2 cores; make test runs it on the unit packages and the concurrent paths)
+## race: every test under the race detector, once, but RACE_SKIP's
 race:
-	$(GO) test -race -count=1 -timeout $(TESTTIME) $(RACE_PKGS) ./conformance/... ./migrate/... ./integration/...
+	$(GO) test -race -count=1 -timeout $(TESTTIME) $(TESTFLAGS) -skip '$(RACE_SKIP)' ./...
 
 ## fuzz: the HTTP layer's fuzz target for longer (FUZZTIME=2000000x make fuzz)
 # A count, not a duration: Go 1.26's fuzz coordinator can report its own

@@ -120,7 +120,7 @@ func TestAgentKeepsTheRegistrationWhileWritesAreInFlight(t *testing.T) {
 				defer close(wrote)
 				serve(s, "PUT", "/v2/keys/b")
 			}()
-			defer func() { <-wrote }()
+			defer func() { recv(t, "the write in flight", wrote) }()
 			defer close(pass.release)
 			waitUntil(t, func() bool { return pass.writes.Load() == 2 })
 			stopped := make(chan struct{})
@@ -129,7 +129,12 @@ func TestAgentKeepsTheRegistrationWhileWritesAreInFlight(t *testing.T) {
 				stop()
 			}()
 			if c.finish {
-				time.Sleep(100 * time.Millisecond) // the shutdown has begun
+				// The shutdown has begun: the write gate is closed for good.
+				waitUntil(t, func() bool {
+					s.mu.Lock()
+					defer s.mu.Unlock()
+					return s.closed
+				})
 				if registration(t, f) == nil {
 					t.Fatal("the registration went while a write was in flight")
 				}
@@ -137,13 +142,13 @@ func TestAgentKeepsTheRegistrationWhileWritesAreInFlight(t *testing.T) {
 					t.Errorf("a new write while shutting down: %d %s", r.Code, r.Body)
 				}
 				pass.release <- struct{}{}
-				<-stopped
+				recv(t, "the agent's shutdown", stopped)
 				if registration(t, f) != nil {
 					t.Error("the registration outlived the bridge's shutdown")
 				}
 				return
 			}
-			<-stopped
+			recv(t, "the agent's shutdown", stopped)
 			if registration(t, f) == nil {
 				t.Error("the registration went while a write was still in flight")
 			}
@@ -187,9 +192,14 @@ func TestAgentKeepsItsSideWhenTheRecordIsDeleted(t *testing.T) {
 			if st, _ := s.State(); st.Side != c.side {
 				t.Errorf("side after the deletion: %+v", st)
 			}
-			r := serve(s, "PUT", "/v2/keys/a")
-			if c.write == "" && !refused(r, "was deleted") || c.write != "" && r.Body.String() != c.write {
-				t.Errorf("a write after the deletion: %d %s; want %q", r.Code, r.Body, c.write)
+			if c.write == "" {
+				if r := serve(s, "PUT", "/v2/keys/a"); !refused(r, "was deleted") {
+					t.Errorf("a write after the deletion: %d %s; want it refused", r.Code, r.Body)
+				}
+			} else {
+				// The agent opens the write window once it has its
+				// registration's answer, just after the fake etcd has it.
+				waitUntil(t, func() bool { return serve(s, "PUT", "/v2/keys/a").Body.String() == c.write })
 			}
 			f.put(testKeys.Mode, string(c.restored.Encode()), 0)
 			waitUntil(t, func() bool { g := registration(t, f); return g != nil && g.Generation == c.restored.Generation })
@@ -212,7 +222,7 @@ func TestAgentRenewsItsLeaseWhileWritesDrain(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		release.Do(func() { close(pass.release) })
-		<-wrote
+		recv(t, "the write in flight", wrote)
 	})
 	waitUntil(t, func() bool { return pass.writes.Load() == 2 })
 	f.put(testKeys.Mode, string((&Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}).Encode()), 0)

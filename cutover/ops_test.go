@@ -118,7 +118,7 @@ func TestRollbackLooksForV3WritesAgainOnceFenced(t *testing.T) {
 			_, src := startOldServer(t, 27)
 			o, log := testOptions(t, f, src)
 			o.Force = c.force
-			res, err := Rollback(context.Background(), o)
+			res, err := Rollback(testCtx(t, time.Minute), o)
 			if c.errText == "" && err != nil || c.errText != "" && (err == nil || !strings.Contains(err.Error(), c.errText)) {
 				t.Fatalf("rollback: %v; want an error with %q\n%s", err, c.errText, log)
 			}
@@ -167,7 +167,7 @@ func TestRollbackCountsOnlyClientsWrites(t *testing.T) {
 			f.apply(c.changes...)
 			o, _ := testOptions(t, f, nil)
 			o.setDefaults()
-			n, paths, err := o.v3WritesSince(context.Background(), since)
+			n, paths, err := o.v3WritesSince(testCtx(t, time.Minute), since)
 			if err != nil || n != c.writes {
 				t.Errorf("%d write(s) %v (%v), want %d", n, paths, err, c.writes)
 			}
@@ -204,7 +204,7 @@ func TestCutoverWaitsForWritesOfABridgeThatDroppedOut(t *testing.T) {
 	old, src := startOldServer(t, 27)
 	o, log := testOptions(t, f, src)
 	o.RequestTimeout = 500 * time.Millisecond
-	res, err := Cutover(context.Background(), o)
+	res, err := Cutover(testCtx(t, time.Minute), o)
 	if err != nil {
 		t.Fatalf("cutover: %v\n%s", err, log)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ func serve(s *Switch, method, target string) *httptest.ResponseRecorder {
 
 func apply(t *testing.T, s *Switch, r *Record) {
 	t.Helper()
-	if err := s.Apply(context.Background(), StateOf(r)); err != nil {
+	if err := s.Apply(testCtx(t, 10*time.Second), StateOf(r)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -217,21 +218,32 @@ func writeInFlight(t *testing.T, s *Switch, pass *fakeSide) (wrote chan struct{}
 func TestSwitchFencesOnlyAfterTheWritesInFlight(t *testing.T) {
 	s, pass, _ := newTestSwitch(t)
 	wrote := writeInFlight(t, s, pass)
-	defer func() { <-wrote }()
+	var release sync.Once
+	defer func() {
+		release.Do(func() { close(pass.release) })
+		recv(t, "the write in flight", wrote)
+	}()
 	applied := make(chan error, 1)
 	go func() {
-		applied <- s.Apply(context.Background(), StateOf(&Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}))
+		applied <- s.Apply(testCtx(t, 10*time.Second), StateOf(&Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}))
 	}()
 	select {
 	case <-applied:
 		t.Fatal("the fence was applied while a write to the old server was in flight")
 	case <-time.After(100 * time.Millisecond):
 	}
+	// The fence closes the write gate before it waits (a write let through
+	// would wait at the old server for good).
+	waitUntil(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return !s.open
+	})
 	if r := serve(s, "PUT", "/v2/keys/b"); r.Code != 500 {
 		t.Errorf("a new write while the fence waits: %d %s", r.Code, r.Body)
 	}
-	close(pass.release)
-	if err := <-applied; err != nil {
+	release.Do(func() { close(pass.release) })
+	if err := recv(t, "the fence", applied); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := s.State(); st.Mode != ModeFencing {
@@ -250,6 +262,27 @@ func TestSwitchStatsSelfKeepsTheV2ShapeAndAddsTheMode(t *testing.T) {
 	if m["name"] != "v3" || m["state"] != "StateLeader" || m["v2bridgeMode"] != "v3" || m["v2bridgeModeGeneration"] != 2.0 ||
 		m["v2bridgeModeSince"] == nil {
 		t.Errorf("stats: %v", m)
+	}
+}
+
+// testCtx is a context that ends after d, or when the test does: no call
+// a test makes can outlive it.
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// recv waits for ch to yield or close, failing the test after 10s: a
+// goroutine that never answers fails the test instead of hanging it.
+func recv[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: nothing within 10s", what)
+		panic("unreachable")
 	}
 }
 
@@ -293,8 +326,8 @@ func TestSwitchClosedForShutdownStaysClosed(t *testing.T) {
 		t.Error("CloseWrites returned with a write in flight")
 	}
 	close(pass.release)
-	<-wrote
-	if err := s.CloseWrites(context.Background()); err != nil {
+	recv(t, "the write in flight", wrote)
+	if err := s.CloseWrites(testCtx(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	apply(t, s, &Record{Mode: ModeV3, Generation: 2})

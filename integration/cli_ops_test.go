@@ -9,7 +9,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +28,7 @@ func runBinary(t *testing.T, env []string, args ...string) cmdResult {
 // runBinaryIn runs the bridge binary to completion in dir.
 func runBinaryIn(t *testing.T, dir string, env []string, args ...string) cmdResult {
 	t.Helper()
+	bound(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, buildBridge(t), args...)
@@ -289,7 +289,7 @@ func TestCLINotifiesSystemdWhenReadyAndStopping(t *testing.T) {
 		}
 	}
 	expect("READY=1")
-	if r, err := http.Get(url + "/readyz"); err != nil || r.StatusCode != 200 {
+	if r, err := httpClient.Get(url + "/readyz"); err != nil || r.StatusCode != 200 {
 		t.Fatalf("READY=1 sent but /readyz: %v %v", r, err)
 	} else {
 		_, _ = io.Copy(io.Discard, r.Body)

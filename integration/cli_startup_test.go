@@ -124,8 +124,9 @@ func TestCLISignalWhileTheEmbeddedEtcdStartsStopsTheBridge(t *testing.T) {
 					<-done
 				}
 			}()
-			// The embedded etcd listens once it opens its data; then give it
-			// time to wait for its leader.
+			// The embedded etcd listens once it has opened its data; it
+			// serves nothing until it has a leader, which it never will: the
+			// bridge is waiting for it from then on.
 			host := strings.TrimPrefix(ep, "http://")
 			waitFor(t, 30*time.Second, "the embedded etcd's client port", func() bool {
 				c, err := net.DialTimeout("tcp", host, time.Second)
@@ -134,7 +135,6 @@ func TestCLISignalWhileTheEmbeddedEtcdStartsStopsTheBridge(t *testing.T) {
 				}
 				return err == nil
 			})
-			time.Sleep(2 * time.Second)
 			if err := cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}

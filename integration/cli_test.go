@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,6 +120,7 @@ type proc struct {
 
 func startBridgeProcess(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	bound(t)
 	bin := buildBridge(t)
 	p := &proc{logs: &bytes.Buffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, args...)
@@ -145,7 +145,7 @@ func (p *proc) waitHealthy(t *testing.T, url string) {
 			t.Fatalf("bridge exited: %v\n%s", err, p.logs)
 		default:
 		}
-		if r, err := http.Get(url + "/health"); err == nil {
+		if r, err := httpClient.Get(url + "/health"); err == nil {
 			b, _ := io.ReadAll(r.Body)
 			_ = r.Body.Close()
 			if r.StatusCode == 200 && strings.Contains(string(b), "true") {
@@ -180,7 +180,7 @@ func TestBinaryEnvFlagsAndShutdown(t *testing.T) {
 	if r := do(t, "GET", url, "/v2/machines", nil); r.body != "http://bridge.example:2379" {
 		t.Fatalf("advertise URL from the environment: %q", r.body)
 	}
-	if _, err := http.Get(ignored + "/health"); err == nil {
+	if _, err := httpClient.Get(ignored + "/health"); err == nil {
 		t.Fatal("the environment's listen URL was used although the flag was given")
 	}
 	ch := startWatch(t, url, "/w")

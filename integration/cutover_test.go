@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/etcd/client/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/internal/v2ref"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
@@ -35,6 +36,7 @@ const network = "/coreos.com/network"
 
 func newDualEnv(t *testing.T) *dualEnv {
 	t.Helper()
+	bound(t)
 	e := &dualEnv{ref: v2ref.StartT(t, v2ref.Options{}), cl: v2bridgetest.StartCluster(t, 1)}
 	e.v3 = e.cl.Client(t)
 	if r := do(t, "PUT", e.ref.URL, "/v2/keys"+network+"/config", form("value", `{"Network":"10.5.0.0/16"}`)); r.status != 201 {
@@ -100,10 +102,11 @@ func statsMode(t *testing.T, url string) string {
 // every lease recursively, resuming at modifiedIndex+1 and re-listing on
 // 401. It checks, at every change, that no subnet is held by two clients.
 type fleet struct {
-	mu         sync.Mutex // guards holders, violations, lost
+	mu         sync.Mutex // guards holders, violations, lost, released
 	holders    map[string]string
 	violations []string
 	lost       []string
+	released   int // leases given up (traded or lost)
 }
 
 func (f *fleet) hold(subnet, who string) {
@@ -120,6 +123,7 @@ func (f *fleet) release(subnet, who string) {
 	defer f.mu.Unlock()
 	if f.holders[subnet] == who {
 		delete(f.holders, subnet)
+		f.released++
 	}
 }
 
@@ -154,7 +158,7 @@ func (c *flannel) acquire(ctx context.Context) {
 			}
 		} else if !isV2Code(err, 100) {
 			c.refused++
-			time.Sleep(100 * time.Millisecond)
+			ctxsleep.Sleep(ctx, 100*time.Millisecond)
 			continue
 		}
 		for i := 1; i <= 40 && ctx.Err() == nil; i++ {
@@ -172,7 +176,7 @@ func (c *flannel) acquire(ctx context.Context) {
 			}
 			if !isV2Code(err, 105) {
 				c.refused++
-				time.Sleep(100 * time.Millisecond)
+				ctxsleep.Sleep(ctx, 100*time.Millisecond)
 				break
 			}
 		}
@@ -208,8 +212,7 @@ func (c *flannel) renew(ctx context.Context) {
 func (c *flannel) run(ctx context.Context) {
 	c.acquire(ctx)
 	next := time.Now().Add(time.Duration(1000+rand.IntN(1000)) * time.Millisecond)
-	for ctx.Err() == nil {
-		time.Sleep(200 * time.Millisecond)
+	for ctxsleep.Sleep(ctx, 200*time.Millisecond) {
 		if c.churn && time.Now().After(next) {
 			next = time.Now().Add(time.Duration(1000+rand.IntN(1000)) * time.Millisecond)
 			// A trade is whole even when the client is stopped in the
@@ -233,7 +236,7 @@ func (c *flannel) watch(ctx context.Context) {
 	for ctx.Err() == nil {
 		list, err := c.k.Get(ctx, subnets, &client.GetOptions{Recursive: true, Quorum: true})
 		if err != nil && !isV2Code(err, 100) {
-			time.Sleep(100 * time.Millisecond)
+			ctxsleep.Sleep(ctx, 100*time.Millisecond)
 			continue
 		}
 		view := map[string]string{}
@@ -256,7 +259,7 @@ func (c *flannel) watch(ctx context.Context) {
 				break // re-list
 			}
 			if err != nil {
-				time.Sleep(100 * time.Millisecond)
+				ctxsleep.Sleep(ctx, 100*time.Millisecond)
 				continue
 			}
 			c.mu.Lock()
@@ -340,7 +343,14 @@ func TestCutoverMovesEveryBridgeToV3(t *testing.T) {
 		defer f.mu.Unlock()
 		return len(f.holders) == len(clients)
 	})
-	time.Sleep(2 * time.Second) // leases traded through the old server, carried over by the follower
+	// Leases traded through the old server, and carried over by the
+	// follower: etcd v3 has a lease for every client.
+	waitFor(t, 30*time.Second, "leases traded on the old server and copied to etcd v3", func() bool {
+		f.mu.Lock()
+		traded := f.released
+		f.mu.Unlock()
+		return traded >= 3 && len(e.v3Leases(t)) == len(clients)
+	})
 
 	// The shadow comparison: a clean copy agrees with the old server; a v3
 	// key changed behind the follower's back is caught on the next read.
@@ -398,7 +408,24 @@ func TestCutoverMovesEveryBridgeToV3(t *testing.T) {
 	}
 	// The old server is no longer written: its leases stop being renewed.
 	before := do(t, "GET", e.ref.URL, "/v2/keys"+subnets, form("recursive", "true", "sorted", "true"))
-	time.Sleep(3 * time.Second) // clients keep renewing and trading, now on etcd v3
+	// The clients keep renewing and trading, now on etcd v3: wait until
+	// every lease there was written since.
+	cut, err := e.v3.Get(ctxT(t, 5*time.Second), "cutover-revision")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "every client renewing its lease on etcd v3 after the cutover", func() bool {
+		r, err := e.v3.Get(ctxT(t, 5*time.Second), subnets+"/", clientv3.WithPrefix())
+		if err != nil || len(r.Kvs) != len(clients) {
+			return false
+		}
+		for _, kv := range r.Kvs {
+			if kv.ModRevision <= cut.Header.Revision {
+				return false
+			}
+		}
+		return true
+	})
 	after := do(t, "GET", e.ref.URL, "/v2/keys"+subnets, form("recursive", "true", "sorted", "true"))
 	if normalized(t, before.body) != normalized(t, after.body) && !strings.Contains(after.body, `"errorCode":100`) {
 		t.Errorf("the old server was written after the cutover:\nbefore %s\nafter  %s", before.body, after.body)

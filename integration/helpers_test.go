@@ -10,14 +10,17 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/client/v2"
 
 	"github.com/v2bridge/v2bridge/v2bridgetest"
+	"github.com/v2bridge/v2bridge/v3backend"
 )
 
 // env is one bridge over a one-member embedded etcd.
@@ -29,10 +32,45 @@ type env struct {
 
 func newEnv(t *testing.T, o v2bridgetest.Options) *env {
 	t.Helper()
+	bound(t)
 	cl := v2bridgetest.StartCluster(t, 1)
 	br := v2bridgetest.StartBridge(t, cl.Endpoints(), o)
 	return &env{cluster: cl, bridge: br, url: br.URL}
 }
+
+// testBound is how long one integration test may run: several times the
+// slowest under the race detector on a busy machine, far below go test's
+// -timeout, so that a test that hangs stops on its own, named, with every
+// goroutine's stack, and not at the end of the whole run.
+const testBound = 5 * time.Minute
+
+// watchdogs holds the tests whose watchdog runs (*testing.T keys).
+var watchdogs sync.Map
+
+// bound starts the test's watchdog, once per test (the common helpers call
+// it): a test still running testBound after that ends the test binary with
+// a panic naming it, and every goroutine's stack.
+func bound(t *testing.T) {
+	if _, running := watchdogs.LoadOrStore(t, true); running {
+		return
+	}
+	timer := time.AfterFunc(testBound, func() {
+		debug.SetTraceback("all")
+		panic(fmt.Sprintf("%s: still running after its own bound of %v: it hangs", t.Name(), testBound))
+	})
+	t.Cleanup(func() {
+		timer.Stop()
+		watchdogs.Delete(t)
+	})
+}
+
+// patientHeartbeat is for tests that load this process heavily (the race
+// detector makes it several times slower) but are not about liveness: a
+// heartbeat starved of CPU is not taken for a lost member.
+var patientHeartbeat = v2bridgetest.Options{Backend: func(c *v3backend.Config) {
+	c.HeartbeatTimeout = 5 * time.Second
+	c.HeartbeatFailures = 3
+}}
 
 // resp is a raw HTTP answer.
 type resp struct {
@@ -58,6 +96,7 @@ var httpClient = &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*ht
 // query otherwise.
 func do(t *testing.T, method, base, path string, form url.Values) resp {
 	t.Helper()
+	bound(t)
 	u := base + path
 	var body io.Reader
 	if form != nil {
@@ -92,6 +131,7 @@ func do(t *testing.T, method, base, path string, form url.Values) resp {
 
 func v2client(t *testing.T, urls ...string) client.KeysAPI {
 	t.Helper()
+	bound(t)
 	c, err := client.New(client.Config{Endpoints: urls, Transport: client.DefaultTransport,
 		HeaderTimeoutPerRequest: 10 * time.Second})
 	if err != nil {
@@ -111,6 +151,7 @@ func v2clientWith(t *testing.T, tr client.CancelableTransport, urls ...string) c
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
+	bound(t)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

@@ -285,7 +285,7 @@ func putAll(t *testing.T, base string, puts []v2put, workers int) {
 
 func v2do(t *testing.T, base, method, p string, kv ...string) {
 	t.Helper()
-	if err := v2write(http.DefaultClient, base, method, p, form(kv...)); err != nil {
+	if err := v2write(httpClient, base, method, p, form(kv...)); err != nil {
 		t.Fatal(err)
 	}
 }

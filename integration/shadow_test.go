@@ -35,6 +35,7 @@ type shadowEnv struct {
 func newShadowEnv(t *testing.T, endpoints func(*v2bridgetest.Cluster) []string,
 	adjust func(*shadow.Config, *v2bridgetest.Cluster)) *shadowEnv {
 	t.Helper()
+	bound(t)
 	cl := v2bridgetest.StartCluster(t, 1)
 	br := v2bridgetest.StartBridge(t, endpoints(cl), v2bridgetest.Options{})
 	core, logs := observer.New(zapcore.DebugLevel)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -127,6 +128,42 @@ func (c *Cluster) Kill(i int) {
 	c.t.Helper()
 	c.process(i, "Kill")
 	c.Members[i].Stop()
+}
+
+// StallStorage stalls member i's storage the way a defrag does, until the
+// returned resume is called (or the test ends): it holds the backend's batch
+// transaction and read transaction locks, so writes, their apply, and reads
+// of the key space wait, while raft, the leader and the gRPC health service
+// carry on. Unlike a real defrag, whose length depends on the disk and the
+// database size, the stall lasts exactly as long as the test wants. Only for
+// members in this process (StartCluster).
+func (c *Cluster) StallStorage(i int) (resume func()) {
+	c.t.Helper()
+	m := c.member(i)
+	if m.Etcd == nil {
+		c.t.Fatalf("StallStorage: member %d runs in a child process; start the cluster with StartCluster", i)
+	}
+	be := m.Etcd.Server.Backend()
+	rtx, ok := be.ReadTx().(interface {
+		Lock()
+		Unlock()
+	})
+	if !ok {
+		c.t.Fatalf("StallStorage: member %d's read transaction (%T) cannot be locked", i, be.ReadTx())
+	}
+	// The order a defrag takes them in (a commit takes them in it too).
+	btx := be.BatchTx()
+	btx.LockOutsideApply()
+	rtx.Lock()
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			rtx.Unlock()
+			btx.Unlock()
+		})
+	}
+	c.t.Cleanup(resume) // before the cluster's own cleanup closes the member
+	return resume
 }
 
 // MemberClient is a clientv3 client of member i alone, on its own client URL
