@@ -141,6 +141,10 @@ type State struct {
 	// Vanished: the record was deleted after the bridge applied this
 	// generation (see Vanished).
 	Vanished bool
+	// ClusterID is the old server's X-Etcd-Cluster-Id as the cutover read
+	// it (empty before a cutover): every answer presents it, whichever
+	// side serves.
+	ClusterID string
 }
 
 // Unknown is the state of a bridge that has not read the record: it serves
@@ -152,7 +156,8 @@ func StateOf(r *Record) State {
 	if r == nil {
 		return State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true}
 	}
-	st := State{Mode: r.Mode, Generation: r.Generation, WatchFloor: r.WatchFloor, WatchCeiling: r.WatchCeiling}
+	st := State{Mode: r.Mode, Generation: r.Generation, WatchFloor: r.WatchFloor, WatchCeiling: r.WatchCeiling,
+		ClusterID: r.SourceClusterID}
 	switch r.Mode {
 	case ModePassthrough:
 		st.Side, st.Writes = SidePassthrough, true

@@ -67,6 +67,9 @@ type Switch struct {
 	// watch ceiling, as last logged (ceilingNear, ceilingPassed); Apply
 	// resets it.
 	ceilingWarned atomic.Int32
+	// passID is the last X-Etcd-Cluster-Id the old server answered with
+	// (nil: none yet), presented while no cutover has recorded one.
+	passID atomic.Pointer[string]
 
 	mu    sync.Mutex // guards everything below
 	st    State
@@ -252,11 +255,12 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st, _ := s.State()
 	b := s.backend(st.Side)
+	w = &clusterIDWriter{ResponseWriter: w, s: s, st: st, pass: b == nil || st.Side == SidePassthrough}
 	keys := r.URL.Path == "/v2/keys" || strings.HasPrefix(r.URL.Path, "/v2/keys/")
 	if b == nil {
 		switch {
 		case keys:
-			writeV2Error(w, translate.NewError(translate.EcodeRaftInternal, s.unavailable(st), 0))
+			s.writeV2Error(w, st, translate.NewError(translate.EcodeRaftInternal, s.unavailable(st), 0))
 		case r.URL.Path == "/health":
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"health": "false"})
 		default:
@@ -394,7 +398,7 @@ func (s *Switch) serveWrite(w http.ResponseWriter, r *http.Request, st State, b 
 			cause = "v2bridge: this bridge cannot renew its registration in etcd v3, so a cutover may have " +
 				"fenced writes without it: writes are refused until it reaches etcd v3 again; retry"
 		}
-		writeV2Error(w, translate.NewError(translate.EcodeRaftInternal, cause, 0))
+		s.writeV2Error(w, st, translate.NewError(translate.EcodeRaftInternal, cause, 0))
 		return
 	}
 	defer s.doneWrite()
@@ -423,7 +427,7 @@ func (s *Switch) doneWrite() {
 func (s *Switch) serveWatch(w http.ResponseWriter, r *http.Request, st State, b *Backend) {
 	if wi, err := strconv.ParseUint(r.URL.Query().Get("waitIndex"), 10, 64); err == nil && wi > 0 &&
 		(wi <= st.WatchFloor || st.WatchCeiling > 0 && wi > st.WatchCeiling && wi > sideIndex(b)) {
-		writeV2Error(w, translate.NewError(translate.EcodeEventIndexCleared,
+		s.writeV2Error(w, st, translate.NewError(translate.EcodeEventIndexCleared,
 			fmt.Sprintf("the requested history has been cleared [%d/%d]", st.WatchFloor+1, wi), st.WatchFloor))
 		return
 	}
@@ -431,8 +435,10 @@ func (s *Switch) serveWatch(w http.ResponseWriter, r *http.Request, st State, b 
 	defer cancel()
 	iw := &inflightWatch{side: st.Side, cancel: cancel}
 	s.mu.Lock()
-	if s.st != st { // changed since it was read: let the client ask again
+	if s.st != st { // changed since it was read: an empty 200, which clients re-issue
 		s.mu.Unlock()
+		s.setClusterID(w.Header(), st)
+		w.WriteHeader(http.StatusOK)
 		return
 	}
 	s.watches[iw] = struct{}{}
@@ -564,6 +570,84 @@ func (s *Switch) MetricsHandler() http.Handler {
 			b.Probes.ServeHTTP(w, r)
 		}
 	})
+}
+
+// clusterID is the X-Etcd-Cluster-Id the bridge presents under st: the old
+// server's, as the cutover recorded it or, before any cutover, as the old
+// server last sent it ("" while unknown). v2 clients may take a change of
+// it for a change of cluster (python-etcd raises EtcdClusterIdChanged), so
+// it stays the same whichever side serves.
+func (s *Switch) clusterID(st State) string {
+	if st.ClusterID != "" {
+		return st.ClusterID
+	}
+	if id := s.passID.Load(); id != nil {
+		return *id
+	}
+	return ""
+}
+
+// setClusterID sets h's X-Etcd-Cluster-Id to the one presented, if known.
+func (s *Switch) setClusterID(h http.Header, st State) {
+	if id := s.clusterID(st); id != "" {
+		h.Set(clusterIDHeader, id)
+	}
+}
+
+const clusterIDHeader = "X-Etcd-Cluster-Id"
+
+// clusterIDWriter replaces the X-Etcd-Cluster-Id of an answer, where the
+// side sets one, by the one the switch presents; on the passthrough it first
+// notes the one the old server sent.
+type clusterIDWriter struct {
+	http.ResponseWriter
+	s    *Switch
+	st   State
+	pass bool // the answer comes from the passthrough
+	done bool // the header was fixed
+}
+
+func (w *clusterIDWriter) fix() {
+	if w.done {
+		return
+	}
+	w.done = true
+	h := w.Header()
+	v := h.Get(clusterIDHeader)
+	if v == "" {
+		return
+	}
+	if w.pass {
+		if old := w.s.passID.Load(); old == nil || *old != v {
+			w.s.passID.Store(&v)
+		}
+	}
+	w.s.setClusterID(h, w.st)
+}
+
+func (w *clusterIDWriter) WriteHeader(code int) {
+	w.fix()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *clusterIDWriter) Write(p []byte) (int, error) {
+	w.fix()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *clusterIDWriter) Flush() {
+	w.fix()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection underneath.
+func (w *clusterIDWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Switch) writeV2Error(w http.ResponseWriter, st State, ve *translate.Error) {
+	s.setClusterID(w.Header(), st)
+	writeV2Error(w, ve)
 }
 
 func writeV2Error(w http.ResponseWriter, ve *translate.Error) {

@@ -382,3 +382,56 @@ func TestSwitchPassesTheOldServersOwnIndexAboveTheCeiling(t *testing.T) {
 		t.Error("a ceiling reported while serving etcd v3")
 	}
 }
+
+// idSide answers as a v2 server of cluster id does: the id on every /v2/
+// answer, a flushed 200 on a watch.
+func idSide(id string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v2/") {
+			w.Header().Set("X-Etcd-Cluster-Id", id)
+		}
+		if r.URL.Query().Get("wait") == "true" {
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			return
+		}
+		_, _ = io.WriteString(w, id)
+	})
+}
+
+func TestSwitchPresentsTheOldServersClusterIDOnEverySide(t *testing.T) {
+	ok := func() bool { return true }
+	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: idSide("01d"), Probes: idSide("01d"), Ready: ok}})
+	s.SetV3(Backend{API: idSide("3e3"), Probes: idSide("3e3"), Ready: ok})
+	s.ExtendWrites(time.Now().Add(time.Hour))
+	check := func(when, method, target string, code int, id string) {
+		t.Helper()
+		r := serve(s, method, target)
+		if r.Code != code || r.Header().Get("X-Etcd-Cluster-Id") != id {
+			t.Errorf("%s: %s %s: %d, cluster id %q; want %d, %q (%s)", when, method, target, r.Code,
+				r.Header().Get("X-Etcd-Cluster-Id"), code, id, r.Body)
+		}
+	}
+	apply(t, s, nil)
+	check("passthrough", "GET", "/v2/keys/a", 200, "01d")
+	check("passthrough, a watch", "GET", "/v2/keys/a?wait=true", 200, "01d")
+	// No cutover has recorded the old server's id yet: the one it sent.
+	apply(t, s, &Record{Mode: ModeV3, Generation: 1, WatchFloor: 1000})
+	check("v3, before a cutover recorded an id", "GET", "/v2/keys/a", 200, "01d")
+	check("v3, a waitIndex of the old server's", "GET", "/v2/keys/a?wait=true&waitIndex=7", 400, "01d")
+	rec := &Record{Mode: ModeV3, Generation: 2, WatchFloor: 1000, SourceClusterID: "0ab"}
+	apply(t, s, rec)
+	for _, c := range []struct{ method, target string }{{"GET", "/v2/keys/a"}, {"PUT", "/v2/keys/a"},
+		{"GET", "/v2/keys/a?wait=true&waitIndex=2000"}, {"GET", "/v2/members"}} {
+		check("v3", c.method, c.target, 200, "0ab")
+	}
+	check("v3, a waitIndex of the old server's", "GET", "/v2/keys/a?wait=true&waitIndex=7", 400, "0ab")
+	fenced := Next(rec, ModeFencing, ModeV3, "t", time.Now())
+	apply(t, s, &fenced)
+	check("fenced on v3, a write", "PUT", "/v2/keys/a", 500, "0ab")
+	back := Next(&fenced, ModePassthrough, "", "t", time.Now())
+	apply(t, s, &back)
+	check("rolled back", "GET", "/v2/keys/a", 200, "0ab")
+	// An answer the side gives without an id gets none.
+	check("/version", "GET", "/version", 200, "")
+}

@@ -257,3 +257,27 @@ func scrapeMetric(t *testing.T, base, name string) float64 {
 	t.Fatalf("no %s in %s/metrics", name, base)
 	return 0
 }
+
+// pyWatchLines applies to st what a python watch loop prints: "relist",
+// then "node <key> <value>" for each file, then "listed"; "event <action>
+// <key> [<value>]" for each event.
+func pyWatchLines(st *watchState) func(string) {
+	var listing map[string]string
+	return func(l string) {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 1 && f[0] == "relist":
+			listing = map[string]string{}
+		case len(f) == 3 && f[0] == "node" && listing != nil:
+			listing[f[1]] = f[2]
+		case len(f) == 1 && f[0] == "listed":
+			st.reset(listing)
+		case len(f) >= 3 && f[0] == "event":
+			v := ""
+			if len(f) == 4 {
+				v = f[3]
+			}
+			st.apply(f[1], f[2], v)
+		}
+	}
+}

@@ -439,24 +439,7 @@ while True:
 func pyWatch(ctx context.Context, base, dir string, st *watchState) error {
 	u, _ := url.Parse(base)
 	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-c", pythonWatch, u.Hostname(), u.Port(), dir)
-	var listing map[string]string
-	return lines(ctx, cmd, func(l string) {
-		f := strings.Fields(l)
-		switch {
-		case len(f) == 1 && f[0] == "relist":
-			listing = map[string]string{}
-		case len(f) == 3 && f[0] == "node" && listing != nil:
-			listing[f[1]] = f[2]
-		case len(f) == 1 && f[0] == "listed":
-			st.reset(listing)
-		case len(f) >= 3 && f[0] == "event":
-			v := ""
-			if len(f) == 4 {
-				v = f[3]
-			}
-			st.apply(f[1], f[2], v)
-		}
-	})
+	return lines(ctx, cmd, pyWatchLines(st))
 }
 
 // etcdctlWatch is `etcdctl watch --forever` restarted whenever it exits (it
