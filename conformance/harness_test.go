@@ -73,9 +73,15 @@ func newEnv(t *testing.T) *env {
 	})
 	cl := v2bridgetest.StartCluster(t, 1)
 	// A small event ring, so that watches from a past waitIndex are served
-	// from v3 history as often as from the ring.
+	// from v3 history as often as from the ring. A patient heartbeat: the
+	// suite compares answers, and under the race detector on a loaded
+	// machine a starved heartbeat can declare the member lost, which ends
+	// watches and reloads the mirror (the liveness suites test that).
 	br := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{
-		Backend: func(c *v3backend.Config) { c.RingSize = bridgeRingSize }})
+		Backend: func(c *v3backend.Config) {
+			c.RingSize = bridgeRingSize
+			c.HeartbeatTimeout, c.HeartbeatFailures = 5*time.Second, 5
+		}})
 	wg.Wait()
 	if refErr != nil {
 		t.Fatal(refErr)

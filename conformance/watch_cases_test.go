@@ -201,8 +201,11 @@ func watchCases() []scriptCase {
 		// in the middle of it would come at a different place in each
 		// server's history.
 		{Name: "expire to a watch from a past waitIndex", Steps: []step{
-			put("/t", "value", "1", "ttl", "6").save("t"),
-			{Method: "PUT", Path: keys("/fill"), Form: []string{"value", "v{i}"}, Bulk: bridgeRingSize / 2},
+			// The fill must end before the expiry on both servers (the
+			// expire's index counts the writes before it): a short fill and
+			// a TTL that outlasts it on a loaded machine.
+			put("/t", "value", "1", "ttl", "8").save("t"),
+			{Method: "PUT", Path: keys("/fill"), Form: []string{"value", "v{i}"}, Bulk: bridgeRingSize / 10},
 			watch("w", "/t", "waitIndex", "{t.mi+1}"),
 			await("w"),
 		}},
