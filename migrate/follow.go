@@ -142,8 +142,8 @@ func (m *migrator) followOnce(ctx context.Context, roots []root, fs *FollowStats
 	}
 	report(true)
 
-	pl := newPipeline(m.o.Concurrency)
-	done := make(chan result, m.o.Concurrency) // never full: one slot per event in flight
+	pl := newPipeline(eventsInFlight)
+	done := make(chan result, eventsInFlight) // never full: one slot per event in flight
 	dispatch := func(ev *translate.Event) {
 		fs.Events++
 		fs.Index = max(fs.Index, ev.Node.ModifiedIndex)
@@ -205,6 +205,11 @@ func (m *migrator) followOnce(ctx context.Context, roots []root, fs *FollowStats
 		}
 	}
 }
+
+// eventsInFlight is how many events are applied at once: as many writes
+// as the bridge's group commit puts in one transaction by default, since
+// an event waits mostly for its transaction.
+const eventsInFlight = 64
 
 // eventBuffer is how many received events may wait to be applied: the
 // stream reader keeps reading meanwhile, since v2 drops a stream watcher
