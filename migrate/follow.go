@@ -36,11 +36,14 @@ func (r *resyncNeeded) Error() string {
 }
 
 // Follow applies the source's changes to the bridge after a Copy, from the
-// copy's snapshot index on, until ctx ends (which is not an error). Each
+// copy's snapshot index on, until ctx ends (which is not an error). The
+// events come from one stream watch; those on unrelated keys are applied
+// side by side, those on one key (or above or below it) in order. Each
 // source event is checked against the bridge first: a node the bridge holds
 // as the source held it before the event (or as this process left it) is
 // updated; anything else is a conflict, reported and left alone unless
-// Overwrite. When the source no longer holds the history the watch needs (v2
+// Overwrite. A file this process wrote is checked by a write guarded by
+// the index it wrote it at, not by a read. When the source no longer holds the history the watch needs (v2
 // keeps 1000 events; error 401), Follow re-syncs with a full Copy, logs that
 // it did, and carries on from the new snapshot.
 //
@@ -251,8 +254,8 @@ func (p *pipeline) busy() bool { return len(p.running) > 0 }
 
 // blocked reports whether an event on key must wait.
 func (p *pipeline) blocked(key string) bool {
-	if len(p.running) >= p.limit {
-		return true
+	if len(p.running) >= p.limit || len(p.order) >= eventBuffer {
+		return true // (done events wait in order for one still in flight)
 	}
 	for _, k := range p.running {
 		if under(k, key) || under(key, k) {
