@@ -47,6 +47,22 @@ func TestPipeline(t *testing.T) {
 	if p.blocked("/a/1") {
 		t.Fatal("nothing in flight blocks nothing")
 	}
+	// Events done behind one still in flight are bounded too.
+	slow := p.start("/slow", 13)
+	for i := range eventBuffer - 1 {
+		if p.blocked("/k") {
+			t.Fatalf("blocked with %d events waiting behind the slow one", i)
+		}
+		if _, ok := p.finish(p.start("/k", uint64(14+i))); ok {
+			t.Fatal("the applied index moved past an event in flight")
+		}
+	}
+	if !p.blocked("/k") {
+		t.Fatalf("not blocked with %d events waiting behind the slow one", eventBuffer-1)
+	}
+	if idx, ok := p.finish(slow); !ok || idx != uint64(13+eventBuffer-1) || p.blocked("/k") {
+		t.Fatalf("finishing the slow one = %d %v, want %d", idx, ok, 13+eventBuffer-1)
+	}
 }
 
 func TestOwnershipKnownFiles(t *testing.T) {
