@@ -43,9 +43,10 @@ func (r *resyncNeeded) Error() string {
 // as the source held it before the event (or as this process left it) is
 // updated; anything else is a conflict, reported and left alone unless
 // Overwrite. A file this process wrote is checked by a write guarded by
-// the index it wrote it at, not by a read. When the source no longer holds the history the watch needs (v2
-// keeps 1000 events; error 401), Follow re-syncs with a full Copy, logs that
-// it did, and carries on from the new snapshot.
+// the index it wrote it at, not by a read. When the source no longer holds
+// the history the watch needs (v2 keeps 1000 events; error 401), Follow
+// re-syncs with a full Copy, logs that it did, and carries on from the new
+// snapshot.
 //
 // v2 does not report refresh=true writes (TTL renewals that keep the value)
 // to watchers; every Options.TTLResync Follow re-reads the source and carries
@@ -115,6 +116,7 @@ type result struct {
 	changed bool
 	c       *Conflict
 	fail    *Failure
+	stopped bool // ctx ended first: nothing to count
 }
 
 func (m *migrator) followOnce(ctx context.Context, roots []root, fs *FollowStats) error {
@@ -222,6 +224,7 @@ const eventBuffer = 4096
 // account adds one applied event's outcome to fs.
 func (m *migrator) account(r result, fs *FollowStats) {
 	switch {
+	case r.stopped:
 	case r.fail != nil:
 		fs.Failures = append(fs.Failures, *r.fail)
 	case r.c != nil:
@@ -417,7 +420,7 @@ func (m *migrator) applyEvent(ctx context.Context, ev *translate.Event) result {
 			return result{ev: ev, changed: changed, c: c}
 		}
 		if ctx.Err() != nil {
-			return result{ev: ev}
+			return result{ev: ev, stopped: true}
 		}
 		if isKeyError(err) {
 			m.logf("could not apply %s of %s (index %d): %v", ev.Action, ev.Node.Key, ev.Node.ModifiedIndex, err)
@@ -428,7 +431,7 @@ func (m *migrator) applyEvent(ctx context.Context, ev *translate.Event) result {
 			down = true
 		}
 		if !ctxsleep.Sleep(ctx, backoff) {
-			return result{ev: ev}
+			return result{ev: ev, stopped: true}
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
