@@ -36,13 +36,17 @@ func (r *resyncNeeded) Error() string {
 }
 
 // Follow applies the source's changes to the bridge after a Copy, from the
-// copy's snapshot index on, until ctx ends (which is not an error). Each
+// copy's snapshot index on, until ctx ends (which is not an error). The
+// events come from one stream watch; those on unrelated keys are applied
+// side by side, those on one key (or above or below it) in order. Each
 // source event is checked against the bridge first: a node the bridge holds
 // as the source held it before the event (or as this process left it) is
 // updated; anything else is a conflict, reported and left alone unless
-// Overwrite. When the source no longer holds the history the watch needs (v2
-// keeps 1000 events; error 401), Follow re-syncs with a full Copy, logs that
-// it did, and carries on from the new snapshot.
+// Overwrite. A file this process wrote is checked by a write guarded by
+// the index it wrote it at, not by a read. When the source no longer holds
+// the history the watch needs (v2 keeps 1000 events; error 401), Follow
+// re-syncs with a full Copy, logs that it did, and carries on from the new
+// snapshot.
 //
 // v2 does not report refresh=true writes (TTL renewals that keep the value)
 // to watchers; every Options.TTLResync Follow re-reads the source and carries
@@ -105,12 +109,22 @@ func (m *migrator) follow(ctx context.Context, snap *Summary) (*FollowStats, err
 	}
 }
 
+// result is the outcome of applying one event.
+type result struct {
+	seq     int
+	ev      *translate.Event
+	changed bool
+	c       *Conflict
+	fail    *Failure
+	stopped bool // ctx ended first: nothing to count
+}
+
 func (m *migrator) followOnce(ctx context.Context, roots []root, fs *FollowStats) error {
-	var wg sync.WaitGroup
+	var wg sync.WaitGroup // the watches and the events being applied
 	defer wg.Wait()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	evc := make(chan *translate.Event)
+	evc := make(chan *translate.Event, eventBuffer)
 	errc := make(chan error, len(roots))
 	for i, r := range roots {
 		wg.Add(1)
@@ -132,19 +146,64 @@ func (m *migrator) followOnce(ctx context.Context, roots []root, fs *FollowStats
 			Conflicts: len(fs.Conflicts), Resyncs: fs.Resyncs}, force)
 	}
 	report(true)
+
+	pl := newPipeline(eventsInFlight)
+	done := make(chan result, eventsInFlight) // never full: one slot per event in flight
+	dispatch := func(ev *translate.Event) {
+		fs.Events++
+		fs.Index = max(fs.Index, ev.Node.ModifiedIndex)
+		seq := pl.start(ev.Node.Key, ev.Node.ModifiedIndex)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := m.applyEvent(ctx, ev)
+			r.seq = seq
+			done <- r
+		}()
+	}
+	finish := func(r result) {
+		m.account(r, fs)
+		if applied, ok := pl.finish(r.seq); ok && m.o.Applied != nil && ctx.Err() == nil {
+			m.o.Applied(applied)
+		}
+		report(false)
+	}
+	var held *translate.Event // the next event, waiting for its key or a free slot
+	drain := func() {
+		for pl.busy() {
+			finish(<-done)
+		}
+		if held != nil && ctx.Err() == nil {
+			dispatch(held)
+			held = nil
+			finish(<-done)
+		}
+	}
+	defer drain()
 	for {
+		in := evc
+		if held != nil {
+			in = nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-errc:
 			return err
-		case ev := <-evc:
-			m.applyEvent(ctx, ev, fs)
-			if m.o.Applied != nil && ctx.Err() == nil {
-				m.o.Applied(fs.Index)
+		case ev := <-in:
+			if pl.blocked(ev.Node.Key) {
+				held = ev
+				continue
 			}
-			report(false)
+			dispatch(ev)
+		case r := <-done:
+			finish(r)
+			if held != nil && !pl.blocked(held.Node.Key) {
+				dispatch(held)
+				held = nil
+			}
 		case <-ttlTick:
+			drain() // the re-sync reads what the events in flight write
 			m.resyncTTLs(ctx, roots, fs)
 		case <-beat.C:
 			report(true)
@@ -152,57 +211,171 @@ func (m *migrator) followOnce(ctx context.Context, roots []root, fs *FollowStats
 	}
 }
 
-// watchLoop long-polls the source for events on r (one-shot v2 watches, each
-// resuming at the last event's modifiedIndex+1) and hands them over in order.
+// eventsInFlight is how many events are applied at once: as many writes
+// as the bridge's group commit puts in one transaction by default, since
+// an event waits mostly for its transaction.
+const eventsInFlight = 64
+
+// eventBuffer is how many received events may wait to be applied: the
+// stream reader keeps reading meanwhile, since v2 drops a stream watcher
+// that falls 100 events behind.
+const eventBuffer = 4096
+
+// account adds one applied event's outcome to fs.
+func (m *migrator) account(r result, fs *FollowStats) {
+	switch {
+	case r.stopped:
+	case r.fail != nil:
+		fs.Failures = append(fs.Failures, *r.fail)
+	case r.c != nil:
+		fs.Conflicts = append(fs.Conflicts, *r.c)
+		m.logf("conflict at %s (source event %s at index %d): %s", r.c.Path, r.ev.Action, r.ev.Node.ModifiedIndex, r.c.Detail)
+	case r.changed:
+		fs.Applied++
+	default:
+		fs.Unchanged++
+	}
+}
+
+// pipeline orders the events being applied at once: an event waits while
+// one on its key, above it or below it is in flight (their order matters),
+// and the index reported as applied is the last one up to which every
+// event received is done. Only followOnce's loop uses it.
+type pipeline struct {
+	limit   int
+	running map[int]string // seq -> key of each event in flight
+	order   []bool         // done, of each event not yet retired, from seq first
+	index   []uint64       // the source index of each, likewise
+	first   int
+}
+
+func newPipeline(limit int) *pipeline {
+	return &pipeline{limit: max(limit, 1), running: map[int]string{}}
+}
+
+func (p *pipeline) busy() bool { return len(p.running) > 0 }
+
+// blocked reports whether an event on key must wait.
+func (p *pipeline) blocked(key string) bool {
+	if len(p.running) >= p.limit || len(p.order) >= eventBuffer {
+		return true // (done events wait in order for one still in flight)
+	}
+	for _, k := range p.running {
+		if under(k, key) || under(key, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// start records an event on key at the source index idx and returns its seq.
+func (p *pipeline) start(key string, idx uint64) int {
+	seq := p.first + len(p.order)
+	p.order = append(p.order, false)
+	p.index = append(p.index, idx)
+	p.running[seq] = key
+	return seq
+}
+
+// finish marks the event seq done and returns the index up to which every
+// event is, if that moved.
+func (p *pipeline) finish(seq int) (uint64, bool) {
+	delete(p.running, seq)
+	p.order[seq-p.first] = true
+	var idx uint64
+	moved := false
+	for len(p.order) > 0 && p.order[0] {
+		idx, moved = p.index[0], true
+		p.order, p.index = p.order[1:], p.index[1:]
+		p.first++
+	}
+	return idx, moved
+}
+
+// streamIdle is how long a stream watch may bring nothing before it is made
+// again: v2 stops sending to a stream watcher it found slow without ending
+// the request, so a quiet stream may be a dropped one.
+const streamIdle = time.Second
+
+// watchLoop reads the source's events on r from a stream watch (stream=true;
+// made again from the next index whenever it ends or idles) and hands them
+// over in order.
 func (m *migrator) watchLoop(ctx context.Context, r root, main bool, evc chan<- *translate.Event, errc chan<- error) {
 	wait := r.index + 1
 	backoff := 100 * time.Millisecond
 	down := false
 	for {
-		ev, err := m.src.watch(ctx, r.path, wait)
+		sctx, cancel := context.WithCancel(ctx)
+		idle := time.AfterFunc(streamIdle, cancel)
+		st, err := m.src.stream(sctx, r.path, wait)
+		if err == nil {
+			if down {
+				m.logf("watching %s on the source again from index %d", r.path, wait)
+				down = false
+			}
+			backoff = 100 * time.Millisecond
+			var n int
+			wait, n = m.readStream(ctx, st, idle, r, main, wait, evc)
+			st.close()
+			if n == 0 && ctx.Err() == nil && !ctxsleep.Sleep(ctx, 50*time.Millisecond) {
+				idle.Stop()
+				cancel()
+				return // (an ended watch: ask again, not in a busy loop)
+			}
+		}
+		idle.Stop()
+		idled := sctx.Err() != nil
+		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			var ve *translate.Error
-			if errors.As(err, &ve) && ve.Code == translate.EcodeEventIndexCleared {
-				errc <- &resyncNeeded{root: r.path, index: wait}
-				return
-			}
-			if !down {
-				m.logf("watching %s on the source failed: %v; retrying", r.path, err)
-				down = true
-			}
-			if !ctxsleep.Sleep(ctx, backoff) {
-				return
-			}
-			backoff = min(2*backoff, 5*time.Second)
-			continue
+		if err == nil || idled {
+			continue // ended, idle, or an event from history: watch again from wait
 		}
-		if down {
-			m.logf("watching %s on the source again from index %d", r.path, wait)
-			down = false
-		}
-		backoff = 100 * time.Millisecond
-		if ev == nil { // the server ended the watch without an event: ask again
-			if !ctxsleep.Sleep(ctx, 50*time.Millisecond) {
-				return
-			}
-			continue
-		}
-		if idx := ev.Node.ModifiedIndex; idx >= wait {
-			wait = idx + 1
-		} else {
-			wait++
-		}
-		ev = acceptEvent(r.path, main, ev)
-		if ev == nil {
-			continue
-		}
-		select {
-		case evc <- ev:
-		case <-ctx.Done():
+		var ve *translate.Error
+		if errors.As(err, &ve) && ve.Code == translate.EcodeEventIndexCleared {
+			errc <- &resyncNeeded{root: r.path, index: wait}
 			return
+		}
+		if !down {
+			m.logf("watching %s on the source failed: %v; retrying", r.path, err)
+			down = true
+		}
+		if !ctxsleep.Sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// readStream hands over st's events until it ends (or idle cancels it) and
+// returns the next waitIndex and how many events it read. An event from
+// the source's history ends it: v2 sends no more on such a stream.
+func (m *migrator) readStream(ctx context.Context, st *eventStream, idle *time.Timer, r root, main bool,
+	wait uint64, evc chan<- *translate.Event) (uint64, int) {
+	n := 0
+	for {
+		ev, err := st.next()
+		if err != nil {
+			return wait, n
+		}
+		n++
+		idle.Reset(streamIdle)
+		next := wait + 1
+		if idx := ev.Node.ModifiedIndex; idx >= wait {
+			next = idx + 1
+		}
+		live := ev.Node.ModifiedIndex > st.index
+		if ev = acceptEvent(r.path, main, ev); ev != nil {
+			select {
+			case evc <- ev:
+			case <-ctx.Done():
+				return wait, n
+			}
+		}
+		wait = next
+		if !live {
+			return wait, n
 		}
 	}
 }
@@ -233,59 +406,48 @@ func isDelete(action string) bool {
 	return action == translate.ActionDelete || action == translate.ActionExpire || action == translate.ActionCompareAndDelete
 }
 
-// applyEvent applies one source event, retrying while the bridge's backend is
-// unavailable, so no event is lost.
-func (m *migrator) applyEvent(ctx context.Context, ev *translate.Event, fs *FollowStats) {
-	fs.Events++
-	if ev.Node.ModifiedIndex > fs.Index {
-		fs.Index = ev.Node.ModifiedIndex
-	}
+// applyEvent applies one source event, retrying while the bridge's backend
+// is unavailable, so no event is lost.
+func (m *migrator) applyEvent(ctx context.Context, ev *translate.Event) result {
 	backoff := 100 * time.Millisecond
 	down := false
 	for {
 		changed, c, err := m.applyOne(ctx, ev)
 		if err == nil {
-			switch {
-			case c != nil:
-				fs.Conflicts = append(fs.Conflicts, *c)
-				m.logf("conflict at %s (source event %s at index %d): %s", c.Path, ev.Action, ev.Node.ModifiedIndex, c.Detail)
-			case changed:
-				fs.Applied++
-			default:
-				fs.Unchanged++
-			}
 			if down {
 				m.logf("the bridge's backend answers again")
 			}
-			return
+			return result{ev: ev, changed: changed, c: c}
 		}
 		if ctx.Err() != nil {
-			return
+			return result{ev: ev, stopped: true}
 		}
 		if isKeyError(err) {
-			fs.Failures = append(fs.Failures, Failure{Path: ev.Node.Key, Err: err})
 			m.logf("could not apply %s of %s (index %d): %v", ev.Action, ev.Node.Key, ev.Node.ModifiedIndex, err)
-			return
+			return result{ev: ev, fail: &Failure{Path: ev.Node.Key, Err: err}}
 		}
 		if !down {
 			m.logf("applying %s of %s to the bridge failed: %v; retrying until it works", ev.Action, ev.Node.Key, err)
 			down = true
 		}
 		if !ctxsleep.Sleep(ctx, backoff) {
-			return
+			return result{ev: ev, stopped: true}
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
 // applyOne brings the bridge's node at the event's key to what the event
-// made of it on the source.
+// made of it on the source. The first attempt decides from the file this
+// process last wrote there, if it knows it; the write is guarded by that
+// file's index, so a bridge that holds anything else fails it, and the
+// next attempt reads the bridge.
 func (m *migrator) applyOne(ctx context.Context, ev *translate.Event) (changed bool, c *Conflict, err error) {
 	for attempt := 0; ; attempt++ {
 		if isDelete(ev.Action) {
-			changed, c, err = m.followDelete(ctx, ev.Node.Key, ev.PrevNode)
+			changed, c, err = m.followDelete(ctx, ev.Node.Key, ev.PrevNode, attempt > 0)
 		} else {
-			changed, c, err = m.followPut(ctx, ev.Node, ev.PrevNode)
+			changed, c, err = m.followPut(ctx, ev.Node, ev.PrevNode, attempt > 0)
 		}
 		if err != nil && isRace(err) && attempt < 2 {
 			continue // the bridge changed under us: read it again
@@ -294,13 +456,24 @@ func (m *migrator) applyOne(ctx context.Context, ev *translate.Event) (changed b
 	}
 }
 
-func (m *migrator) followPut(ctx context.Context, n, prev *translate.Node) (bool, *Conflict, error) {
-	d, err := m.tgt.get(ctx, n.Key, false)
-	if err != nil {
-		return false, nil, err
+func (m *migrator) followPut(ctx context.Context, n, prev *translate.Node, fresh bool) (bool, *Conflict, error) {
+	var d *translate.Node
+	if k := m.owned.known(n.Key); k != nil && !fresh && !n.Dir {
+		// Only writes guarded by k's index: the same value with the
+		// same TTL, or another kind, are decided on a read.
+		if kind, _ := diff(n, k, m.o.TTLTolerance); kind == KindValue || kind == KindTTL || kind == KindExpiry {
+			d = k
+		}
+	}
+	if d == nil {
+		var err error
+		if d, err = m.tgt.get(ctx, n.Key, false); err != nil {
+			return false, nil, err
+		}
 	}
 	kind, detail := diff(n, d, m.o.TTLTolerance)
 	var res *translate.Event
+	var err error
 	switch {
 	case kind == "":
 		return false, nil, nil
@@ -330,18 +503,29 @@ func (m *migrator) followPut(ctx context.Context, n, prev *translate.Node) (bool
 	if kind == KindType {
 		m.owned.dropTree(n.Key)
 	}
-	m.owned.set(n.Key, res.Node.ModifiedIndex)
+	if n.Dir {
+		m.owned.set(n.Key, res.Node.ModifiedIndex)
+	} else {
+		w := *n
+		w.ModifiedIndex, w.Expiration, w.TTL = res.Node.ModifiedIndex, res.Node.Expiration, res.Node.TTL
+		m.owned.setFile(&w)
+	}
 	return true, nil, nil
 }
 
 // followDelete deletes the bridge's node at p when the source deleted (or
 // expired) it, if the bridge's node, and for a directory everything in it, is
 // still the copy this migration made. prev is the source's node before; nil
-// when a directory above the migrated prefix went.
-func (m *migrator) followDelete(ctx context.Context, p string, prev *translate.Node) (bool, *Conflict, error) {
-	d, err := m.tgt.get(ctx, p, true)
-	if err != nil {
-		return false, nil, err
+// when a directory above the migrated prefix went. Unless fresh, a file
+// this process wrote there is deleted without reading it first (guarded by
+// its index).
+func (m *migrator) followDelete(ctx context.Context, p string, prev *translate.Node, fresh bool) (bool, *Conflict, error) {
+	d := m.owned.known(p)
+	if d == nil || fresh {
+		var err error
+		if d, err = m.tgt.get(ctx, p, true); err != nil {
+			return false, nil, err
+		}
 	}
 	if d == nil {
 		m.owned.dropTree(p)

@@ -242,18 +242,45 @@ type Progress struct {
 // lease renewed by a node already switched to the bridge) is not the
 // migration's any more, and an expiry on the old server must not delete it.
 type ownership struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards m and nodes
 	m  map[string]uint64
+	// nodes holds files as this process wrote them while following, so
+	// the next change of one is decided without reading the bridge: an
+	// entry counts only while m holds its revision.
+	nodes map[string]*translate.Node
 }
 
 const anyRev = ^uint64(0) // an implicit directory this process caused to exist
 
-func newOwnership() *ownership { return &ownership{m: map[string]uint64{}} }
+func newOwnership() *ownership {
+	return &ownership{m: map[string]uint64{}, nodes: map[string]*translate.Node{}}
+}
 
 func (o *ownership) set(p string, rev uint64) {
 	o.mu.Lock()
 	o.m[p] = rev
+	delete(o.nodes, p)
 	o.mu.Unlock()
+}
+
+// setFile records the file n (without children) as the bridge now holds it.
+func (o *ownership) setFile(n *translate.Node) {
+	o.mu.Lock()
+	o.m[n.Key] = n.ModifiedIndex
+	o.nodes[n.Key] = n
+	o.mu.Unlock()
+}
+
+// known is the file at p as this process last wrote it, if nothing it
+// recorded since says otherwise; nil when it does not know.
+func (o *ownership) known(p string) *translate.Node {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.nodes[p]
+	if n == nil || o.m[p] != n.ModifiedIndex {
+		return nil
+	}
+	return n
 }
 
 func (o *ownership) dropTree(p string) {
@@ -262,6 +289,11 @@ func (o *ownership) dropTree(p string) {
 	for k := range o.m {
 		if under(k, p) {
 			delete(o.m, k)
+		}
+	}
+	for k := range o.nodes {
+		if under(k, p) {
+			delete(o.nodes, k)
 		}
 	}
 }

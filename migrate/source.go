@@ -207,6 +207,72 @@ func (s *source) watch(ctx context.Context, root string, waitIndex uint64) (*tra
 	return ev, err
 }
 
+// eventStream is a v2 watch with stream=true: the server writes each event
+// as one JSON object and keeps the request open.
+type eventStream struct {
+	body io.ReadCloser
+	dec  *json.Decoder
+	// index is the source's X-Etcd-Index when the watch was made. An event
+	// at or below it came from the source's history: v2 then answers with
+	// that one event and registers no watcher, so the stream sends no more.
+	index uint64
+}
+
+// stream opens a recursive stream watch on root from waitIndex. The stream
+// lives as long as ctx; a v2 error (401: the history no longer reaches
+// waitIndex) comes back as a *translate.Error.
+func (s *source) stream(ctx context.Context, root string, waitIndex uint64) (*eventStream, error) {
+	q := url.Values{"wait": {"true"}, "recursive": {"true"}, "stream": {"true"},
+		"waitIndex": {strconv.FormatUint(waitIndex, 10)}}
+	u := s.keyURL(root, q)
+	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if s.user != "" {
+		req.SetBasicAuth(s.user, s.pass)
+	}
+	resp, err := s.wc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, unreachable("cannot reach the v2 source %s: %v", s.base, unwrapURLError(err))
+	}
+	idx, idxErr := strconv.ParseUint(resp.Header.Get("X-Etcd-Index"), 10, 64)
+	if resp.StatusCode != http.StatusOK || idxErr != nil ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, unreachable("reading the answer of the v2 source %s: %v", s.base, err)
+		}
+		_, _, err = s.decode(u, resp, body)
+		if err == nil { // an event in a non-200 answer: not a stream
+			err = unreachable("the v2 source %s answered a stream watch with %s", s.base, resp.Status)
+		}
+		return nil, err
+	}
+	return &eventStream{body: resp.Body, dec: json.NewDecoder(resp.Body), index: idx}, nil
+}
+
+// next reads the stream's next event; io.EOF when the server ended it.
+func (st *eventStream) next() (*translate.Event, error) {
+	var ev translate.Event
+	if err := st.dec.Decode(&ev); err != nil {
+		return nil, err
+	}
+	if ev.Action == "" || ev.Node == nil {
+		return nil, fmt.Errorf("the source streamed something other than a v2 event (action %q)", ev.Action)
+	}
+	return &ev, nil
+}
+
+func (st *eventStream) close() { _ = st.body.Close() }
+
 var clearedCause = regexp.MustCompile(`\[(\d+)/(\d+)\]`)
 
 // historyStart reads the first index v2 still holds from a 401's cause,

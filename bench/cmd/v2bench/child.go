@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"expvar"
 	"flag"
@@ -14,7 +13,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,7 +60,6 @@ func serveBridge(args []string) error {
 	grpcHop := fs.String("grpc-hop", "", "run no bridge: forward etcd's KV and Lease gRPC services to this client URL")
 	shadowEndpoints := fs.String("shadow-endpoints", "", "with -v2-upstream: compare every forwarded write with the copy in this etcd v3")
 	follow := fs.String("follow", "", "run no bridge: copy this v2 server's "+shadowRoot+" into -endpoints and follow it")
-	followStream := fs.Bool("follow-stream", false, "with -follow: the benchmark's own fast follower (a stream watch, raw v3 puts), not migrate's")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -76,9 +73,6 @@ func serveBridge(args []string) error {
 	if *follow != "" {
 		if *etcdOnly || *endpoints == "" || *v2Upstream != "" {
 			return errors.New("-follow runs the follower alone, into -endpoints")
-		}
-		if *followStream {
-			return serveStreamFollower(*follow, *endpoints)
 		}
 		return serveFollower(*follow, *endpoints)
 	}
@@ -331,169 +325,5 @@ func serveFollower(from, endpoints string) error {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	cancel()
 	wg.Wait()
-	return nil
-}
-
-// serveStreamFollower is a follower of the v2 server from's shadowRoot made
-// for speed, to load the shadow comparison at rates the real follower (one
-// checked write at a time) does not keep up with here: it copies the files,
-// then reads one stream=true watch and puts each set's value on its v3 key
-// as is (the bridge's layout with no data prefix), the writes of a key in
-// order and of different keys at once, and records its progress as the
-// real follower does (every event up to the index applied). Sets only: the
-// benchmark writes nothing else. It prints "READY <from> <etcd-url>" once
-// the copy is done, and stops when stdin reaches EOF.
-func serveStreamFollower(from, endpoints string) error {
-	layout, err := translate.NewLayout("", "_v2bridge/")
-	if err != nil {
-		return err
-	}
-	eps := strings.Split(endpoints, ",")
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cli.Close() }()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hc := &http.Client{}
-	type node struct {
-		Key           string `json:"key"`
-		Value         string `json:"value"`
-		Dir           bool   `json:"dir"`
-		Nodes         []node `json:"nodes"`
-		ModifiedIndex uint64 `json:"modifiedIndex"`
-	}
-	var list struct{ Node node }
-	resp, err := hc.Get(from + "/v2/keys" + shadowRoot + "?recursive=true")
-	if err != nil {
-		return err
-	}
-	index, _ := strconv.ParseUint(resp.Header.Get("X-Etcd-Index"), 10, 64)
-	err = json.NewDecoder(resp.Body).Decode(&list)
-	_ = resp.Body.Close()
-	if err != nil {
-		return err
-	}
-	for _, n := range list.Node.Nodes {
-		if !n.Dir {
-			if _, err := cli.Put(ctx, layout.DataKey(n.Key), n.Value); err != nil {
-				return err
-			}
-		}
-	}
-	follow := cutover.KeysFor(layout.MetaPrefix).Follow
-	record := func(ctx context.Context, idx uint64) {
-		b, _ := json.Marshal(cutover.FollowRecord{Source: from, Prefix: shadowRoot, Index: idx, Updated: time.Now().UTC()})
-		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-		defer pcancel()
-		_, _ = cli.Put(pctx, follow, string(b))
-	}
-	record(ctx, index)
-
-	var mu sync.Mutex // guards order, done and applied
-	var order []uint64
-	done := map[uint64]bool{}
-	applied := index
-	finished := func(idx uint64) {
-		mu.Lock()
-		defer mu.Unlock()
-		done[idx] = true
-		for len(order) > 0 && done[order[0]] {
-			applied = order[0]
-			delete(done, order[0])
-			order = order[1:]
-		}
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	wg.Add(1)
-	go func() { // the progress record, every 100 ms
-		defer wg.Done()
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		written := index
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				mu.Lock()
-				a := applied
-				mu.Unlock()
-				if a != written {
-					record(ctx, a)
-					written = a
-				}
-			}
-		}
-	}()
-	type set struct {
-		key, value string
-		index      uint64
-	}
-	perKey := map[string]chan set{}
-	wreq, err := http.NewRequestWithContext(ctx, http.MethodGet, from+"/v2/keys"+shadowRoot+
-		"?wait=true&recursive=true&stream=true&waitIndex="+strconv.FormatUint(index+1, 10), nil)
-	if err != nil {
-		return err
-	}
-	wresp, err := hc.Do(wreq)
-	if err != nil {
-		return err
-	}
-	wg.Add(1)
-	go func() { // the stream: each set to its key's writer
-		defer wg.Done()
-		defer func() {
-			for _, ch := range perKey {
-				close(ch)
-			}
-		}()
-		dec := json.NewDecoder(wresp.Body)
-		for {
-			var ev struct {
-				Action string
-				Node   node
-			}
-			if dec.Decode(&ev) != nil {
-				return
-			}
-			s := set{key: ev.Node.Key, value: ev.Node.Value, index: ev.Node.ModifiedIndex}
-			mu.Lock()
-			order = append(order, s.index)
-			mu.Unlock()
-			ch := perKey[s.key]
-			if ch == nil {
-				ch = make(chan set, 4096)
-				perKey[s.key] = ch
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for s := range ch {
-						for ctx.Err() == nil {
-							pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-							_, err := cli.Put(pctx, layout.DataKey(s.key), s.value)
-							pcancel()
-							if err == nil {
-								break
-							}
-						}
-						finished(s.index)
-					}
-				}()
-			}
-			select {
-			case ch <- s:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	fmt.Printf("READY %s %s\n", from, eps[0])
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	cancel()
-	_ = wresp.Body.Close()
 	return nil
 }

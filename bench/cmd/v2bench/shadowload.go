@@ -25,10 +25,8 @@ import (
 // without a shadow and one comparing every write with the copy. The same
 // paced load of unique values runs through each in turn; the table gives
 // both put latencies and their ratio, and what the shadow compared,
-// dropped, found divergent or lagging. It runs twice: with the benchmark's
-// fast stream follower (serveStreamFollower), which keeps up, so that every
-// write can be compared; and with migrate's own follower (Copy + Follow),
-// which shows what the comparison makes of a follower that does not.
+// dropped, found divergent or lagging. The follower is migrate's own (Copy
+// + Follow), so the figures say whether it keeps up.
 
 // shadowConfig sizes the shadow section.
 type shadowConfig struct {
@@ -41,22 +39,11 @@ type shadowConfig struct {
 
 const shadowRoot = "/shadow"
 
-// runShadow runs the shadow section with each follower.
+// runShadow runs the shadow section cfg.runs times, plain and shadowed
+// bridges taking turns.
 func runShadow(cfg *config, res *results) {
-	runShadowWith(cfg, res, true)
-	runShadowWith(cfg, res, false)
-}
-
-// runShadowWith runs the shadow section with the stream follower or
-// migrate's, cfg.runs times, plain and shadowed bridges taking turns.
-func runShadowWith(cfg *config, res *results, stream bool) {
 	sc := cfg.shadow
 	wl, sys := fmt.Sprintf("shadow-%dw/s", sc.rate), sysPassthrough
-	followArgs := []string{"-follow-stream"}
-	if !stream {
-		wl += " migrate-follower"
-		followArgs = nil
-	}
 	if !has(cfg.systems, sys) {
 		logf("shadow section skipped: %s is not among the systems", sys)
 		return
@@ -84,7 +71,7 @@ func runShadowWith(cfg *config, res *results, stream bool) {
 		return
 	}
 	defer etcd.Stop()
-	follower, err := startChild(append(followArgs, "-follow", v2.v2URL, "-endpoints", etcd.etcdURL)...)
+	follower, err := startChild("-follow", v2.v2URL, "-endpoints", etcd.etcdURL)
 	if err != nil {
 		res.note("%s: cannot start the follower: %s", wl, fmtErr(err))
 		return
