@@ -147,8 +147,13 @@ func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*t
 	ls := b.resolveLeases(ctx, s, translate.LeasesOf(lists...))
 	node := l.BuildGet(p, file, marker, lists[2], lists[3], r.Recursive, ls, time.Now())
 	if node == nil {
+		if afterMissTest != nil {
+			afterMissTest()
+		}
+		// The error names the revision the read saw, and what was missing
+		// then: a copy that has moved on may hold the key by now.
 		snap := b.mirroredSnapshot(ctx, p, false, rev)
-		if snap == nil {
+		if snap == nil || snap.Rev != rev {
 			var err error
 			if snap, err = b.readSnapshot(ctx, s, p, false, rev); err != nil {
 				return nil, err
@@ -158,6 +163,10 @@ func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*t
 	}
 	return &translate.Event{Action: translate.ActionGet, Node: node, EtcdIndex: translate.Index(rev)}, nil
 }
+
+// afterMissTest, when a test sets it, runs between a GET's read that found
+// nothing and the read of what its error names.
+var afterMissTest func()
 
 // mirrorWait is how long a read waits for the mirror to catch up (with the
 // bridge's own last write, or with the present for a quorum read) before it
@@ -212,6 +221,9 @@ func (b *Backend) readBackend(ctx context.Context, s *session, reads []translate
 		for _, kv := range rr.GetResponseRange().Kvs {
 			lists[i] = append(lists[i], toKV(kv))
 		}
+	}
+	if rev > 0 {
+		return lists, rev, nil // the header names the member's present, not the revision read
 	}
 	return lists, resp.Header.Revision, nil
 }

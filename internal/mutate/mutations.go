@@ -55,6 +55,12 @@ var mutations = []Mutation{
 		Test: "go test -count=1 -run ^TestACompareOnAPassedIndexIsAnsweredFromThePresent$ ./v3backend/",
 	},
 	{
+		Name: "miss-error-from-a-moved-copy", File: "v3backend/request.go",
+		What: "a GET that found nothing names the copy's newer revision, where the key may exist",
+		Find: "if snap == nil || snap.Rev != rev {", Replace: "if snap == nil {",
+		Test: "go test -count=1 -run ^TestAMissNamesTheRevisionItsReadSaw$ ./v3backend/",
+	},
+	{
 		Name: "delete-drops-prev-node", File: "translate/write.go",
 		What: "a delete's answer and event lose prevNode",
 		Find: "p.event = Event{Action: action, PrevNode: prev,", Replace: "p.event = Event{Action: action,",
