@@ -262,8 +262,9 @@ func TestV2ClientsOnAWatchEnd(t *testing.T) {
 	for _, end := range []string{endEmpty, end401, endClose, end300} {
 		for _, p := range probes {
 			s := &scriptedV2{end: end}
-			srv := httptest.NewServer(s)
-			s.url = srv.URL
+			srv := httptest.NewUnstartedServer(s)
+			s.url = "http://" + srv.Listener.Addr().String() // before it serves: no request may race the write
+			srv.Start()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			got := p.run(ctx, srv.URL)
 			cancel()
