@@ -595,9 +595,11 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 	// Step 3: copy, then follow; verify.
 	follower := d.start("follow", 0)
 	d.waitFollower(served)
+	// With the writer running, a difference may be a write the follower
+	// has not applied yet: verify again until the copy is caught up.
 	var r cmdResult
-	for i := 0; i < 3; i++ { // a difference may be a write in flight
-		if r = d.run("verify"); r.code == 0 {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if r = d.run("verify"); r.code == 0 || time.Now().After(deadline) {
 			break
 		}
 	}
