@@ -101,6 +101,8 @@ func statsMode(t *testing.T, url string) string {
 // on its modifiedIndex), now and then gives it up for another, and watches
 // every lease recursively, resuming at modifiedIndex+1 and re-listing on
 // 401. It checks, at every change, that no subnet is held by two clients.
+// Leases last leaseTTL: flannel's last a day; a minute outlasts the writes
+// refused while a cutover fences, however loaded the machine.
 type fleet struct {
 	mu         sync.Mutex // guards holders, violations, lost, released
 	holders    map[string]string
@@ -108,6 +110,8 @@ type fleet struct {
 	lost       []string
 	released   int // leases given up (traded or lost)
 }
+
+const leaseTTL = time.Minute
 
 func (f *fleet) hold(subnet, who string) {
 	f.mu.Lock()
@@ -166,7 +170,7 @@ func (c *flannel) acquire(ctx context.Context) {
 			if taken[key] {
 				continue
 			}
-			r, err := c.k.Set(ctx, key, c.name, &client.SetOptions{PrevExist: client.PrevNoExist, TTL: 15 * time.Second})
+			r, err := c.k.Set(ctx, key, c.name, &client.SetOptions{PrevExist: client.PrevNoExist, TTL: leaseTTL})
 			if err == nil {
 				c.mu.Lock()
 				c.subnet, c.mod = key, r.Node.ModifiedIndex
@@ -187,7 +191,7 @@ func (c *flannel) acquire(ctx context.Context) {
 // index space changed at the cutover) re-reads the lease and goes on if it
 // is still this client's, as flannel does.
 func (c *flannel) renew(ctx context.Context) {
-	r, err := c.k.Set(ctx, c.subnet, c.name, &client.SetOptions{PrevIndex: c.mod, TTL: 15 * time.Second})
+	r, err := c.k.Set(ctx, c.subnet, c.name, &client.SetOptions{PrevIndex: c.mod, TTL: leaseTTL})
 	switch {
 	case err == nil:
 		c.mod = r.Node.ModifiedIndex
