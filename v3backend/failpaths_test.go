@@ -502,22 +502,8 @@ func TestNewFailsWithoutAnAnsweringEndpoint(t *testing.T) {
 // goes through.
 func TestAWriteErrorSeesWritesMadeElsewhere(t *testing.T) {
 	ep := startMember(t, nil)
-	var gate sync.RWMutex // held for writing: the bridge's watch receives nothing
-	b := newBackendWith(t, ep, func(c *Config) {
-		c.DialOptions = []grpc.DialOption{grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc,
-			cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			cs, err := streamer(ctx, desc, cc, method, opts...)
-			if err != nil || method != "/etcdserverpb.Watch/Watch" {
-				return cs, err
-			}
-			return gatedStream{cs, &gate}, nil
-		})}
-	})
-	other, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Close() }()
+	b, gate := newGatedBackend(t, ep)
+	other := otherClient(t, ep)
 	ctx := context.Background()
 	gate.Lock()
 	held := true
@@ -548,6 +534,33 @@ func TestAWriteErrorSeesWritesMadeElsewhere(t *testing.T) {
 		terr.Code != translate.EcodeTestFailed {
 		t.Fatalf("compare-and-swap on a stale value: %v, want 101", err)
 	}
+}
+
+// newGatedBackend is a backend whose shared watch receives nothing while
+// the gate is held for writing: its copy stands still.
+func newGatedBackend(t *testing.T, ep string) (*Backend, *sync.RWMutex) {
+	gate := &sync.RWMutex{}
+	b := newBackendWith(t, ep, func(c *Config) {
+		c.DialOptions = []grpc.DialOption{grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc,
+			cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || method != "/etcdserverpb.Watch/Watch" {
+				return cs, err
+			}
+			return gatedStream{cs, gate}, nil
+		})}
+	})
+	return b, gate
+}
+
+// otherClient is a v3 client of ep besides the bridge, closed with the test.
+func otherClient(t *testing.T, ep string) *clientv3.Client {
+	other, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	return other
 }
 
 // gatedStream receives only while its gate can be read-locked.

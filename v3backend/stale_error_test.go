@@ -7,13 +7,8 @@ import (
 	"errors"
 	"net/url"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -28,22 +23,8 @@ func TestACompareOnAPassedIndexIsAnsweredFromThePresent(t *testing.T) {
 		t.Skip("needs an etcd member")
 	}
 	ep := startMember(t, nil)
-	var gate sync.RWMutex // held for writing: the bridge's watch receives nothing
-	b := newBackendWith(t, ep, func(c *Config) {
-		c.DialOptions = []grpc.DialOption{grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc,
-			cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			cs, err := streamer(ctx, desc, cc, method, opts...)
-			if err != nil || method != "/etcdserverpb.Watch/Watch" {
-				return cs, err
-			}
-			return gatedStream{cs, &gate}, nil
-		})}
-	})
-	other, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Close() }()
+	b, gate := newGatedBackend(t, ep)
+	other := otherClient(t, ep)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	first, _, err := b.Write(ctx, request(t, "PUT", "/passed", url.Values{"value": {"1"}}))
