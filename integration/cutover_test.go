@@ -131,6 +131,13 @@ func (f *fleet) release(subnet, who string) {
 	}
 }
 
+// unrelease takes back the count of a lease given up and kept after all.
+func (f *fleet) unrelease() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released--
+}
+
 func (f *fleet) loss(s string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -213,6 +220,26 @@ func (c *flannel) renew(ctx context.Context) {
 	}
 }
 
+// keepOrReplace follows a trade whose delete failed or went unanswered:
+// the lease is held again if it is still this client's, else replaced.
+func (c *flannel) keepOrReplace(ctx context.Context) {
+	for ctx.Err() == nil {
+		g, err := c.k.Get(ctx, c.subnet, &client.GetOptions{Quorum: true})
+		switch {
+		case err == nil && g.Node.Value == c.name:
+			c.mod = g.Node.ModifiedIndex
+			c.f.hold(c.subnet, c.name)
+			c.f.unrelease()
+			return
+		case err == nil || isV2Code(err, 100):
+			c.acquire(ctx)
+			return
+		}
+		c.refused++
+		ctxsleep.Sleep(ctx, 100*time.Millisecond)
+	}
+}
+
 func (c *flannel) run(ctx context.Context) {
 	c.acquire(ctx)
 	next := time.Now().Add(time.Duration(1000+rand.IntN(1000)) * time.Millisecond)
@@ -222,12 +249,15 @@ func (c *flannel) run(ctx context.Context) {
 			// A trade is whole even when the client is stopped in the
 			// middle of it: a lease given up is replaced.
 			tctx, done := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+			// Given up before the delete is sent: once it applies, another
+			// client may take the subnet before this one hears back.
+			c.f.release(c.subnet, c.name)
 			if _, err := c.k.Delete(tctx, c.subnet, &client.DeleteOptions{PrevIndex: c.mod}); err == nil {
-				c.f.release(c.subnet, c.name)
 				c.acquire(tctx)
 				done()
 				continue
 			}
+			c.keepOrReplace(tctx)
 			done()
 		}
 		c.renew(ctx)
