@@ -87,6 +87,9 @@ type Config struct {
 	// Members lists the other live bridges /v2/members and /v2/machines
 	// advertise; nil: the bridge alone.
 	Members Members
+	// Auth serves /v2/auth and checks every /v2/keys request; nil: the
+	// auth API is not found and keys are not checked.
+	Auth Auth
 }
 
 // Server serves the v2 API.
