@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc/metadata"
 )
 
 // StoreConfig configures a Store.
@@ -109,16 +110,38 @@ func (s *Store) follow(ctx context.Context) error {
 	}
 	s.publish(snap.st)
 	// Require a leader: a member cut off from the others ends the watch
-	// instead of keeping it silent.
-	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	// instead of keeping it silent. The watch has a gRPC stream of its
+	// own (its own metadata): etcd answers a progress request only when
+	// every watch of the stream has reached its start revision.
+	wctx, wcancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
+		"v2bridge-watch", "auth"))
 	defer wcancel()
-	wch := s.cfg.Client.Watch(wctx, s.cfg.Keys.Prefix, clientv3.WithPrefix(), clientv3.WithRev(snap.st.Rev+1))
+	// From the read's own revision, not the next: a watch starting past
+	// the store's revision gets no progress answer until the next write
+	// anywhere. Its events at that revision are in the State already, and
+	// applying them again changes nothing.
+	wch := s.cfg.Client.Watch(wctx, s.cfg.Keys.Prefix, clientv3.WithPrefix(), clientv3.WithRev(snap.st.Rev))
+	// A member that goes silent (cut off, frozen) ends no watch: the
+	// State would go stale unnoticed. So the watch is asked for its
+	// progress every fifth of RequestTimeout, and ends if it has said
+	// nothing for a whole RequestTimeout.
+	probe := time.NewTicker(s.cfg.RequestTimeout / 5)
+	defer probe.Stop()
+	heard := time.Now()
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-probe.C:
+			if time.Since(heard) > s.cfg.RequestTimeout {
+				return fmt.Errorf("the watch said nothing for %v", s.cfg.RequestTimeout)
+			}
+			pctx, cancel := context.WithTimeout(wctx, s.cfg.RequestTimeout/5)
+			_ = s.cfg.Client.RequestProgress(pctx) // a failure shows as silence
+			cancel()
+			continue
 		case wr, ok = <-wch:
 		}
 		if !ok {
@@ -127,6 +150,7 @@ func (s *Store) follow(ctx context.Context) error {
 		if err := wr.Err(); err != nil {
 			return err
 		}
+		heard = time.Now()
 		if len(wr.Events) == 0 {
 			continue
 		}

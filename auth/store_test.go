@@ -491,3 +491,59 @@ func TestStoreLostLeaderIsNotCurrent(t *testing.T) {
 		t.Fatalf("after, a wrong password: %v", d)
 	}
 }
+
+// TestStoreSilentMemberIsNotCurrent: a Store whose member goes silent (its
+// traffic dropped, no connection closed) keeps no State current for longer
+// than its RequestTimeout plus a probe; a Store whose member answers stays
+// current however quiet the auth data.
+func TestStoreSilentMemberIsNotCurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs etcd")
+	}
+	cl := v2bridgetest.StartCluster(t, 3)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cl.Members[0].ProxyURL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	const timeout = 2 * time.Second
+	s := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor("_v2bridge/", ""), RequestTimeout: timeout})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitState(t, s, func(*auth.State) bool { return true })
+
+	// Quiet but answering: current throughout.
+	for end := time.Now().Add(3 * timeout); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if _, ok := s.State(); !ok {
+			t.Fatal("not current while the member answers")
+		}
+	}
+
+	cl.Blackhole(0)
+	healed := false
+	defer func() {
+		if !healed {
+			cl.Heal(0)
+		}
+	}()
+	start := time.Now()
+	for {
+		if _, ok := s.State(); !ok {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("State still current 30 s after the member went silent")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stale := time.Since(start)
+	t.Logf("State given up %v after the member went silent (RequestTimeout %v)", stale, timeout)
+	if stale > timeout+timeout/5+2*time.Second {
+		t.Errorf("State given up after %v: more than RequestTimeout and a probe", stale)
+	}
+	cl.Heal(0)
+	healed = true
+	waitState(t, s, func(*auth.State) bool { return true })
+}
