@@ -136,6 +136,8 @@ func TestStoreMatchesV2(t *testing.T) {
 		{"PUT", "/v2/auth/users/root", `{"user":"root","password":"pw"}`},
 		{"PUT", "/v2/auth/users/root", `{"user":"root"}`},
 		{"PUT", "/v2/auth/users/root", `{"user":"root","grant":["root"]}`},
+		{"PUT", "/v2/auth/users/root", `{"user":"root","revoke":["root"]}`}, // answers [], though root stays root
+		{"PUT", "/v2/auth/users/root", `{"user":"root","revoke":["root"]}`},
 		{"PUT", "/v2/auth/users/alice", `{"user":"alice","password":"a","roles":["nonexistent"]}`},
 		{"PUT", "/v2/auth/users/alice", `{"user":"alice","password":"a","roles":["other"]}`},
 		{"PUT", "/v2/auth/users/bob", `{"user":"bob"}`},
