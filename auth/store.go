@@ -108,11 +108,10 @@ func (s *Store) follow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.publish(snap.st)
-	// Require a leader: a member cut off from the others ends the watch
-	// instead of keeping it silent. The watch has a gRPC stream of its
-	// own (its own metadata): etcd answers a progress request only when
-	// every watch of the stream has reached its start revision.
+	// Require a leader: a member cut off from the others refuses or ends
+	// the watch instead of keeping it silent. The watch has a gRPC stream
+	// of its own (its own metadata): etcd answers a progress request only
+	// when every watch of the stream has reached its start revision.
 	wctx, wcancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
 		"v2bridge-watch", "auth"))
 	defer wcancel()
@@ -120,14 +119,17 @@ func (s *Store) follow(ctx context.Context) error {
 	// the store's revision gets no progress answer until the next write
 	// anywhere. Its events at that revision are in the State already, and
 	// applying them again changes nothing.
-	wch := s.cfg.Client.Watch(wctx, s.cfg.Keys.Prefix, clientv3.WithPrefix(), clientv3.WithRev(snap.st.Rev))
+	wch := s.cfg.Client.Watch(wctx, s.cfg.Keys.Prefix, clientv3.WithPrefix(), clientv3.WithRev(snap.st.Rev),
+		clientv3.WithCreatedNotify())
 	// A member that goes silent (cut off, frozen) ends no watch: the
 	// State would go stale unnoticed. So the watch is asked for its
 	// progress every fifth of RequestTimeout, and ends if it has said
-	// nothing for a whole RequestTimeout.
+	// nothing for a whole RequestTimeout. The State read is published
+	// once the watch is created: one refused at once publishes nothing.
 	probe := time.NewTicker(s.cfg.RequestTimeout / 5)
 	defer probe.Stop()
 	heard := time.Now()
+	created := false
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
@@ -138,9 +140,11 @@ func (s *Store) follow(ctx context.Context) error {
 			if time.Since(heard) > s.cfg.RequestTimeout {
 				return fmt.Errorf("the watch said nothing for %v", s.cfg.RequestTimeout)
 			}
-			pctx, cancel := context.WithTimeout(wctx, s.cfg.RequestTimeout/5)
-			_ = s.cfg.Client.RequestProgress(pctx) // a failure shows as silence
-			cancel()
+			if created {
+				pctx, cancel := context.WithTimeout(wctx, s.cfg.RequestTimeout/5)
+				_ = s.cfg.Client.RequestProgress(pctx) // a failure shows as silence
+				cancel()
+			}
 			continue
 		case wr, ok = <-wch:
 		}
@@ -151,6 +155,10 @@ func (s *Store) follow(ctx context.Context) error {
 			return err
 		}
 		heard = time.Now()
+		if !created {
+			created = true
+			s.publish(snap.st)
+		}
 		if len(wr.Events) == 0 {
 			continue
 		}
@@ -200,7 +208,10 @@ type snapshot struct {
 
 // read reads the auth data.
 func (s *Store) read(ctx context.Context) (*snapshot, error) {
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	// Require a leader: a member cut off from the others fails the read at
+	// once (and clientv3 tries another) instead of holding it to the
+	// timeout.
+	cctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), s.cfg.RequestTimeout)
 	resp, err := s.cfg.Client.Get(cctx, s.cfg.Keys.Prefix, clientv3.WithPrefix())
 	cancel()
 	if err != nil {
