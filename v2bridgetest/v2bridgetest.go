@@ -45,6 +45,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
@@ -385,6 +386,35 @@ type Options struct {
 	MetaPrefix string // default "_v2bridge/"
 	// Backend adjusts the backend config (heartbeat, timeouts...).
 	Backend func(*v3backend.Config)
+	// NoAuth leaves v2 auth out (the auth API unserved, keys unchecked);
+	// by default the bridge runs it as cmd/bridge does.
+	NoAuth bool
+}
+
+// startAuth runs an auth Store over its own client of endpoints, as
+// cmd/bridge does over its control client, until the test ends.
+func startAuth(t TB, endpoints []string, layout translate.Layout) *auth.Service {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
+		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 3 * time.Second, PermitWithoutStream: true,
+		Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("clientv3: %v", err)
+	}
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
+		RequestTimeout: 5 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st.Run(ctx)
+	}()
+	t.Cleanup(func() { // after the bridge's Stop, registered later
+		cancel()
+		<-done
+		_ = cli.Close()
+	})
+	return &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State})}
 }
 
 // Bridge is a running bridge.
@@ -421,6 +451,9 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 	}
 	u := "http://" + ln.Addr().String()
 	cfg.AdvertiseURLs = []string{u}
+	if !o.NoAuth {
+		cfg.Auth = startAuth(t, endpoints, layout)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	br, err := server.New(ctx, cfg)
