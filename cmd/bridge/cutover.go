@@ -181,7 +181,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if cmd == "cutover" {
 		as, err := openAuthStore(ctx, &c, endpoints, layout, lg)
 		if err != nil {
-			return err
+			return fmt.Errorf("migrate %s: %w", cmd, err)
 		}
 		defer as.close()
 		o.CopyAuth = copyAuthFunc(migrate.Options{SourceTLS: srcTLS, SourceUser: cf.fromUser, SourceTimeout: cf.fromTimeout,

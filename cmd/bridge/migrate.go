@@ -274,7 +274,7 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	r.o.Target = be
 	as, err := openAuthStore(ctx, &c, endpoints, layout, lg)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", cmd, err)
 	}
 	defer as.close()
 	r.o.Auth = as
