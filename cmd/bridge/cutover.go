@@ -177,7 +177,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		AckTimeout:   cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
 		By: whoRuns(), RequestTimeout: c.requestTimeout, Auth: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
 		AllowUnknownPasswords: cf.allowUnknownPasswords,
-		Log: func(s string) { _, _ = fmt.Fprintln(steps, s) }}
+		Log:                   func(s string) { _, _ = fmt.Fprintln(steps, s) }}
 	if cmd == "cutover" {
 		as, err := openAuthStore(ctx, &c, endpoints, layout, lg)
 		if err != nil {
