@@ -46,10 +46,18 @@ type learner struct {
 	queue        chan credential
 	wg           sync.WaitGroup // the worker
 
-	mu      sync.Mutex          // guards learned, pending, stopped and sending on queue
-	learned map[string][32]byte // by user: the HMAC of the password last learned (or found known)
-	pending map[string]bool     // users with a password queued or being learned
-	stopped bool                // queue is closed
+	mu      sync.Mutex        // guards learned, pending, stopped and sending on queue
+	learned map[string]learnt // by user: the password last learned (or found known)
+	pending map[string]bool   // users with a password queued or being learned
+	stopped bool              // queue is closed
+}
+
+// learnt is a password stored: its HMAC, and the hash etcd v3 held for the
+// user then. Once the hash changes (a copy from the old server replaced
+// it, the user was made again) the password is offered again.
+type learnt struct {
+	mac  [32]byte
+	hash string
 }
 
 type credential struct {
@@ -62,7 +70,7 @@ func newLearner(st learnStore, sourceAuthOn func(context.Context) (bool, error),
 	lg *zap.Logger, reg prometheus.Registerer) *learner {
 	l := &learner{store: st, sourceAuthOn: sourceAuthOn, timeout: timeout, lg: lg,
 		key: make([]byte, 32), queue: make(chan credential, learnQueue),
-		learned: map[string][32]byte{}, pending: map[string]bool{}}
+		learned: map[string]learnt{}, pending: map[string]bool{}}
 	_, _ = rand.Read(l.key) // never fails (crypto/rand)
 	l.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_auth_learned_total",
 		Help: "Passwords of requests the old server accepted, offered to etcd v3 in dual mode, by result (learned; " +
@@ -123,9 +131,14 @@ func (l *learner) offer(user, password string) {
 	m.Write([]byte(password))
 	var mac [32]byte
 	copy(mac[:], m.Sum(nil))
+	hash := ""
+	if st, ok := l.store.State(); ok {
+		hash = st.Users[user].Password
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if known, ok := l.learned[user]; l.stopped || (ok && hmac.Equal(known[:], mac[:])) || l.pending[user] {
+	if known, ok := l.learned[user]; l.stopped || l.pending[user] ||
+		(ok && hmac.Equal(known.mac[:], mac[:]) && known.hash == hash) {
 		return
 	}
 	select {
@@ -144,7 +157,9 @@ func (l *learner) run() {
 		l.mu.Lock()
 		delete(l.pending, c.user)
 		if result == "learned" || result == "known" {
-			l.learned[c.user] = c.mac
+			if st, ok := l.store.State(); ok { // it shows the change: Learn returns once it does
+				l.learned[c.user] = learnt{mac: c.mac, hash: st.Users[c.user].Password}
+			}
 		}
 		l.mu.Unlock()
 	}

@@ -33,10 +33,26 @@ func (f *fakeLearnStore) State() (*auth.State, bool) {
 }
 
 func (f *fakeLearnStore) Learn(_ context.Context, name, password string) (bool, error) {
+	f.setHash(name, "hash of "+password)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.learned = append(f.learned, name+":"+password)
 	return true, nil
+}
+
+// setHash stores a user's hash in a new State, as a Store does.
+func (f *fakeLearnStore) setHash(name, hash string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := *f.st
+	st.Users = map[string]auth.User{}
+	for k, v := range f.st.Users {
+		st.Users[k] = v
+	}
+	u := st.Users[name]
+	u.Password = hash
+	st.Users[name] = u
+	f.st = &st
 }
 
 func (f *fakeLearnStore) calls() []string {
@@ -93,22 +109,26 @@ func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
 	send("/v2/keys/b?status=201", "alice", "alicepw") // learned already: not offered again
 	send("/v2/auth/users?status=200", "root", "rootpw")
 	waitHandled(2)
-	send("/v2/keys/a?status=200", "bob", "bobpw") // no such user in etcd v3
+	st.setHash("root", "") // a copy from the old server lost it
+	send("/v2/keys/b?status=200", "alice", "alicepw")
+	send("/v2/keys/b?status=200", "root", "rootpw") // offered again
 	waitHandled(3)
+	send("/v2/keys/a?status=200", "bob", "bobpw") // no such user in etcd v3
+	waitHandled(4)
 	sourceOn.Store(false)
 	send("/v2/keys/a?status=200", "alice", "other") // the old server accepts anything
-	waitHandled(4)
-	if got, want := st.calls(), []string{"alice:alicepw", "root:rootpw"}; !reflect.DeepEqual(got, want) {
+	waitHandled(5)
+	if got, want := st.calls(), []string{"alice:alicepw", "root:rootpw", "root:rootpw"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("learned %q, want %q", got, want)
 	}
-	if n := testutil.ToFloat64(l.results.WithLabelValues("learned")); n != 2 {
-		t.Errorf("learned counted %v times, want 2", n)
+	if n := testutil.ToFloat64(l.results.WithLabelValues("learned")); n != 3 {
+		t.Errorf("learned counted %v times, want 3", n)
 	}
 	if n := testutil.ToFloat64(l.results.WithLabelValues("skipped")); n != 2 {
 		t.Errorf("skipped counted %v times, want 2", n)
 	}
-	if n := asked.Load(); n != 3 {
-		t.Errorf("the old server was asked %d times whether auth is on, want 3", n)
+	if n := asked.Load(); n != 4 {
+		t.Errorf("the old server was asked %d times whether auth is on, want 4", n)
 	}
 
 	// With etcd v3's copy of the flag off, nothing is learned nor asked.
@@ -117,8 +137,8 @@ func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
 	st.mu.Unlock()
 	sourceOn.Store(true)
 	send("/v2/keys/a?status=200", "alice", "third")
-	waitHandled(5)
-	if got := st.calls(); len(got) != 2 || asked.Load() != 3 {
+	waitHandled(6)
+	if got := st.calls(); len(got) != 3 || asked.Load() != 4 {
 		t.Errorf("with auth off in etcd v3: learned %q, asked %d times", got, asked.Load())
 	}
 }
