@@ -170,7 +170,7 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 		{"GET", "/v2/keys/flannel/y", alice, "", 401, true},
 		{"PUT", "/v2/keys/flannel/y", alice, "value=3", 401, true},
 		{"GET", "/v2/keys/apps/x", "alice:wrong", "", 401, true},
-		{"GET", "/v2/keys/apps/x", bob, "", 200, false}, // learned before the cutover
+		{"GET", "/v2/keys/apps/x", bob, "", 200, false},   // learned before the cutover
 		{"GET", "/v2/keys/flannel/y", "", "", 200, false}, // guest reads
 		{"PUT", "/v2/keys/flannel/y", "", "value=3", 401, true},
 		{"GET", "/v2/keys/flannel/y", root, "", 200, false},
