@@ -315,7 +315,7 @@ func (s *Store) PutUser(ctx context.Context, u User) (out User, created bool, er
 		old, exists := snap.st.Users[u.User]
 		if len(u.Grant) > 0 || len(u.Revoke) > 0 || (len(u.Roles) == 0 && exists) {
 			if !exists {
-				return nil, nil, authErr(http.StatusNotFound, "User %s doesn't exist.", u.User)
+				return nil, nil, authErr(http.StatusNotFound, "User %s does not exist.", u.User)
 			}
 			nu, err := mergeUser(old, u, h)
 			if err != nil {
@@ -416,12 +416,12 @@ func (s *Store) PutRole(ctx context.Context, r Role) (out Role, created bool, er
 	if err := badName(r.Role); err != nil {
 		return Role{}, false, err
 	}
-	if r.Role == RootName {
-		return Role{}, false, authErr(http.StatusForbidden, "Cannot modify role %s: is root role.", r.Role)
-	}
 	update := !r.Grant.isEmpty() || !r.Revoke.isEmpty()
 	if update && !(&r.Permissions).isEmpty() {
 		return Role{}, false, &Error{Status: http.StatusBadRequest, Message: "Role JSON contains both permissions and grant/revoke"}
+	}
+	if r.Role == RootName {
+		return Role{}, false, authErr(http.StatusForbidden, "Cannot modify role %s: is root role.", r.Role)
 	}
 	key := s.cfg.Keys.Role(r.Role)
 	err = s.write(ctx, func(snap *snapshot) ([]clientv3.Op, []string, error) {
@@ -434,7 +434,7 @@ func (s *Store) PutRole(ctx context.Context, r Role) (out Role, created bool, er
 			return []clientv3.Op{put(key, r)}, []string{key}, nil
 		}
 		if !exists {
-			return nil, nil, authErr(http.StatusNotFound, "Role %s doesn't exist.", r.Role)
+			return nil, nil, authErr(http.StatusNotFound, "Role %s does not exist.", r.Role)
 		}
 		nr := Role{Role: old.Role, Permissions: old.Permissions}
 		if r.Grant != nil {
