@@ -18,7 +18,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/translate"
@@ -128,11 +127,9 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		}
 		d.shadow.set(obs, stop)
 	}
-	// The users and roles in etcd v3, followed for the learner: the
-	// passwords the old server accepts are stored there for the cutover.
-	authStore := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
-		RequestTimeout: c.requestTimeout, Logger: lg.Named("auth")})
-	learn := newLearner(authStore, sourceAuthEnabled(d.pass), c.requestTimeout, lg.Named("learn"), reg)
+	// The passwords the old server accepts go to the v3 side's users, for
+	// the cutover.
+	learn := newLearner(d.auth.svc.Store, sourceAuthEnabled(d.pass), c.requestTimeout, lg.Named("learn"), reg)
 	defer learn.stop() // after the servers: no request offers any more
 	sw := cutover.NewSwitch(cutover.SwitchConfig{
 		Passthrough: cutover.Backend{API: learn.wrap(d.pass), Probes: d.pass.MetricsHandler(), Ready: d.pass.Ready,
@@ -150,15 +147,11 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 	d.mem.start()
 	defer d.mem.stop() // after shutdown, before the client closes
 	bgctx, bgcancel := context.WithCancel(context.Background())
-	var bg sync.WaitGroup // the agent, the v3 side's builder and the auth store
-	bg.Add(3)
+	var bg sync.WaitGroup // the agent and the v3 side's builder
+	bg.Add(2)
 	go func() {
 		defer bg.Done()
 		agent.Run(bgctx)
-	}()
-	go func() {
-		defer bg.Done()
-		authStore.Run(bgctx)
 	}()
 	go func() {
 		defer bg.Done()
