@@ -144,6 +144,31 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 	if res.code != 0 || !strings.Contains(res.stdout, "auth         0 differences") || strings.Contains(res.stdout, "passwords") {
 		t.Fatalf("verify once every password is known: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
+	// The JSON summaries say the same.
+	common := []string{"--from", old, "--from-user", root, "--endpoints", strings.Join(d.cl.Endpoints(), ","),
+		"--progress", "none", "--output", "json"}
+	var vj struct {
+		OK   bool            `json:"ok"`
+		Auth json.RawMessage `json:"auth"`
+	}
+	compact := func(b []byte) string {
+		var out bytes.Buffer
+		if err := json.Compact(&out, b); err != nil {
+			return err.Error()
+		}
+		return out.String()
+	}
+	r := runBinary(t, nil, append([]string{"verify"}, common...)...)
+	if err := json.Unmarshal([]byte(r.stdout), &vj); err != nil || r.code != 0 || !vj.OK ||
+		compact(vj.Auth) != `{"differences":[],"unknownPasswords":[]}` {
+		t.Fatalf("verify --output json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	r = runBinary(t, nil, append([]string{"migrate", "--dry-run"}, common...)...)
+	if err := json.Unmarshal([]byte(r.stdout), &vj); err != nil || r.code != 0 || !vj.OK || compact(vj.Auth) !=
+		`{"enabled":true,"users":["alice","bob","root"],"roles":["apps","guest"],"unknownPasswords":[],"changed":false}` {
+		t.Fatalf("migrate --dry-run --output json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+
 	res = d.run("auth-cutover")
 	if res.code != 0 || !strings.Contains(res.stdout, "copied the users and roles one last time: 3 users, 2 roles, auth enabled: true") {
 		t.Fatalf("cutover: exit %d\n%s%s", res.code, res.stdout, res.stderr)
