@@ -131,6 +131,9 @@ func (s *source) authGet(ctx context.Context, what string, v any) (found bool, e
 	return true, nil
 }
 
+// ErrStopFollowing ends FollowAuth when its allowed answers an error matching it.
+var ErrStopFollowing = errors.New("stop following")
+
 var errNoAuthState = errors.New("the bridges' auth data in etcd v3 is not read yet")
 
 // ErrNoAuthTarget is returned by the auth steps without Options.Auth.
@@ -188,31 +191,50 @@ func VerifyAuth(ctx context.Context, o Options) (*AuthReport, error) {
 
 // FollowAuth copies the source's auth data every interval until ctx ends
 // (v2 has no watch on it), calling changed after each copy that wrote and
-// failed after each that failed. Hashes are only kept, never made.
-func FollowAuth(ctx context.Context, o Options, interval time.Duration, changed func(*AuthSummary), failed func(error)) {
+// failed after a copy that failed (once while the same error repeats).
+// Hashes are only kept, never made. Before each copy it asks allowed, if
+// set: an error matching ErrStopFollowing (the cutover is done) ends it,
+// returned; another skips the copy, reported as failed.
+func FollowAuth(ctx context.Context, o Options, interval time.Duration, allowed func(context.Context) error,
+	changed func(*AuthSummary), failed func(error)) error {
 	src, err := newSource(&o)
 	if err != nil {
-		failed(err)
-		return
+		return err
 	}
 	defer src.close()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	last := ""
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
-		sum, err := copyAuth(ctx, o, src, "")
+		var sum *AuthSummary
+		err := error(nil)
+		if allowed != nil {
+			err = allowed(ctx)
+		}
+		if errors.Is(err, ErrStopFollowing) {
+			return err
+		}
+		if err == nil {
+			sum, err = copyAuth(ctx, o, src, "")
+		}
 		switch {
 		case ctx.Err() != nil:
-			return
+			return nil
 		case err != nil:
-			failed(err)
+			if err.Error() != last {
+				failed(err)
+			}
+			last = err.Error()
+			continue
 		case sum.Changed:
 			changed(sum)
 		}
+		last = ""
 	}
 }
 

@@ -4,6 +4,8 @@ package migrate
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -155,8 +157,10 @@ func TestCopyAuthFromReference(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		FollowAuth(fctx, o, 50*time.Millisecond, func(s *AuthSummary) { changed <- s },
-			func(err error) { t.Errorf("follow: %v", err) })
+		if err := FollowAuth(fctx, o, 50*time.Millisecond, nil, func(s *AuthSummary) { changed <- s },
+			func(err error) { t.Errorf("follow: %v", err) }); err != nil {
+			t.Errorf("follow: %v", err)
+		}
 	}()
 	select {
 	case <-changed:
@@ -175,6 +179,20 @@ func TestCopyAuthFromReference(t *testing.T) {
 	st, _ = tgt.State()
 	if u := st.Users["alice"]; u.Password != "learned-hash" || len(u.Roles) != 0 {
 		t.Fatalf("alice after follow: %+v", u)
+	}
+
+	// Once not allowed any more, it stops with the reason.
+	var asked int
+	var failures []string
+	stop := fmt.Errorf("%w: the cutover is done", ErrStopFollowing)
+	err = FollowAuth(ctx, o, time.Millisecond, func(context.Context) error {
+		if asked++; asked < 4 {
+			return errors.New("cannot tell") // skips a copy, reported once
+		}
+		return stop
+	}, func(*AuthSummary) { t.Error("a copy while not allowed") }, func(err error) { failures = append(failures, err.Error()) })
+	if err != stop || asked != 4 || !reflect.DeepEqual(failures, []string{"cannot tell"}) {
+		t.Fatalf("follow not allowed: %v after %d asks, failures %q", err, asked, failures)
 	}
 
 	// Verify names each difference.

@@ -560,13 +560,26 @@ func (r *migrateRun) follow(ctx context.Context, sum *migrate.Summary, js *jsonM
 		repDone <- nil
 	}
 	authDone := make(chan struct{})
+	var allowed func(context.Context) error
+	if r.reporter != nil {
+		allowed = func(ctx context.Context) error { // no copy once etcd v3 is the authority
+			err := r.reporter.Check(ctx)
+			if errors.Is(err, cutover.ErrSwitched) {
+				return fmt.Errorf("%w: %w", migrate.ErrStopFollowing, err)
+			}
+			return err
+		}
+	}
 	go func() { // the users and roles, which v2 does not watch
 		defer close(authDone)
-		migrate.FollowAuth(fctx, r.o, authFollowInterval,
+		err := migrate.FollowAuth(fctx, r.o, authFollowInterval, allowed,
 			func(s *migrate.AuthSummary) {
 				r.o.Log(fmt.Sprintf("copied the source's changed users and roles (%d users, %d roles)", len(s.Users), len(s.Roles)))
 			},
 			func(err error) { r.o.Log("reading or copying the source's users and roles: " + err.Error()) })
+		if err != nil && !errors.Is(err, cutover.ErrSwitched) {
+			r.o.Log("no longer following the source's users and roles: " + err.Error())
+		}
 	}()
 	fst, ferr := migrate.Follow(fctx, r.o, sum)
 	fcancel()
