@@ -434,3 +434,60 @@ func TestStoreNotCurrent(t *testing.T) {
 		t.Fatalf("PutRole without Run: %v", err)
 	}
 }
+
+// TestStoreLostLeaderIsNotCurrent: a Store whose member loses its leader
+// has no current State (requests get no stale decision) until the member is
+// back, and then has the changes made meanwhile.
+func TestStoreLostLeaderIsNotCurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs etcd")
+	}
+	cl := v2bridgetest.StartCluster(t, 3)
+	keys := auth.KeysFor("_v2bridge/", "")
+	s := startStore(t, cl.MemberClient(t, 0), keys)
+	other := startStore(t, cl.MemberClient(t, 1), keys)
+	ck := auth.NewChecker(auth.CheckerConfig{State: s.State})
+	r, _ := http.NewRequest(http.MethodGet, "http://bridge/v2/keys/a", nil)
+	if d := ck.Keys(r, "/a", false, false); d != auth.Allow {
+		t.Fatalf("before: %v", d)
+	}
+	cl.Isolate(0)
+	healed := false
+	defer func() {
+		if !healed {
+			cl.Heal(0)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, ok := s.State(); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("State still current 30 s after the member was cut off")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := ck.Keys(r, "/a", false, false); d != auth.Unavailable {
+		t.Fatalf("while cut off: %v", d)
+	}
+	ctx := ctxT(t)
+	if _, _, err := other.PutUser(ctx, auth.User{User: "root", Password: "pw"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Enable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.Heal(0)
+	healed = true
+	waitState(t, s, func(st *auth.State) bool { return st.Enabled })
+	// Enabled, with the full-access guest role: a request without
+	// credentials passes, one with a wrong password does not.
+	if d := ck.Keys(r, "/a", false, false); d != auth.Allow {
+		t.Fatalf("after: %v", d)
+	}
+	r.SetBasicAuth("root", "wrong")
+	if d := ck.Keys(r, "/a", false, false); d != auth.Deny {
+		t.Fatalf("after, a wrong password: %v", d)
+	}
+}
