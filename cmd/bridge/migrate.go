@@ -179,7 +179,9 @@ func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *
 	intro := `Usage: v2bridge verify --from URL --endpoints URLS [flags]
 
 Compares an etcd v2 server's tree with the bridge's view of it, node by node
-(kind, value, TTL), and exits non-zero on any difference. Then it prints what
+(kind, value, TTL), and its users, roles and auth flag (naming users whose
+password the bridges have not learned), and exits non-zero on any
+difference. Then it prints what
 bridges in passthrough mode report of their shadow comparison (their answers
 checked against etcd v3 as they serve), which does not change the exit status.
 `
@@ -188,8 +190,11 @@ checked against etcd v3 as they serve), which does not change the exit status.
 
 Copies a running etcd v2 server's tree (files, empty directories, hidden nodes,
 TTLs as leases) into the bridge's etcd v3 layout, through the bridge's own
-write path. Running it again changes nothing; nodes the bridge holds
-differently are reported as conflicts and left alone unless --overwrite.
+write path, then its users, roles and auth flag (v2 shows no password: the
+--from-user user's is the one given, the others are learned by dual-mode
+bridges from requests the old server accepts). Running it again changes
+nothing; nodes the bridge holds differently are reported as conflicts and
+left alone unless --overwrite.
 With --follow it keeps applying the source's changes until interrupted.
 `
 	}
