@@ -120,8 +120,10 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 	if r := doAs(t, "GET", br, "/v2/keys/apps/x", "alice:wrong", ""); r.status != 401 {
 		t.Fatalf("a wrong password through the bridge (old server): %d %s", r.status, r.body)
 	}
+	asked := time.Now()
 	must(doAs(t, "GET", br, "/v2/keys/apps/x", alice, ""), "alice reading /apps/x through the bridge")
 	waitFor(t, 30*time.Second, "alice's password learned", func() bool { return stored("alice").Password != "" })
+	t.Logf("alice's password stored in etcd v3 %v after her request was sent", time.Since(asked).Round(time.Millisecond))
 
 	// A user made on the old server while following: copied within a poll,
 	// its password unknown.
@@ -221,5 +223,13 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 	}
 	if m := statsMode(t, br); m != "v3" {
 		t.Errorf("the bridge's mode after the refused rollback: %q", m)
+	}
+	// No password nor hash in any output.
+	for name, text := range map[string]string{"bridge": p.logs.String(), "follower": follower.logs.String(), "rollback": out} {
+		for _, secret := range []string{"alicepw", "bobpw", "carolpw", "rootpw", "$2a$"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("the %s's output holds %q", name, secret)
+			}
+		}
 	}
 }
