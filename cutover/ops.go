@@ -100,27 +100,28 @@ func (o *Options) setDefaults() {
 
 // AuthCopy is what a copy of the old server's auth data found.
 type AuthCopy struct {
-	Enabled          bool
-	Users, Roles     int
-	UnknownPasswords []string // users whose password the bridges do not know
+	Enabled          bool     `json:"enabled"`
+	Users            int      `json:"users"`
+	Roles            int      `json:"roles"`
+	UnknownPasswords []string `json:"unknownPasswords,omitempty"` // users whose password the bridges do not know
 }
 
 // checkAuth copies the auth data (dryRun: reads it) and refuses while
 // auth is on and some user's password is unknown, unless allowed.
-func (o *Options) checkAuth(ctx context.Context, dryRun bool) error {
+func (o *Options) checkAuth(ctx context.Context, dryRun bool) (*AuthCopy, error) {
 	if o.CopyAuth == nil {
-		return nil
+		return nil, nil
 	}
 	ac, err := o.CopyAuth(ctx, dryRun)
 	if err != nil {
-		return fmt.Errorf("copying the users and roles: %w", err)
+		return nil, fmt.Errorf("copying the users and roles: %w", err)
 	}
 	if ac.Enabled && len(ac.UnknownPasswords) > 0 {
 		msg := fmt.Sprintf("auth is enabled on the old server and the bridges know no password for %s: "+
 			"once etcd v3 serves they cannot log in (each password is learned from a request a dual-mode bridge "+
 			"forwards with it)", strings.Join(ac.UnknownPasswords, ", "))
 		if !o.AllowUnknownPasswords {
-			return errors.New(msg + "; --allow-unknown-passwords goes on anyway")
+			return nil, errors.New(msg + "; --allow-unknown-passwords goes on anyway")
 		}
 		o.logf("--allow-unknown-passwords: %s", msg)
 	}
@@ -128,7 +129,7 @@ func (o *Options) checkAuth(ctx context.Context, dryRun bool) error {
 		o.logf("step 2/3: copied the users and roles one last time: %d users, %d roles, auth enabled: %t",
 			ac.Users, ac.Roles, ac.Enabled)
 	}
-	return nil
+	return &ac, nil
 }
 
 // Result is what a command did.
@@ -145,7 +146,9 @@ type Result struct {
 	// v3 since the cutover, Discarded each of them as it is now.
 	V3Writes  int
 	Discarded []Discarded
-	Duration  time.Duration
+	// Auth (cutover) is the last copy of the users and roles.
+	Auth     *AuthCopy
+	Duration time.Duration
 }
 
 func (o *Options) logf(format string, a ...any) { o.Log(fmt.Sprintf(format, a...)) }
@@ -226,7 +229,7 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 				return nil, err
 			}
 		}
-		if err := o.checkAuth(ctx, true); err != nil {
+		if _, err := o.checkAuth(ctx, true); err != nil {
 			return nil, err
 		}
 		idx, cid, err := o.Source.Index(ctx)
@@ -265,7 +268,7 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return abort(err)
 	}
-	if err := o.checkAuth(ctx, false); err != nil {
+	if res.Auth, err = o.checkAuth(ctx, false); err != nil {
 		return abort(err)
 	}
 	c3, s2, padded, err := o.raiseV3(ctx, rec, caught)

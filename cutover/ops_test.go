@@ -304,7 +304,7 @@ func TestCutoverCopiesTheAuthDataAndRefusesUnknownPasswords(t *testing.T) {
 				return AuthCopy{Enabled: true, Users: 3, Roles: 1, UnknownPasswords: c.unknown(dryRun)}, nil
 			}
 			o.AllowUnknownPasswords = c.allow
-			_, err := Cutover(testCtx(t, time.Minute), o)
+			res, err := Cutover(testCtx(t, time.Minute), o)
 			if c.errText == "" && err != nil || c.errText != "" && (err == nil || !strings.Contains(err.Error(), c.errText) ||
 				!strings.Contains(err.Error(), "--allow-unknown-passwords")) {
 				t.Fatalf("cutover: %v; want an error with %q\n%s", err, c.errText, log)
@@ -325,6 +325,10 @@ func TestCutoverCopiesTheAuthDataAndRefusesUnknownPasswords(t *testing.T) {
 			}
 			if c.mode == ModeV3 && !strings.Contains(log.String(), "copied the users and roles one last time: 3 users, 1 roles, auth enabled: true") {
 				t.Errorf("the last copy was not said:\n%s", log)
+			}
+			if want := (&AuthCopy{Enabled: true, Users: 3, Roles: 1, UnknownPasswords: c.unknown(false)}); c.mode == ModeV3 &&
+				!reflect.DeepEqual(res.Auth, want) {
+				t.Errorf("the result's last copy: %+v, want %+v", res.Auth, want)
 			}
 		})
 	}

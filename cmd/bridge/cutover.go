@@ -98,7 +98,9 @@ type jsonSwitch struct {
 	// Discarded (rollback) is every node written through etcd v3 since the
 	// cutover, as it is now: what --force loses.
 	Discarded []cutover.Discarded `json:"discarded,omitempty"`
-	Seconds   float64             `json:"durationSeconds"`
+	// Auth (cutover) is the last copy of the users and roles.
+	Auth    *cutover.AuthCopy `json:"auth,omitempty"`
+	Seconds float64           `json:"durationSeconds"`
 }
 
 func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
@@ -195,8 +197,8 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		res, err = cutover.Rollback(ctx, o)
 	}
 	if res != nil {
-		js.Changed, js.Record, js.Bridges, js.Padded, js.V3Writes, js.Discarded, js.Seconds =
-			res.Changed, res.Record, res.Bridges, res.Padded, res.V3Writes, res.Discarded, res.Duration.Seconds()
+		js.Changed, js.Record, js.Bridges, js.Padded, js.V3Writes, js.Discarded, js.Auth, js.Seconds =
+			res.Changed, res.Record, res.Bridges, res.Padded, res.V3Writes, res.Discarded, res.Auth, res.Duration.Seconds()
 	}
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", cmd, err)
