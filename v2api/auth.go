@@ -257,7 +257,9 @@ func (s *Server) authUsers(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusCreated
 		}
 		out.Password, out.Grant, out.Revoke = "", nil, nil
-		out.Roles = roleNames(out)
+		if created { // v2 showed a new root user with its role, an updated one as stored
+			out.Roles = roleNames(out)
+		}
 		w.WriteHeader(status)
 		encodeJSON(w, out)
 	case "DELETE":
