@@ -148,10 +148,14 @@ func KeysFor(metaPrefix, dataPrefix string) Keys {
 	return Keys{Prefix: metaPrefix + "a" + dataPrefix + "/"}
 }
 
-// User, Role and Enabled are the v3 keys of a user, a role and the flag.
+// User is the v3 key of the user name.
 func (k Keys) User(name string) string { return k.Prefix + "u/" + name }
+
+// Role is the v3 key of the role name.
 func (k Keys) Role(name string) string { return k.Prefix + "r/" + name }
-func (k Keys) Enabled() string         { return k.Prefix + "enabled" }
+
+// Enabled is the v3 key of the flag: "true" while auth is on.
+func (k Keys) Enabled() string { return k.Prefix + "enabled" }
 
 // Owns reports whether key is one of this key space's auth keys: the flag, a
 // user or a role. A key under Prefix that is none of these belongs to
@@ -182,6 +186,7 @@ func (k Keys) parse(key string) (kind byte, name string) {
 // Decision is the outcome of checking a request's credentials.
 type Decision int
 
+// The decisions.
 const (
 	Allow       Decision = iota
 	Deny                 // v2: 401, "Insufficient credentials"

@@ -4,6 +4,8 @@ package auth
 
 import (
 	"testing"
+
+	"github.com/v2bridge/v2bridge/translate"
 )
 
 func TestKeys(t *testing.T) {
@@ -108,5 +110,24 @@ func TestAllowed(t *testing.T) {
 	}
 	if _, ok := st.Role("ghost"); ok {
 		t.Error("ghost role found")
+	}
+}
+
+// TestKeysAreNoDataKeys: the auth keys are none of the bridge's data keys,
+// markers or mirrored bookkeeping, whatever the data prefix.
+func TestKeysAreNoDataKeys(t *testing.T) {
+	for _, dp := range []string{"", "/t", "/a"} {
+		l, err := translate.NewLayout(dp, "_v2bridge/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := KeysFor(l.MetaPrefix, l.DataPrefix)
+		for _, key := range []string{k.Enabled(), k.User("bob"), k.Role("ops"), k.User("_x"), k.Role("d")} {
+			_, data := l.PathOfData(key)
+			_, marker := l.PathOfMarker(key)
+			if data || marker || l.Mirrored(key) || l.IsJournalKey(key) {
+				t.Errorf("data prefix %q: %q is data %v, marker %v, mirrored %v", dp, key, data, marker, l.Mirrored(key))
+			}
+		}
 	}
 }
