@@ -322,6 +322,10 @@ func authCases() []scriptCase {
 		get("/bar").as("u").want(200),
 		put("/bar", "value", "2", "prevValue", "1").as("u").want(200),
 		keyDenied(get("/bar", "recursive", "true").as("u")),
+		// v2 checked any request asking recursive=true as recursive, a
+		// write's included.
+		keyDenied(put("/bar", "value", "3", "recursive", "true").as("u")),
+		keyDenied(post("/q", "value", "x", "recursive", "true").as("u")),
 		keyDenied(put("/bar/x", "value", "1").as("u")),
 		keyDenied(get("/bar/").as("u")),
 		del("/bar", "prevIndex", "1").as("u").want(412),
