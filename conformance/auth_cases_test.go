@@ -153,6 +153,22 @@ func authCases() []scriptCase {
 		authReq("GET", "/users", "").want(200),
 	}})
 
+	add(scriptCase{Name: "odd names", Steps: []step{
+		authReq("PUT", "/users/a%2Fb", `{"user":"a/b","password":"p"}`).want(400),
+		authReq("GET", "/roles/a%2Fb", "").want(400),
+		authReq("PUT", "/users/a%20b", `{"user":"a b","password":"p"}`).want(201),
+		authReq("GET", "/users/a%20b", "").want(200),
+		authReq("PUT", "/roles/%C3%A9t%C3%A9", `{"role":"été"}`).want(201),
+		authReq("PUT", "/users/a%20b", `{"user":"a b","grant":["été"]}`).want(200),
+		authReq("GET", "/users", "").want(200),
+		authReq("GET", "/roles", "").want(200),
+		authReq("PUT", "/users/x?y=1", `{"user":"x","password":"p"}`).want(201),
+		authReq("PUT", "/users/ROOT", `{"user":"ROOT","password":"p"}`).want(201),
+		authReq("GET", "/users/ROOT", "").want(200),
+		authReq("DELETE", "/users/a%20b", "").want(200),
+		authReq("DELETE", "/roles/%C3%A9t%C3%A9", "").want(200),
+	}})
+
 	add(scriptCase{Name: "roles", Steps: []step{
 		authReq("PUT", "/roles/r1", `{"role":"r1","permissions":{"kv":{"read":["/a/*"]}}}`).want(201),
 		authReq("PUT", "/roles/r1", `{"role":"r1","permissions":{"kv":{"read":["/b"]}}}`).want(409),
@@ -230,7 +246,7 @@ func authCases() []scriptCase {
 	})})
 
 	guest := func(body string) step { return authReq("PUT", "/roles/guest", body).as("root").want(200) }
-	add(scriptCase{Name: "keys under a restricted guest", Steps: with(enableAuth(), []step{
+	add(scriptCase{Name: "keys under a restricted guest", May: []string{"set-created-index"}, Steps: with(enableAuth(), []step{
 		put("/a/b", "value", "1").as("root").want(201),
 		guest(`{"role":"guest","revoke":{"kv":{"write":["/*"]}}}`),
 		keyDenied(put("/a/b", "value", "2")),
@@ -283,8 +299,10 @@ func authCases() []scriptCase {
 		watch("w1", "/foo/a").as("u").want(200),
 		watch("w2", "/foo/", "recursive", "true").as("u").want(200),
 		watch("w3", "/foo", "recursive", "true").as("u").want(401).code(110),
+		watch("s1", "/foo/", "recursive", "true", "stream", "true").as("u").want(200),
+		watch("s2", "/foo", "recursive", "true", "stream", "true").as("u").want(401).code(110),
 		put("/foo/a", "value", "2").as("root").want(200),
-		await("w1"), await("w2"),
+		await("w1"), await("w2"), await("s1"),
 		// A running watch is not checked again: v2 checked it once, when it
 		// started.
 		watch("w4", "/foo/d/e").as("u").want(200),
@@ -304,6 +322,10 @@ func authCases() []scriptCase {
 		get("/bar").as("u").want(200),
 		put("/bar", "value", "2", "prevValue", "1").as("u").want(200),
 		keyDenied(get("/bar", "recursive", "true").as("u")),
+		// v2 checked any request asking recursive=true as recursive, a
+		// write's included.
+		keyDenied(put("/bar", "value", "3", "recursive", "true").as("u")),
+		keyDenied(post("/q", "value", "x", "recursive", "true").as("u")),
 		keyDenied(put("/bar/x", "value", "1").as("u")),
 		keyDenied(get("/bar/").as("u")),
 		del("/bar", "prevIndex", "1").as("u").want(412),

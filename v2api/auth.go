@@ -39,8 +39,9 @@ var _ Auth = auth.Service{}
 const authPrefix = "/v2/auth"
 
 // maxAuthBody bounds the JSON of a user or role read from a request: one
-// larger is invalid JSON.
-const maxAuthBody = 1 << 20
+// larger is invalid JSON. It is etcd's default --max-request-bytes: a user
+// or role that large could not be stored in etcd v3 anyway.
+const maxAuthBody = 3 << 19
 
 // addAuth mounts the auth API as v2 routed it: /enable exactly, /users and
 // /roles with or without a name below them; anything else under /v2/auth is
@@ -257,7 +258,9 @@ func (s *Server) authUsers(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusCreated
 		}
 		out.Password, out.Grant, out.Revoke = "", nil, nil
-		out.Roles = roleNames(out)
+		if created { // v2 showed a new root user with its role, an updated one as stored
+			out.Roles = roleNames(out)
+		}
 		w.WriteHeader(status)
 		encodeJSON(w, out)
 	case "DELETE":

@@ -273,12 +273,14 @@ func TestAuthPutUser(t *testing.T) {
 			`{"user":"n","roles":["r"]}`},
 		{"root holds root", `{"user":"root","password":"p"}`, auth.User{User: "root", Password: "hash"}, true,
 			201, `{"user":"root","roles":["root"]}`},
+		{"root updated as stored", `{"user":"root","revoke":["root"]}`,
+			auth.User{User: "root", Password: "hash", Roles: []string{}}, false, 200, `{"user":"root","roles":[]}`},
 	} {
 		fa.putUser, fa.created = c.out, c.created
 		name := strings.SplitN(strings.SplitN(c.body, `"user":"`, 2)[1], `"`, 2)[0]
 		checkAnswer(t, serve(s, "PUT", "/v2/auth/users/"+name, c.body), c.status, c.want+"\n", jsonHeaders)
 	}
-	if want := (auth.User{User: "root", Password: "p"}); !reflect.DeepEqual(fa.gotUser, want) {
+	if want := (auth.User{User: "root", Revoke: []string{"root"}}); !reflect.DeepEqual(fa.gotUser, want) {
 		t.Errorf("store got %+v, want %+v", fa.gotUser, want)
 	}
 	fa.mutated = nil

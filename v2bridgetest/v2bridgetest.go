@@ -386,35 +386,9 @@ type Options struct {
 	MetaPrefix string // default "_v2bridge/"
 	// Backend adjusts the backend config (heartbeat, timeouts...).
 	Backend func(*v3backend.Config)
-	// NoAuth leaves v2 auth out (the auth API unserved, keys unchecked);
-	// by default the bridge runs it as cmd/bridge does.
-	NoAuth bool
-}
-
-// startAuth runs an auth Store over its own client of endpoints, as
-// cmd/bridge does over its control client, until the test ends.
-func startAuth(t TB, endpoints []string, layout translate.Layout) *auth.Service {
-	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
-		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 3 * time.Second, PermitWithoutStream: true,
-		Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatalf("clientv3: %v", err)
-	}
-	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
-		RequestTimeout: 5 * time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		st.Run(ctx)
-	}()
-	t.Cleanup(func() { // after the bridge's Stop, registered later
-		cancel()
-		<-done
-		_ = cli.Close()
-	})
-	return &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State})}
+	// Auth runs etcd v2 auth as cmd/bridge does: a Store following the
+	// key space's users and roles over its own v3 client, and its Checker.
+	Auth bool
 }
 
 // Bridge is a running bridge.
@@ -445,15 +419,15 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 	if o.Backend != nil {
 		o.Backend(&cfg.Backend)
 	}
+	if o.Auth {
+		cfg.Auth = startAuth(t, endpoints, layout, cfg.Logger)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	u := "http://" + ln.Addr().String()
 	cfg.AdvertiseURLs = []string{u}
-	if !o.NoAuth {
-		cfg.Auth = startAuth(t, endpoints, layout)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	br, err := server.New(ctx, cfg)
@@ -472,6 +446,30 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// startAuth runs an auth Store over the key space of layout until the test
+// ends (after the bridge, which the test stops first), with its Checker.
+func startAuth(t TB, endpoints []string, layout translate.Layout, lg *zap.Logger) *auth.Service {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("clientv3: %v", err)
+	}
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
+		RequestTimeout: 5 * time.Second, Logger: lg})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = cli.Close()
+	})
+	return &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State, Logger: lg})}
 }
 
 // Stop ends the bridge's watches and closes it.

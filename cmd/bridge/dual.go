@@ -127,8 +127,12 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		}
 		d.shadow.set(obs, stop)
 	}
+	// The passwords the old server accepts go to the v3 side's users, for
+	// the cutover.
+	learn := newLearner(d.auth.svc.Store, sourceAuthEnabled(d.pass), c.requestTimeout, lg.Named("learn"), reg)
+	defer learn.stop() // after the servers: no request offers any more
 	sw := cutover.NewSwitch(cutover.SwitchConfig{
-		Passthrough: cutover.Backend{API: d.pass, Probes: d.pass.MetricsHandler(), Ready: d.pass.Ready,
+		Passthrough: cutover.Backend{API: learn.wrap(d.pass), Probes: d.pass.MetricsHandler(), Ready: d.pass.Ready,
 			Index: d.pass.LastIndex},
 		Metrics:  promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}),
 		Logger:   lg.Named("mode"),
