@@ -104,7 +104,12 @@ func (s *Store) Run(ctx context.Context) {
 // follow reads the auth data, then applies the watch's events until it
 // fails.
 func (s *Store) follow(ctx context.Context) error {
-	snap, err := s.read(ctx)
+	// While no State is current every request waits on this read and
+	// watch: each attempt gets a fifth of RequestTimeout (at least a
+	// second), so that one sent to a silent member costs little before
+	// the next tries another.
+	short := max(s.cfg.RequestTimeout/5, time.Second)
+	snap, err := s.read(ctx, short)
 	if err != nil {
 		return err
 	}
@@ -123,10 +128,11 @@ func (s *Store) follow(ctx context.Context) error {
 		clientv3.WithCreatedNotify())
 	// A member that goes silent (cut off, frozen) ends no watch: the
 	// State would go stale unnoticed. So the watch is asked for its
-	// progress every fifth of RequestTimeout, and ends if it has said
+	// progress every half of that fifth, and ends if it has said
 	// nothing for a whole RequestTimeout. The State read is published
-	// once the watch is created: one refused at once publishes nothing.
-	probe := time.NewTicker(s.cfg.RequestTimeout / 5)
+	// once the watch is created (within that fifth): one refused at once
+	// publishes nothing.
+	probe := time.NewTicker(short / 2)
 	defer probe.Stop()
 	heard := time.Now()
 	created := false
@@ -137,11 +143,14 @@ func (s *Store) follow(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-probe.C:
+			if !created && time.Since(heard) > short {
+				return fmt.Errorf("the watch was not created within %v", short)
+			}
 			if time.Since(heard) > s.cfg.RequestTimeout {
 				return fmt.Errorf("the watch said nothing for %v", s.cfg.RequestTimeout)
 			}
 			if created {
-				pctx, cancel := context.WithTimeout(wctx, s.cfg.RequestTimeout/5)
+				pctx, cancel := context.WithTimeout(wctx, short)
 				_ = s.cfg.Client.RequestProgress(pctx) // a failure shows as silence
 				cancel()
 			}
@@ -207,11 +216,11 @@ type snapshot struct {
 }
 
 // read reads the auth data.
-func (s *Store) read(ctx context.Context) (*snapshot, error) {
+func (s *Store) read(ctx context.Context, timeout time.Duration) (*snapshot, error) {
 	// Require a leader: a member cut off from the others fails the read at
 	// once (and clientv3 tries another) instead of holding it to the
 	// timeout.
-	cctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), s.cfg.RequestTimeout)
+	cctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), timeout)
 	resp, err := s.cfg.Client.Get(cctx, s.cfg.Keys.Prefix, clientv3.WithPrefix())
 	cancel()
 	if err != nil {
@@ -237,7 +246,7 @@ var errConflict = errors.New("auth: the users and roles kept changing; try again
 // writes.
 func (s *Store) write(ctx context.Context, decide func(snap *snapshot) (ops []clientv3.Op, on []string, err error)) error {
 	for range 20 {
-		snap, err := s.read(ctx)
+		snap, err := s.read(ctx, s.cfg.RequestTimeout)
 		if err != nil {
 			return err
 		}
@@ -582,7 +591,7 @@ const maxTxnOps = 64
 func (s *Store) Replace(ctx context.Context, st *State) error {
 	k := s.cfg.Keys
 	for range 20 {
-		snap, err := s.read(ctx)
+		snap, err := s.read(ctx, s.cfg.RequestTimeout)
 		if err != nil {
 			return err
 		}

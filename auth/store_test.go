@@ -549,3 +549,47 @@ func TestStoreSilentMemberIsNotCurrent(t *testing.T) {
 	healed = true
 	waitState(t, s, func(*auth.State) bool { return true })
 }
+
+// TestStoreMovesOffASilentMember: a Store over every member, one of which
+// goes silent, is without a current State for a few seconds at most: it
+// reads again from another member.
+func TestStoreMovesOffASilentMember(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs etcd")
+	}
+	cl := v2bridgetest.StartCluster(t, 3)
+	const timeout = 2 * time.Second
+	for bad := range 3 {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: cl.ProxiedEndpoints(), DialTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor("_v2bridge/", ""), RequestTimeout: timeout})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); s.Run(ctx) }()
+		waitState(t, s, func(*auth.State) bool { return true })
+		cl.Blackhole(bad)
+		// Over 8 s, the longest stretch without a current State.
+		var worst, gap time.Duration
+		last := time.Now()
+		for end := last.Add(8 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			now := time.Now()
+			if _, ok := s.State(); ok {
+				gap = 0
+			} else {
+				gap += now.Sub(last)
+				worst = max(worst, gap)
+			}
+			last = now
+		}
+		cl.Heal(bad)
+		cancel()
+		<-done
+		_ = cli.Close()
+		t.Logf("member %d silent: longest stretch without a current State %v (RequestTimeout %v)", bad, worst, timeout)
+		if worst > 6*time.Second {
+			t.Errorf("member %d silent: no current State for %v", bad, worst)
+		}
+	}
+}
