@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/internal/v2ref"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 
@@ -348,22 +349,39 @@ func TestAuthSecretsStayOutOfLogsAndMetrics(t *testing.T) {
 	}
 }
 
-// TestAuthClientCertificates (bridge only: the reference serves no TLS):
-// over TLS with --client-cert-auth, as v2 did, a request with an
-// Authorization header is that header's user (a wrong one refused, never
-// the certificate's), and one without is the user its certificate's
-// common name names, or the guest if no user has that name.
+// TestAuthClientCertificates: over TLS with --client-cert-auth, as v2 did,
+// a request with an Authorization header is that header's user (a wrong
+// one refused, never the certificate's), and one without is the user its
+// certificate's common name names, or the guest if no user has that name.
 func TestAuthClientCertificates(t *testing.T) {
 	pk := newPKI(t)
-	scert, skey := pk.issue("server", "bridge", true)
-	var url string
-	startHealthyBridge(t, func() (string, []string, []string) {
-		_, args := embeddedArgs(t)
-		url = "https://" + strings.TrimPrefix(v2bridgetest.FreeURL(t), "http://")
-		metrics := v2bridgetest.FreeURL(t)
-		return metrics, nil, append(args, "--listen-client-urls", url, "--cert-file", scert, "--key-file", skey,
-			"--trusted-ca-file", filepath.Join(pk.dir, "ca.pem"), "--client-cert-auth", "--listen-metrics-urls", metrics)
+	scert, skey := pk.issue("server", "server", true)
+	ca := filepath.Join(pk.dir, "ca.pem")
+	cc := newCertClients(t, pk)
+	t.Run("reference", func(t *testing.T) {
+		bound(t)
+		ref := v2ref.StartT(t, v2ref.Options{ExtraArgs: []string{"--listen-client-url", "https://127.0.0.1:0",
+			"--cert-file", scert, "--key-file", skey, "--trusted-ca-file", ca, "--client-cert-auth"}})
+		authCertCases(t, cc, ref.URL)
 	})
+	t.Run("bridge", func(t *testing.T) {
+		var url string
+		startHealthyBridge(t, func() (string, []string, []string) {
+			_, args := embeddedArgs(t)
+			url = "https://" + strings.TrimPrefix(v2bridgetest.FreeURL(t), "http://")
+			metrics := v2bridgetest.FreeURL(t)
+			return metrics, nil, append(args, "--listen-client-urls", url, "--cert-file", scert, "--key-file", skey,
+				"--trusted-ca-file", ca, "--client-cert-auth", "--listen-metrics-urls", metrics)
+		})
+		authCertCases(t, cc, url)
+	})
+}
+
+// certClients are https clients with certificates for the common names
+// root, alice and nobody.
+type certClients struct{ root, alice, nobody *http.Client }
+
+func newCertClients(t *testing.T, pk *pki) certClients {
 	pool := x509.NewCertPool()
 	pool.AddCert(pk.ca)
 	clientFor := func(cn string) *http.Client {
@@ -377,7 +395,12 @@ func TestAuthClientCertificates(t *testing.T) {
 		t.Cleanup(tr.CloseIdleConnections)
 		return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	}
-	rootC, aliceC, nobodyC := clientFor("root"), clientFor("alice"), clientFor("nobody")
+	return certClients{root: clientFor("root"), alice: clientFor("alice"), nobody: clientFor("nobody")}
+}
+
+// authCertCases is TestAuthClientCertificates on the server at url.
+func authCertCases(t *testing.T, cc certClients, url string) {
+	rootC, aliceC, nobodyC := cc.root, cc.alice, cc.nobody
 	none := func(*http.Request) {}
 	basic := func(u, p string) func(*http.Request) { return func(r *http.Request) { r.SetBasicAuth(u, p) } }
 
