@@ -8,9 +8,11 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -200,15 +202,16 @@ func TestAuthNoAccessThroughAParent(t *testing.T) {
 }
 
 // TestAuthBruteForceBackOff (bridge only: v2 never limited wrong
-// passwords): wrong passwords for a user from one address back that user
+// passwords): wrong passwords for a user from one address hold that user
 // off there, so that even the right password is refused from it for a
-// while; the same user from another address is not held up, and the back
-// off ends.
+// while; the same user from another address, or with a credential already
+// verified, is not held up; and the hold ends.
 func TestAuthBruteForceBackOff(t *testing.T) {
 	p := startHealthyBridge(t, embedded(t))
 	authSetup(t, p.url, true)
+	const bobPass = "b0b-Pa55"
 	if r := authDo(t, "PUT", p.url, "/v2/auth/users/bob", "root", rootPass,
-		`{"user":"bob","password":"b0b-Pa55","roles":["rw-foo"]}`); r.status != 200 {
+		`{"user":"bob","password":"`+bobPass+`","roles":["rw-foo"]}`); r.status != 200 {
 		t.Fatalf("adding bob: %d %s", r.status, r.body)
 	}
 	from := func(ip string) *http.Client {
@@ -222,41 +225,82 @@ func TestAuthBruteForceBackOff(t *testing.T) {
 		t.Helper()
 		return authDoWith(t, c, "GET", p.url, "/v2/keys/foo/", func(r *http.Request) { r.SetBasicAuth(user, pass) }, "")
 	}
-	// Wrong passwords for alice and bob from 127.0.0.2 for a few seconds:
-	// every one refused.
-	attack := time.Now()
-	n := 0
-	for time.Since(attack) < 5*time.Second {
-		for _, u := range []string{"alice", "bob"} {
-			expectKeysDenied(t, "a wrong password", get(attacker, u, "guess"))
-			n++
+	// Wrong passwords for alice and bob from 127.0.0.2 for a few seconds,
+	// every one refused; then alice's right password from there, never
+	// used before (so not a verified credential), is refused too. Should
+	// a hold end just between the two, the right password gets in and
+	// ends the run: alice gets a new password and the attack goes again.
+	pass := alicePass
+	for attempt := 1; ; attempt++ {
+		attack := time.Now()
+		n := 0
+		for time.Since(attack) < 5*time.Second {
+			for _, u := range []string{"alice", "bob"} {
+				expectKeysDenied(t, "a wrong password", get(attacker, u, "guess"))
+				n++
+			}
 		}
-	}
-	// The right passwords are refused from there now (neither was used
-	// before, so none is a cached credential) ...
-	expectKeysDenied(t, "alice's right password from the attacker's address", get(attacker, "alice", alicePass))
-	expectKeysDenied(t, "bob's right password from the attacker's address", get(attacker, "bob", "b0b-Pa55"))
-	// ... but alice from another address is let in at once.
-	start := time.Now()
-	if r := get(other, "alice", alicePass); r.status != 200 {
-		t.Fatalf("alice from 127.0.0.1 during the attack: %d %s", r.status, r.body)
-	}
-	t.Logf("%d wrong passwords in %v; alice from another address answered in %v", n, 5*time.Second, time.Since(start))
-	// The back off ends: bob's right password from the attacker's address
-	// works again within the cap (30 s), retried every second.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		r := get(attacker, "bob", "b0b-Pa55")
-		if r.status == 200 {
-			t.Logf("bob let in from 127.0.0.2 %v after the attack", time.Since(start))
+		r := get(attacker, "alice", pass)
+		if r.status == 401 {
+			expectKeysDenied(t, "alice's right password from the attacker's address", r)
+			t.Logf("attack %d: %d wrong passwords in 5s, then alice held off there", attempt, n)
 			break
 		}
-		expectKeysDenied(t, "bob while backed off", r)
+		if attempt == 3 {
+			t.Fatalf("alice's right password from the attacker's address after %d attacks: %d %s", attempt, r.status, r.body)
+		}
+		pass = fmt.Sprintf("%s-%d", alicePass, attempt)
+		if r := authDo(t, "PUT", p.url, "/v2/auth/users/alice", "root", rootPass,
+			`{"user":"alice","password":"`+pass+`"}`); r.status != 200 {
+			t.Fatalf("alice's new password: %d %s", r.status, r.body)
+		}
+	}
+	if n := authCheckCount(t, p.url, "throttled"); n < 1 {
+		t.Errorf("v2bridge_auth_checks_total{result=\"throttled\"} = %v after the attack, want some", n)
+	}
+	// Alice from another address is let in at once, and her credential,
+	// verified there, then from the attacker's address too.
+	if r := get(other, "alice", pass); r.status != 200 {
+		t.Fatalf("alice from 127.0.0.1 during the attack: %d %s", r.status, r.body)
+	}
+	if r := get(attacker, "alice", pass); r.status != 200 {
+		t.Fatalf("alice's verified credential from 127.0.0.2: %d %s", r.status, r.body)
+	}
+	// Bob's hold ends: his right password from the attacker's address
+	// works within the cap (30 s), retried every second.
+	start := time.Now()
+	deadline := start.Add(60 * time.Second)
+	refused := 0
+	for {
+		r := get(attacker, "bob", bobPass)
+		if r.status == 200 {
+			t.Logf("bob let in from 127.0.0.2 after %d refusals, %v after the attack", refused, time.Since(start))
+			break
+		}
+		expectKeysDenied(t, "bob while held off", r)
+		refused++
 		if time.Now().After(deadline) {
 			t.Fatal("bob is still refused from 127.0.0.2 60s after the attack")
 		}
 		time.Sleep(time.Second) // a patient user's retry
 	}
+}
+
+// authCheckCount is v2bridge_auth_checks_total{result} at url's /metrics.
+func authCheckCount(t *testing.T, url, result string) float64 {
+	t.Helper()
+	prefix := `v2bridge_auth_checks_total{result="` + result + `"} `
+	for _, line := range strings.Split(do(t, "GET", url, "/metrics", nil).body, "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in /metrics", prefix)
+	return 0
 }
 
 // TestAuthSecretsStayOutOfLogsAndMetrics (bridge only): with debug logging,
