@@ -39,8 +39,42 @@ func authServers(t *testing.T, f func(t *testing.T, s authServer), extra ...stri
 	})
 	t.Run("bridge", func(t *testing.T) {
 		p := startHealthyBridge(t, embedded(t, extra...))
+		waitAuthServed(t, httpClient, p.url)
 		f(t, authServer{url: p.url, bridge: p})
 	})
+}
+
+// waitAuthServed waits until the server at url answers the auth API (the
+// bridge, once its auth data is loaded). TestAuthServedOnceReady holds a
+// ready bridge to serving it at once; the other tests wait, so that they
+// fail for what they test only.
+func waitAuthServed(t *testing.T, c *http.Client, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := authDoWith(t, c, "GET", url, "/v2/auth/enable", func(*http.Request) {}, "")
+		if r.status == 200 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the auth API still answers %d %s after 30s", r.status, r.body)
+		}
+		time.Sleep(50 * time.Millisecond) // poll
+	}
+}
+
+// TestAuthServedOnceReady (bridge only: the reference has no /readyz): a
+// bridge that says it is ready serves the auth API and decides requests at
+// once, so that a client of a single bridge never sees it unavailable
+// after a start.
+func TestAuthServedOnceReady(t *testing.T) {
+	p := startHealthyBridge(t, embedded(t))
+	if r := authDo(t, "GET", p.url, "/v2/auth/enable", "", "", ""); r.status != 200 || r.body != `{"enabled":false}` {
+		t.Errorf("GET /v2/auth/enable once ready: %d %s", r.status, r.body)
+	}
+	if r := authDo(t, "PUT", p.url, "/v2/keys/k", "", "", "value=v"); r.status != 201 {
+		t.Errorf("a write once ready: %d %s", r.status, r.body)
+	}
 }
 
 // The users of authSetup.

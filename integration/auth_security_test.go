@@ -208,11 +208,15 @@ func TestAuthNoAccessThroughAParent(t *testing.T) {
 // verified, is not held up; and the hold ends.
 func TestAuthBruteForceBackOff(t *testing.T) {
 	p := startHealthyBridge(t, embedded(t))
+	waitAuthServed(t, httpClient, p.url)
 	authSetup(t, p.url, true)
 	const bobPass = "b0b-Pa55"
 	if r := authDo(t, "PUT", p.url, "/v2/auth/users/bob", "root", rootPass,
 		`{"user":"bob","password":"`+bobPass+`","roles":["rw-foo"]}`); r.status != 200 {
 		t.Fatalf("adding bob: %d %s", r.status, r.body)
+	}
+	if r := authDo(t, "PUT", p.url, "/v2/keys/foo/a", "root", rootPass, "value=1"); r.status != 201 {
+		t.Fatalf("root's write: %d %s", r.status, r.body)
 	}
 	from := func(ip string) *http.Client {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
@@ -223,7 +227,7 @@ func TestAuthBruteForceBackOff(t *testing.T) {
 	attacker, other := from("127.0.0.2"), from("127.0.0.1")
 	get := func(c *http.Client, user, pass string) resp {
 		t.Helper()
-		return authDoWith(t, c, "GET", p.url, "/v2/keys/foo/", func(r *http.Request) { r.SetBasicAuth(user, pass) }, "")
+		return authDoWith(t, c, "GET", p.url, "/v2/keys/foo/a", func(r *http.Request) { r.SetBasicAuth(user, pass) }, "")
 	}
 	// Wrong passwords for alice and bob from 127.0.0.2 for a few seconds,
 	// every one refused; then alice's right password from there, never
@@ -317,6 +321,7 @@ func TestAuthSecretsStayOutOfLogsAndMetrics(t *testing.T) {
 		}
 		return url, nil, append(args, "--log-level", "debug")
 	})
+	waitAuthServed(t, httpClient, p.url)
 	authSetup(t, p.url, true)
 	const newPass = "n3w-Pa55-for-alice"
 	secrets := []string{rootPass, alicePass, newPass, "wr0ng-Pa55"}
@@ -417,6 +422,7 @@ func TestAuthClientCertificates(t *testing.T) {
 			return metrics, nil, append(args, "--listen-client-urls", url, "--cert-file", scert, "--key-file", skey,
 				"--trusted-ca-file", ca, "--client-cert-auth", "--listen-metrics-urls", metrics)
 		})
+		waitAuthServed(t, cc.root, url)
 		authCertCases(t, cc, url)
 	})
 }
