@@ -178,7 +178,7 @@ func expectAuthDenied(t *testing.T, what string, r resp) {
 	}
 }
 
-// node is the node of a /v2/keys answer, without its indexes.
+// keysNode is the action and node of a /v2/keys answer, without indexes.
 func keysNode(t *testing.T, r resp) (action, key, value string) {
 	t.Helper()
 	var a struct {
