@@ -501,3 +501,44 @@ func authCertCases(t *testing.T, cc certClients, url string) {
 		t.Errorf("root by certificate lists users: %d %s", r.status, r.body)
 	}
 }
+
+// TestAuthPasswordsOver72Bytes: bcrypt reads 72 bytes of a password. v2
+// refused a longer new password (HTTP 500, its bcrypt's error), and a
+// password matched on its first 72 bytes.
+func TestAuthPasswordsOver72Bytes(t *testing.T) {
+	authServers(t, func(t *testing.T, s authServer) {
+		authSetup(t, s.url, true)
+		if r := authDo(t, "PUT", s.url, "/v2/keys/foo/a", "root", rootPass, "value=1"); r.status != 201 {
+			t.Fatalf("root's write: %d %s", r.status, r.body)
+		}
+		p72 := strings.Repeat("p", 72)
+		refused := func(what, method, path, body string) {
+			t.Helper()
+			r := authDo(t, method, s.url, path, "root", rootPass, body)
+			if want := `{"message":"Internal Server Error"}`; r.status != 500 || r.body != want ||
+				r.header.Get("Content-Type") != "application/json" {
+				t.Errorf("%s: %d %s (Content-Type %q), want v2's 500 %s", what, r.status, r.body, r.header.Get("Content-Type"), want)
+			}
+		}
+		refused("a new user with a 73-byte password", "PUT", "/v2/auth/users/long",
+			`{"user":"long","password":"`+p72+`X","roles":["rw-foo"]}`)
+		if r := authDo(t, "GET", s.url, "/v2/auth/users/long", "root", rootPass, ""); r.status != 404 {
+			t.Errorf("the refused user exists: %d %s", r.status, r.body)
+		}
+		refused("alice's password changed to 73 bytes", "PUT", "/v2/auth/users/alice", `{"user":"alice","password":"`+p72+`X"}`)
+		if r := authDo(t, "GET", s.url, "/v2/keys/foo/a", "alice", alicePass, ""); r.status != 200 {
+			t.Errorf("alice's password after the refused change: %d %s", r.status, r.body)
+		}
+		if r := authDo(t, "PUT", s.url, "/v2/auth/users/long", "root", rootPass,
+			`{"user":"long","password":"`+p72+`","roles":["rw-foo"]}`); r.status != 200 || r.body != `{"user":"long","roles":["rw-foo"]}` {
+			t.Fatalf("a user with a 72-byte password: %d %s", r.status, r.body)
+		}
+		for _, pass := range []string{p72, p72 + "X", p72 + strings.Repeat("Y", 100)} {
+			r := authDo(t, "GET", s.url, "/v2/keys/foo/a", "long", pass, "")
+			if a, k, v := keysNode(t, r); r.status != 200 || a != "get" || k != "/foo/a" || v != "1" {
+				t.Errorf("a %d-byte password matching on 72: %d %s", len(pass), r.status, r.body)
+			}
+		}
+		expectKeysDenied(t, "71 of the 72 bytes", authDo(t, "GET", s.url, "/v2/keys/foo/a", "long", p72[:71], ""))
+	})
+}
