@@ -5,18 +5,11 @@
 // watch into an immutable State), and the decision on each request
 // (Checker: HTTP basic auth or a client certificate, a cache of verified
 // credentials, a limit on wrong passwords).
-//
-// SKELETON: the exported API below is the contract between this package,
-// v2api, migrate and cmd/bridge; bodies are being filled in.
 package auth
 
 import (
-	"context"
-	"net/http"
-	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
+	"slices"
+	"strings"
 )
 
 // The built-in names, as in v2.
@@ -74,17 +67,76 @@ type State struct {
 	Roles   map[string]Role // stored roles by name (root is built in, never stored)
 }
 
+// rootRole is the built-in root role: every key, read and write.
+var rootRole = Role{Role: RootName, Permissions: Permissions{KV: RWPermission{Read: []string{"/*"}, Write: []string{"/*"}}}}
+
+// guestRole is the guest role Enable creates when there is none: as root's,
+// so that turning auth on changes nothing for requests without credentials
+// until the guest role is narrowed.
+var guestRole = Role{Role: GuestName, Permissions: Permissions{KV: RWPermission{Read: []string{"/*"}, Write: []string{"/*"}}}}
+
 // Role returns the named role: root's is built in.
-func (s *State) Role(name string) (Role, bool) { panic("unimplemented") }
+func (s *State) Role(name string) (Role, bool) {
+	if name == RootName {
+		return rootRole, true
+	}
+	r, ok := s.Roles[name]
+	return r, ok
+}
 
 // Allowed reports whether user (nil: a request without credentials, held
 // to the guest role) may read or write key, as v2 decided: with auth
 // disabled, always; recursive asks for a pattern covering everything below
 // key (a "*" pattern), else a pattern matching key.
-func (s *State) Allowed(user *User, key string, recursive, write bool) bool { panic("unimplemented") }
+//
+// As in v2, the guest role is always matched as for a single key, recursive
+// or not, and a user's role that does not exist grants nothing.
+func (s *State) Allowed(user *User, key string, recursive, write bool) bool {
+	if !s.Enabled {
+		return true
+	}
+	if user == nil {
+		g, ok := s.Roles[GuestName]
+		return ok && g.Permissions.KV.allows(key, false, write)
+	}
+	for _, name := range user.Roles {
+		r, ok := s.Role(name)
+		if !ok {
+			continue
+		}
+		if name == RootName || r.Permissions.KV.allows(key, recursive, write) {
+			return true
+		}
+	}
+	return false
+}
+
+// allows reports whether one of the read (or write) patterns matches key:
+// for recursive, only a "*" pattern whose prefix key has.
+func (p RWPermission) allows(key string, recursive, write bool) bool {
+	pats := p.Read
+	if write {
+		pats = p.Write
+	}
+	for _, pat := range pats {
+		if pat == "" { // matches nothing (v2 failed the request)
+			continue
+		}
+		if prefix, ok := strings.CutSuffix(pat, "*"); ok {
+			if strings.HasPrefix(key, prefix) {
+				return true
+			}
+		} else if !recursive && key == pat {
+			return true
+		}
+	}
+	return false
+}
 
 // IsRoot reports whether user holds the root role.
-func (s *State) IsRoot(user *User) bool { panic("unimplemented") }
+func (s *State) IsRoot(user *User) bool {
+	return user != nil && slices.Contains(user.Roles, RootName)
+}
 
 // Keys are the v3 keys of one key space's auth data, under the meta prefix.
 type Keys struct {
@@ -92,95 +144,54 @@ type Keys struct {
 }
 
 // KeysFor is the Keys of the key space with data prefix dataPrefix.
-func KeysFor(metaPrefix, dataPrefix string) Keys { panic("unimplemented") }
+func KeysFor(metaPrefix, dataPrefix string) Keys {
+	return Keys{Prefix: metaPrefix + "a" + dataPrefix + "/"}
+}
 
-// User, Role and Enabled are the v3 keys of a user, a role and the flag.
-func (k Keys) User(name string) string { panic("unimplemented") }
-func (k Keys) Role(name string) string { panic("unimplemented") }
-func (k Keys) Enabled() string         { panic("unimplemented") }
+// User is the v3 key of the user name.
+func (k Keys) User(name string) string { return k.Prefix + "u/" + name }
 
-// StoreConfig configures a Store.
-type StoreConfig struct {
-	Client interface {
-		clientv3.KV
-		clientv3.Watcher
+// Role is the v3 key of the role name.
+func (k Keys) Role(name string) string { return k.Prefix + "r/" + name }
+
+// Enabled is the v3 key of the flag: "true" while auth is on.
+func (k Keys) Enabled() string { return k.Prefix + "enabled" }
+
+// Owns reports whether key is one of this key space's auth keys: the flag, a
+// user or a role. A key under Prefix that is none of these belongs to
+// another data prefix's (one that extends this one).
+func (k Keys) Owns(key string) bool {
+	kind, _ := k.parse(key)
+	return kind != 0
+}
+
+// parse names what key is: 'e' (the flag), 'u' (user name) or 'r' (role
+// name); 0 for a key this key space does not own.
+func (k Keys) parse(key string) (kind byte, name string) {
+	rest, ok := strings.CutPrefix(key, k.Prefix)
+	if !ok {
+		return 0, ""
 	}
-	Keys           Keys
-	RequestTimeout time.Duration // bound of every v3 call
-	// HashCost is bcrypt's cost for new passwords (0: v2's, bcrypt.DefaultCost).
-	HashCost int
-	Logger   *zap.Logger
+	if rest == "enabled" {
+		return 'e', ""
+	}
+	for _, c := range []byte{'u', 'r'} {
+		if n, ok := strings.CutPrefix(rest, string(c)+"/"); ok && n != "" && !strings.Contains(n, "/") {
+			return c, n
+		}
+	}
+	return 0, ""
 }
-
-// Store is the auth data of a key space in etcd v3, followed by a watch.
-type Store struct{}
-
-// NewStore is a store over cfg; Run follows v3.
-func NewStore(cfg StoreConfig) *Store { panic("unimplemented") }
-
-// Run reads the auth data and follows it with a watch until ctx ends.
-func (s *Store) Run(ctx context.Context) { panic("unimplemented") }
-
-// State is the newest State read; ok is false while none is current (never
-// read, or the watch failed and has not been read again).
-func (s *Store) State() (st *State, ok bool) { panic("unimplemented") }
-
-// The auth API's writes, as v2 made them. Each returns an *Error for
-// v2's refusals, and returns once State shows the change.
-
-// PutUser creates u (Password and Roles) or updates it (Password, Grant,
-// Revoke), as v2's PUT /v2/auth/users/name; out has no password.
-func (s *Store) PutUser(ctx context.Context, u User) (out User, created bool, err error) {
-	panic("unimplemented")
-}
-func (s *Store) DeleteUser(ctx context.Context, name string) error { panic("unimplemented") }
-
-// PutRole creates r (Role, Permissions) or updates it (Grant, Revoke), as
-// v2's PUT /v2/auth/roles/name.
-func (s *Store) PutRole(ctx context.Context, r Role) (out Role, created bool, err error) {
-	panic("unimplemented")
-}
-func (s *Store) DeleteRole(ctx context.Context, name string) error { panic("unimplemented") }
-func (s *Store) Enable(ctx context.Context) error                  { panic("unimplemented") }
-func (s *Store) Disable(ctx context.Context) error                 { panic("unimplemented") }
-
-// Replace makes the stored auth data st's (users with their hashes as
-// given): migrate's copy.
-func (s *Store) Replace(ctx context.Context, st *State) error { panic("unimplemented") }
 
 // Decision is the outcome of checking a request's credentials.
 type Decision int
 
+// The decisions.
 const (
-	Allow        Decision = iota
-	Deny                  // v2: 401, "Insufficient credentials"
-	Unavailable           // no current State: v2's 300, retried elsewhere
+	Allow       Decision = iota
+	Deny                 // v2: 401, "Insufficient credentials"
+	Unavailable          // no current State: v2's 300, retried elsewhere
 )
-
-// CheckerConfig configures a Checker.
-type CheckerConfig struct {
-	State func() (*State, bool) // Store.State
-	// ClientCertAuth: a request without an Authorization header is the
-	// user its verified client certificate's common name names, as v2
-	// did with --client-cert-auth.
-	ClientCertAuth bool
-	Logger         *zap.Logger
-}
-
-// Checker decides requests.
-type Checker struct{}
-
-// NewChecker is a checker over cfg.
-func NewChecker(cfg CheckerConfig) *Checker { panic("unimplemented") }
-
-// Keys decides a /v2/keys request on key (the path after /v2/keys, as the
-// client sent it).
-func (c *Checker) Keys(r *http.Request, key string, recursive, write bool) Decision {
-	panic("unimplemented")
-}
-
-// Root decides a request of the auth API that needs root.
-func (c *Checker) Root(r *http.Request) Decision { panic("unimplemented") }
 
 // Service is a Store and its Checker together: what the HTTP layer serves
 // the auth API and checks requests with.

@@ -73,11 +73,6 @@ func scriptedCases() []scriptCase {
 			raw("POST", "/v2/machines").want(405),
 			raw("PUT", "/version").want(405),
 		}},
-		scriptCase{Name: "v2 auth", Steps: []step{
-			raw("GET", "/v2/auth/enable").want(200).expect("v2-auth"),
-			raw("GET", "/v2/auth/users").want(200).expect("v2-auth"),
-			raw("GET", "/v2/auth/roles").want(200).expect("v2-auth"),
-		}},
 	)
 
 	// Request parsing.

@@ -73,6 +73,9 @@ func (s *Server) newHTTPRequest(ctx context.Context, r *v2diff.Request) (*http.R
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
+	if r.Authorization != "" {
+		req.Header.Set("Authorization", r.Authorization)
+	}
 	return req, nil
 }
 

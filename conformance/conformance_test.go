@@ -30,5 +30,10 @@ func TestConformance(t *testing.T) {
 			t.Run(c.Name, func(t *testing.T) { e.runCase(t, c) })
 		}
 	})
+	t.Run("auth", func(t *testing.T) {
+		for _, c := range authCases() {
+			t.Run(c.Name, func(t *testing.T) { e.runAuthCase(t, c) })
+		}
+	})
 	t.Run("random", func(t *testing.T) { e.runRandom(t) })
 }

@@ -77,7 +77,7 @@ func newEnv(t *testing.T) *env {
 	// suite compares answers, and under the race detector on a loaded
 	// machine a starved heartbeat can declare the member lost, which ends
 	// watches and reloads the mirror (the liveness suites test that).
-	br := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{
+	br := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{Auth: true,
 		Backend: func(c *v3backend.Config) {
 			c.RingSize = bridgeRingSize
 			c.HeartbeatTimeout, c.HeartbeatFailures = 5*time.Second, 5

@@ -25,7 +25,9 @@ type step struct {
 	Query       []string
 	RawBody     string
 	ContentType string
-	Save        string
+	// Authorization is the request's Authorization header (as, authz).
+	Authorization string
+	Save          string
 
 	// Status and Code check the reference's answer, so a case cannot
 	// silently stop testing what it names.
@@ -112,8 +114,8 @@ func (e *env) runCase(t *testing.T, c scriptCase) {
 func (r *caseRun) build(side v2diff.Side, st step) *v2diff.Request {
 	t := r.t
 	req := &v2diff.Request{Method: st.Method, Path: r.v.expand(t, side, st.Path), RawBody: st.RawBody,
-		ContentType: st.ContentType,
-		Form:        r.v.expandValues(t, side, pairs(st.Form)), Query: r.v.expandValues(t, side, pairs(st.Query))}
+		ContentType: st.ContentType, Authorization: st.Authorization,
+		Form: r.v.expandValues(t, side, pairs(st.Form)), Query: r.v.expandValues(t, side, pairs(st.Query))}
 	if req.Method == "" {
 		req.Method = "GET"
 	}

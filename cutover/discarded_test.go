@@ -7,13 +7,15 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
 func TestRollbackListsEachDiscardedFileOnceWithItsLastValue(t *testing.T) {
 	layout, _ := translate.NewLayout("", "_v2bridge/")
 	f := newFakeEtcd(testKeys)
-	f.apply(change{key: "/c", val: "old"}, change{key: layout.MarkerKey("/gone"), val: ""})
+	ak := auth.KeysFor("_v2bridge/", "")
+	f.apply(change{key: "/c", val: "old"}, change{key: layout.MarkerKey("/gone"), val: ""}, change{key: ak.Role("apps"), val: "{}"})
 	f.put(testKeys.Mode, string((&Record{Mode: ModeV3, Generation: 2}).Encode()), 0)
 	f.mu.Lock()
 	since := f.rev
@@ -26,7 +28,13 @@ func TestRollbackListsEachDiscardedFileOnceWithItsLastValue(t *testing.T) {
 	f.apply(change{key: layout.MarkerKey("/e"), val: ""})
 	f.apply(change{key: layout.MarkerKey("/gone"), del: true})
 	f.apply(change{key: "/n", val: "new"}, change{key: "/n", del: true}) // put, then deleted
+	f.apply(change{key: ak.User("alice"), val: `{"user":"alice","password":"$2a$10$secret"}`})
+	f.apply(change{key: ak.Role("apps"), del: true})
+	f.apply(change{key: ak.Enabled(), val: "true"})
+	f.apply(change{key: auth.KeysFor("_v2bridge/", "/other").User("bob"), val: "{}"}) // another key space's
+	f.apply(change{key: "/v2/auth/users/alice", val: "data"})                         // a data key of the same path
 	o, _ := testOptions(t, f, nil)
+	o.Auth = ak
 	o.setDefaults()
 	got, err := o.v3ChangesSince(context.Background(), since)
 	if err != nil {
@@ -39,6 +47,10 @@ func TestRollbackListsEachDiscardedFileOnceWithItsLastValue(t *testing.T) {
 		{Path: "/e", Dir: true},
 		{Path: "/gone", Dir: true, Deleted: true},
 		{Path: "/n", Deleted: true},
+		{Path: "/v2/auth/users/alice", Value: "data"},
+		{Path: "/v2/auth/enable", Auth: true},
+		{Path: "/v2/auth/roles/apps", Auth: true, Deleted: true},
+		{Path: "/v2/auth/users/alice", Auth: true},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("discarded:\n got %+v\nwant %+v", got, want)
@@ -47,7 +59,9 @@ func TestRollbackListsEachDiscardedFileOnceWithItsLastValue(t *testing.T) {
 	for _, d := range got {
 		lines = append(lines, d.String())
 	}
-	wantLines := []string{`/a = "v2"`, "/c (deleted)", `/d/b = "y"`, "/e (directory)", "/gone (directory, deleted)", "/n (deleted)"}
+	wantLines := []string{`/a = "v2"`, "/c (deleted)", `/d/b = "y"`, "/e (directory)", "/gone (directory, deleted)", "/n (deleted)",
+		`/v2/auth/users/alice = "data"`, "/v2/auth/enable (auth data)", "/v2/auth/roles/apps (auth data, deleted)",
+		"/v2/auth/users/alice (auth data)"}
 	if !reflect.DeepEqual(lines, wantLines) {
 		t.Fatalf("lines %q, want %q", lines, wantLines)
 	}

@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -31,6 +32,18 @@ type Options struct {
 	// linearizable read through the bridge's own read path): the cutover
 	// compares and records indexes in the numbering clients see.
 	V3Index func(ctx context.Context) (uint64, error)
+	// Auth are the keys of the key space's users, roles and enabled flag:
+	// a change of them through etcd v3 since the cutover is a write a
+	// rollback discards.
+	Auth auth.Keys
+	// CopyAuth, if set, copies the old server's users, roles and enabled
+	// flag into etcd v3 (with dryRun: only reads and reports): the cutover
+	// makes its last copy once the old server no longer changes.
+	CopyAuth func(ctx context.Context, dryRun bool) (AuthCopy, error)
+	// AllowUnknownPasswords lets the cutover go on while the old server
+	// has auth enabled and users whose password the bridges do not know
+	// (they cannot log in once etcd v3 serves).
+	AllowUnknownPasswords bool
 	// SourcePadKey is the hidden key a rollback rewrites on the old server
 	// to raise its index past every v3 index, then deletes.
 	SourcePadKey string
@@ -85,6 +98,40 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// AuthCopy is what a copy of the old server's auth data found.
+type AuthCopy struct {
+	Enabled          bool     `json:"enabled"`
+	Users            int      `json:"users"`
+	Roles            int      `json:"roles"`
+	UnknownPasswords []string `json:"unknownPasswords,omitempty"` // users whose password the bridges do not know
+}
+
+// checkAuth copies the auth data (dryRun: reads it) and refuses while
+// auth is on and some user's password is unknown, unless allowed.
+func (o *Options) checkAuth(ctx context.Context, dryRun bool) (*AuthCopy, error) {
+	if o.CopyAuth == nil {
+		return nil, nil
+	}
+	ac, err := o.CopyAuth(ctx, dryRun)
+	if err != nil {
+		return nil, fmt.Errorf("copying the users and roles: %w", err)
+	}
+	if ac.Enabled && len(ac.UnknownPasswords) > 0 {
+		msg := fmt.Sprintf("auth is enabled on the old server and the bridges know no password for %s: "+
+			"once etcd v3 serves they cannot log in (each password is learned from a request a dual-mode bridge "+
+			"forwards with it)", strings.Join(ac.UnknownPasswords, ", "))
+		if !o.AllowUnknownPasswords {
+			return nil, errors.New(msg + "; --allow-unknown-passwords goes on anyway")
+		}
+		o.logf("--allow-unknown-passwords: %s", msg)
+	}
+	if !dryRun {
+		o.logf("step 2/3: copied the users and roles one last time: %d users, %d roles, auth enabled: %t",
+			ac.Users, ac.Roles, ac.Enabled)
+	}
+	return &ac, nil
+}
+
 // Result is what a command did.
 type Result struct {
 	// Changed is false when the record already said what was asked.
@@ -99,7 +146,9 @@ type Result struct {
 	// v3 since the cutover, Discarded each of them as it is now.
 	V3Writes  int
 	Discarded []Discarded
-	Duration  time.Duration
+	// Auth (cutover) is the last copy of the users and roles.
+	Auth     *AuthCopy
+	Duration time.Duration
 }
 
 func (o *Options) logf(format string, a ...any) { o.Log(fmt.Sprintf(format, a...)) }
@@ -180,6 +229,9 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 				return nil, err
 			}
 		}
+		if _, err := o.checkAuth(ctx, true); err != nil {
+			return nil, err
+		}
 		idx, cid, err := o.Source.Index(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("the old v2 server must answer before writes are fenced: %w", err)
@@ -214,6 +266,9 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 
 	caught, err := o.waitFollower(ctx, rec, 0)
 	if err != nil {
+		return abort(err)
+	}
+	if res.Auth, err = o.checkAuth(ctx, false); err != nil {
 		return abort(err)
 	}
 	c3, s2, padded, err := o.raiseV3(ctx, rec, caught)
@@ -748,7 +803,7 @@ func newer(first, again []Discarded) []Discarded {
 func listChanged(changed map[string]*Discarded) []Discarded {
 	fileBelow := map[string]bool{}
 	for p, d := range changed {
-		if d.Dir {
+		if d.Dir || d.Auth {
 			continue
 		}
 		for q := path.Dir(p); ; q = path.Dir(q) {
@@ -764,7 +819,12 @@ func listChanged(changed map[string]*Discarded) []Discarded {
 			out = append(out, *d)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Auth != out[j].Auth {
+			return !out[i].Auth // the data's nodes first
+		}
+		return out[i].Path < out[j].Path
+	})
 	return out
 }
 
@@ -775,10 +835,17 @@ type Discarded struct {
 	Dir     bool   `json:"dir,omitempty"`
 	Deleted bool   `json:"deleted,omitempty"`
 	Value   string `json:"value,omitempty"` // of a file still there
+	// Auth: Path is a user, role or the enabled flag, by its URL in the
+	// v2 auth API.
+	Auth bool `json:"auth,omitempty"`
 }
 
 func (d Discarded) String() string {
 	switch {
+	case d.Auth && d.Deleted:
+		return d.Path + " (auth data, deleted)"
+	case d.Auth:
+		return d.Path + " (auth data)"
 	case d.Dir && d.Deleted:
 		return d.Path + " (directory, deleted)"
 	case d.Dir:
@@ -787,6 +854,28 @@ func (d Discarded) String() string {
 		return d.Path + " (deleted)"
 	}
 	return fmt.Sprintf("%s = %q", d.Path, d.Value)
+}
+
+// authPath names a key of the auth data by its URL in the v2 auth API.
+func (o *Options) authPath(key string) (string, bool) {
+	if o.Auth.Prefix == "" || !strings.HasPrefix(key, o.Auth.Prefix) {
+		return "", false
+	}
+	rest := key[len(o.Auth.Prefix):]
+	if rest == "enabled" {
+		return "/v2/auth/enable", true
+	}
+	kind, name, ok := strings.Cut(rest, "/")
+	if !ok || name == "" || strings.Contains(name, "/") {
+		return "", false // another key space's
+	}
+	switch kind {
+	case "u":
+		return "/v2/auth/users/" + name, true
+	case "r":
+		return "/v2/auth/roles/" + name, true
+	}
+	return "", false
 }
 
 // v3WritesSince counts the v2 nodes (files, and directories with no such
@@ -870,6 +959,12 @@ func (o *Options) v3ChangesSince(ctx context.Context, rev int64) ([]Discarded, e
 				continue // a directory's TTL ran out: no client's write
 			}
 			key := string(ev.Kv.Key)
+			if p, ok := o.authPath(key); ok {
+				// Keyed apart from a data node of the same path; never a
+				// value: a user's holds its password hash.
+				changed["auth "+p] = &Discarded{Path: p, Auth: true, Deleted: ev.Type == clientv3.EventTypeDelete}
+				continue
+			}
 			p, ok := o.Layout.PathOfData(key)
 			dir := false
 			if !ok {

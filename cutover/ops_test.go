@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -269,3 +270,66 @@ func (h headersThen) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 var _ Etcd = (*clientv3.Client)(nil)
+
+func TestCutoverCopiesTheAuthDataAndRefusesUnknownPasswords(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		unknown func(dryRun bool) []string // users whose password is unknown
+		allow   bool
+		mode    string // of the record afterwards ("": none)
+		gen     uint64
+		errText string
+	}{
+		{"every password known", func(bool) []string { return nil }, false, ModeV3, 2, ""},
+		{"unknown before fencing: refused, nothing fenced",
+			func(bool) []string { return []string{"alice", "bob"} }, false, "", 0, "no password for alice, bob"},
+		{"unknown in the last copy: the fence is lifted",
+			func(dry bool) []string {
+				if dry {
+					return nil
+				}
+				return []string{"carol"}
+			}, false, ModePassthrough, 2, "no password for carol"},
+		{"unknown, allowed", func(bool) []string { return []string{"alice"} }, true, ModeV3, 2, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeEtcd(testKeys)
+			fr, _ := json.Marshal(FollowRecord{Prefix: "/", Index: 27, ClusterID: "cafe"})
+			f.put(testKeys.Follow, string(fr), 0)
+			_, src := startOldServer(t, 27)
+			o, log := testOptions(t, f, src)
+			var copies []bool // dryRun of each call
+			o.CopyAuth = func(_ context.Context, dryRun bool) (AuthCopy, error) {
+				copies = append(copies, dryRun)
+				return AuthCopy{Enabled: true, Users: 3, Roles: 1, UnknownPasswords: c.unknown(dryRun)}, nil
+			}
+			o.AllowUnknownPasswords = c.allow
+			res, err := Cutover(testCtx(t, time.Minute), o)
+			if c.errText == "" && err != nil || c.errText != "" && (err == nil || !strings.Contains(err.Error(), c.errText) ||
+				!strings.Contains(err.Error(), "--allow-unknown-passwords")) {
+				t.Fatalf("cutover: %v; want an error with %q\n%s", err, c.errText, log)
+			}
+			r := modeRecord(t, f)
+			switch {
+			case c.mode == "" && r != nil:
+				t.Errorf("record afterwards: %+v, want none", r)
+			case c.mode != "" && (r == nil || r.Mode != c.mode || r.Generation != c.gen):
+				t.Errorf("record afterwards: %+v, want %s at generation %d", r, c.mode, c.gen)
+			}
+			wantCopies := []bool{true, false}
+			if c.mode == "" {
+				wantCopies = []bool{true}
+			}
+			if !reflect.DeepEqual(copies, wantCopies) {
+				t.Errorf("copies (dry run each): %v, want %v", copies, wantCopies)
+			}
+			if c.mode == ModeV3 && !strings.Contains(log.String(), "copied the users and roles one last time: 3 users, 1 roles, auth enabled: true") {
+				t.Errorf("the last copy was not said:\n%s", log)
+			}
+			if want := (&AuthCopy{Enabled: true, Users: 3, Roles: 1, UnknownPasswords: c.unknown(false)}); c.mode == ModeV3 &&
+				!reflect.DeepEqual(res.Auth, want) {
+				t.Errorf("the result's last copy: %+v, want %+v", res.Auth, want)
+			}
+		})
+	}
+}

@@ -257,10 +257,13 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b := s.backend(st.Side)
 	w = &clusterIDWriter{ResponseWriter: w, s: s, st: st, pass: b == nil || st.Side == SidePassthrough}
 	keys := r.URL.Path == "/v2/keys" || strings.HasPrefix(r.URL.Path, "/v2/keys/")
+	authAPI := isAuthAPI(r)
 	if b == nil {
 		switch {
 		case keys:
 			s.writeV2Error(w, st, translate.NewError(translate.EcodeRaftInternal, s.unavailable(st), 0))
+		case authAPI:
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"message": s.unavailable(st)})
 		case r.URL.Path == "/health":
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"health": "false"})
 		default:
@@ -268,6 +271,12 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// (it advertises the bridge itself).
 			s.cfg.Passthrough.API.ServeHTTP(w, r)
 		}
+		return
+	}
+	if authAPI && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// Users, roles and the flag are data the cutover copies: their
+		// changes are fenced as the keys' are.
+		s.serveWrite(w, r, st, b)
 		return
 	}
 	if !keys {
@@ -287,6 +296,11 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		b.API.ServeHTTP(w, r)
 	}
+}
+
+// isAuthAPI reports whether r is a request of the v2 auth API.
+func isAuthAPI(r *http.Request) bool {
+	return r.URL.Path == "/v2/auth" || strings.HasPrefix(r.URL.Path, "/v2/auth/")
 }
 
 func sideIndex(b *Backend) uint64 {
@@ -398,7 +412,11 @@ func (s *Switch) serveWrite(w http.ResponseWriter, r *http.Request, st State, b 
 			cause = "v2bridge: this bridge cannot renew its registration in etcd v3, so a cutover may have " +
 				"fenced writes without it: writes are refused until it reaches etcd v3 again; retry"
 		}
-		s.writeV2Error(w, st, translate.NewError(translate.EcodeRaftInternal, cause, 0))
+		if isAuthAPI(r) {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"message": cause})
+		} else {
+			s.writeV2Error(w, st, translate.NewError(translate.EcodeRaftInternal, cause, 0))
+		}
 		return
 	}
 	defer s.doneWrite()

@@ -109,6 +109,33 @@ func TestSwitchRoutesByTheRecord(t *testing.T) {
 	}
 }
 
+func TestSwitchFencesTheAuthAPIsWrites(t *testing.T) {
+	s, pass, v3 := newTestSwitch(t)
+	apply(t, s, &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1})
+	for _, m := range []string{"PUT", "DELETE"} {
+		for _, p := range []string{"/v2/auth/enable", "/v2/auth/users/alice", "/v2/auth/roles/apps"} {
+			r := serve(s, m, p)
+			if r.Code != 500 || r.Header().Get("Content-Type") != "application/json" ||
+				!strings.HasPrefix(r.Body.String(), `{"message":"v2bridge: a migration cutover is in progress`) {
+				t.Errorf("%s %s while fenced: %d %q", m, p, r.Code, r.Body)
+			}
+		}
+	}
+	if pass.writes.Load()+v3.writes.Load() != 0 {
+		t.Errorf("a fenced auth write reached a side")
+	}
+	if got := s.FencedWrites(); got != 6 {
+		t.Errorf("fenced writes counted: %d, want 6", got)
+	}
+	if r := serve(s, "GET", "/v2/auth/users"); r.Body.String() != "old" {
+		t.Errorf("an auth read while fenced: %d %q", r.Code, r.Body)
+	}
+	apply(t, s, &Record{Mode: ModeV3, Generation: 2, WatchFloor: 100})
+	if r := serve(s, "PUT", "/v2/auth/users/alice"); r.Body.String() != "v3" || v3.writes.Load() != 1 {
+		t.Errorf("an auth write once on v3: %d %q", r.Code, r.Body)
+	}
+}
+
 func TestSwitchRefusesWritesOnceTheRegistrationMayHaveLapsed(t *testing.T) {
 	s, pass, _ := newTestSwitch(t)
 	apply(t, s, nil)

@@ -56,6 +56,11 @@ type Options struct {
 
 	// Target is the bridge's backend; everything is written through it.
 	Target *v3backend.Backend
+	// Auth receives the source's users, roles and enabled flag (CopyAuth,
+	// FollowAuth, VerifyAuth); HashCost is bcrypt's cost for the password
+	// of SourceUser (0: bcrypt's default, as v2).
+	Auth     AuthTarget
+	HashCost int
 
 	// Hidden names hidden nodes (files or directories) to copy; v2 listings
 	// never show them.

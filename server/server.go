@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/detach"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
@@ -47,6 +48,10 @@ type Config struct {
 	// DetachWatches lets waiting one-shot HTTP/1.1 watches leave net/http
 	// while they wait (package detach); off, every watch waits inside it.
 	DetachWatches bool
+	// Auth serves /v2/auth and checks every /v2/keys request; the caller
+	// runs its Store. The bridge is not ready while the Store has no
+	// current State. nil: no auth (the auth API is not served).
+	Auth *auth.Service
 
 	Logger *zap.Logger
 	// Registry receives every metric and is served on /metrics; nil means a
@@ -157,9 +162,13 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 	if err != nil {
 		return nil, err
 	}
-	api := v2api.New(v2api.Config{Store: Store{be}, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
+	var a v2api.Auth // never a nil *auth.Service in an interface
+	if cfg.Auth != nil {
+		a = *cfg.Auth
+	}
+	api := v2api.New(v2api.Config{Store: Store{B: be, Auth: cfg.Auth}, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
 		Logger: cfg.Logger.Named("v2api"), Registry: reg, Gatherer: reg, EnablePprof: cfg.EnablePprof,
-		DetachWatches: cfg.DetachWatches, Members: cfg.Members})
+		DetachWatches: cfg.DetachWatches, Members: cfg.Members, Auth: a})
 	b := &Bridge{Backend: be, API: api, Registry: reg, cfg: cfg, lg: cfg.Logger}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "v2bridge_watches_detached",
 		Help: "v2 watches waiting on detached connections, outside net/http."}, b.detached))
@@ -178,15 +187,19 @@ func (b *Bridge) detached() float64 {
 	return float64(n)
 }
 
-// WaitReady waits until the backend answers and the hub's shared watch is
-// created (watches are refused until then), or ctx ends.
+// Ready reports what /readyz does: the backend answers, the hub's shared
+// watch is created, and the auth data (with Config.Auth) is current.
+func (b *Bridge) Ready() bool { return Store{B: b.Backend, Auth: b.cfg.Auth}.Ready() }
+
+// WaitReady waits until the bridge is Ready (watches are refused until
+// then), or ctx ends.
 func (b *Bridge) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
-	for !b.Backend.Ready() {
+	for !b.Ready() {
 		select {
 		case <-ctx.Done():
-			return errors.New("the bridge's backend or watch hub is not ready: " + ctx.Err().Error())
+			return errors.New("the bridge's backend, watch hub or auth data is not ready: " + ctx.Err().Error())
 		case <-t.C:
 		}
 	}
@@ -290,7 +303,10 @@ func (b *Bridge) Close(ctx context.Context) error {
 }
 
 // Store adapts a backend to the HTTP layer's Store interface.
-type Store struct{ B *v3backend.Backend }
+type Store struct {
+	B    *v3backend.Backend
+	Auth *auth.Service // nil: no auth data to wait for
+}
 
 var _ v2api.Store = Store{}
 
@@ -323,8 +339,16 @@ func (s Store) Version(ctx context.Context) (string, error) { return s.B.Version
 // Meta is the cluster and member identity last seen in a response.
 func (s Store) Meta() v2api.Meta { return v2api.Meta(s.B.Meta()) }
 
-// Ready reports whether a member answers and the hub's watch is created.
-func (s Store) Ready() bool { return s.B.Ready() }
+// Ready reports whether a member answers, the hub's watch is created and
+// the auth data, if any, is current.
+func (s Store) Ready() bool {
+	if s.Auth != nil {
+		if _, ok := s.Auth.State(); !ok {
+			return false
+		}
+	}
+	return s.B.Ready()
+}
 
 // Alive reports whether the bridge's own locks can be taken within d.
 func (s Store) Alive(d time.Duration) bool { return s.B.Alive(d) }

@@ -351,6 +351,11 @@ func (s *Shadow) Observe(r *http.Request, a upstream.Answer) {
 	case len(a.Body) > s.cfg.MaxBody:
 		s.drop(reasonTooLarge)
 		return
+	case a.Status == http.StatusUnauthorized:
+		// v2 refused the credentials (error 110; its 403s are answers
+		// about the data): the v3 side's answer is not the same request's.
+		s.drop(reasonAuthRefused)
+		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		select {
@@ -498,8 +503,9 @@ const (
 	reasonNotComparable
 	reasonPendingFull
 	reasonSuperseded
+	reasonAuthRefused
 	nReasons
 )
 
 var dropReasons = [nReasons]string{"busy", "queue_full", "v3_unavailable", "upstream_unavailable", "too_large", "closing",
-	"not_comparable", "pending_full", "superseded"}
+	"not_comparable", "pending_full", "superseded", "auth_refused"}

@@ -483,3 +483,23 @@ func BenchmarkSample(b *testing.B) {
 		}
 	})
 }
+
+func TestAnswersRefusedForAuthAreNotCompared(t *testing.T) {
+	e := newEnv(t, nil)
+	e.both("/a", "1", false)
+	e.up.errs["/a"] = 110 // the old server refuses the credentials
+	if code, _ := do(t, e.url, "GET", "/v2/keys/a", nil); code != http.StatusUnauthorized {
+		t.Fatalf("GET: %d, want 401", code)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	c := e.sh.Stats()
+	for ; c.Dropped["auth_refused"] == 0 && time.Now().Before(deadline); c = e.sh.Stats() {
+		time.Sleep(5 * time.Millisecond) // Observe runs once the answer is sent
+	}
+	if c.Sampled != 0 || c.Compared() != 0 || c.Diverged() != 0 || c.Dropped["auth_refused"] != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+	if n := testutil.ToFloat64(e.sh.m.dropped.WithLabelValues("auth_refused")); n != 1 {
+		t.Errorf("v2bridge_shadow_dropped_total{reason=auth_refused} = %v", n)
+	}
+}

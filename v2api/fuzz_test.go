@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -172,4 +173,84 @@ func decodeOne(b []byte, v any) error {
 		return errors.New("not one line")
 	}
 	return json.Unmarshal(b, v)
+}
+
+// FuzzAuth sends arbitrary requests to the auth API: it must not panic, and
+// every answer must be v2's: a plain 404 or 405 (with Allow), a {"message"}
+// refusal, v2 error JSON, or the JSON of what was asked.
+func FuzzAuth(f *testing.F) {
+	for _, s := range []struct{ method, path, auth, body string }{
+		{"GET", "/v2/auth/enable", "", ""},
+		{"PUT", "/v2/auth/enable", "Basic cm9vdDpw", ""},
+		{"DELETE", "/v2/auth/enable", "x", ""},
+		{"GET", "/v2/auth/users", "", ""},
+		{"GET", "/v2/auth/users/", "", ""},
+		{"GET", "/v2/auth/users/u", "", ""},
+		{"PUT", "/v2/auth/users/u", "", `{"user":"u","password":"p","roles":["r"]}`},
+		{"PUT", "/v2/auth/users/u", "", `{"user":"u","grant":["r"],"revoke":["x"]}`},
+		{"PUT", "/v2/auth/users/u", "", `{"user":"u","roles":["r"],"grant":["r"]}`},
+		{"PUT", "/v2/auth/users/u", "", `{"user":"v"}`},
+		{"PUT", "/v2/auth/users/u", "", `{`},
+		{"DELETE", "/v2/auth/users/u", "", ""},
+		{"GET", "/v2/auth/roles", "", ""},
+		{"GET", "/v2/auth/roles/root", "", ""},
+		{"PUT", "/v2/auth/roles/r", "", `{"role":"r","permissions":{"kv":{"read":["/a/*"]}}}`},
+		{"PUT", "/v2/auth/roles/r", "", `{"role":"r","grant":{"kv":{"write":["/b"]}},"revoke":null}`},
+		{"PUT", "/v2/auth/roles/r", "", `{"role":"r","permissions":{"kv":{"read":["/a"]}},"grant":{"kv":{"read":["/b"]}}}`},
+		{"DELETE", "/v2/auth/roles/r", "", ""},
+		{"POST", "/v2/auth/roles/r/x", "", ""},
+		{"GET", "/v2/auth//users/../roles", "", ""},
+		{"GET", "/v2/auth/other", "", ""},
+		{"PATCH", "/v2/auth/users", "", ""},
+		{"POST", "/v2/members", "", `{"peerURLs":["http://a:1"]}`},
+	} {
+		f.Add(s.method, s.path, s.auth, s.body)
+	}
+	f.Fuzz(func(t *testing.T, method, p, authz, body string) {
+		fa := &fakeAuth{state: testState()}
+		// The credential decides: none is root, anything else is not.
+		if authz != "" {
+			fa.root = auth.Deny
+			if strings.HasPrefix(authz, "unavailable") {
+				fa.root, fa.state = auth.Unavailable, nil
+			}
+		}
+		if strings.HasPrefix(body, "{\"e") {
+			fa.err = &auth.Error{Status: 409, Message: "auth: " + body}
+		}
+		fa.putUser = auth.User{User: "u", Password: "hash", Roles: []string{"r"}}
+		fa.putRole = auth.Role{Role: "r"}
+		s := New(Config{Store: fuzzStore(), AdvertiseURLs: testURLs, Auth: fa})
+		r := &http.Request{Method: method, URL: &url.URL{Path: p}, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Host: "bridge", ContentLength: int64(len(body)), Header: http.Header{"Authorization": {authz}},
+			Body: io.NopCloser(strings.NewReader(body))}
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+
+		if w.Code < 100 || w.Code > 599 || http.StatusText(w.Code) == "" {
+			t.Fatalf("%s %q: status %d", method, p, w.Code)
+		}
+		if strings.Contains(w.Body.String(), "hash") {
+			t.Fatalf("%s %q: a password hash shows: %q", method, p, w.Body)
+		}
+		if !strings.HasPrefix(p, "/v2/auth/") || w.Code == http.StatusMovedPermanently ||
+			w.Code == http.StatusNotFound && w.Body.String() == "404 page not found\n" {
+			return
+		}
+		h := w.Header()
+		var m map[string]any
+		switch {
+		case w.Code == http.StatusMethodNotAllowed:
+			if h.Get("Allow") == "" || w.Body.String() != "Method Not Allowed\n" {
+				t.Fatalf("%s %q: 405 %q without Allow", method, p, w.Body)
+			}
+		case h.Get("Content-Type") != "application/json":
+			t.Fatalf("%s %q: %d with Content-Type %q", method, p, w.Code, h.Get("Content-Type"))
+		case w.Code == http.StatusOK && w.Body.Len() == 0: // a delete, enable or disable
+		case json.Unmarshal(w.Body.Bytes(), &m) != nil:
+			t.Fatalf("%s %q: %d body %q is not JSON", method, p, w.Code, w.Body)
+		case w.Code >= 400 && m["message"] == nil:
+			t.Fatalf("%s %q: %d body %q is neither a refusal nor a v2 error", method, p, w.Code, w.Body)
+		}
+	})
 }

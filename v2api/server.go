@@ -87,6 +87,9 @@ type Config struct {
 	// Members lists the other live bridges /v2/members and /v2/machines
 	// advertise; nil: the bridge alone.
 	Members Members
+	// Auth serves /v2/auth and checks every /v2/keys request; nil: the
+	// auth API is not found and keys are not checked.
+	Auth Auth
 }
 
 // Server serves the v2 API.
@@ -161,6 +164,9 @@ func New(cfg Config) *Server {
 	r.HandleFunc("/v2/stats/leader", s.statsLeader)
 	r.HandleFunc("/v2/stats/store", s.statsStore)
 	r.HandleFunc("/version", s.version)
+	if cfg.Auth != nil {
+		s.addAuth(r)
+	}
 	s.addProbes(r)
 	if cfg.EnablePprof {
 		r.HandleFunc("/debug/pprof/", pprof.Index)
@@ -306,10 +312,16 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 		code = writeError(w, translate.NewError(translate.EcodeInvalidForm, err.Error(), 0))
 		return
 	}
-	req, verr := translate.ParseRequest(r.Method, strings.TrimPrefix(r.URL.Path, "/v2/keys"), r.Form)
+	key := strings.TrimPrefix(r.URL.Path, "/v2/keys")
+	req, verr := translate.ParseRequest(r.Method, key, r.Form)
 	if verr != nil {
 		code = writeError(w, verr)
 		return
+	}
+	if s.cfg.Auth != nil {
+		if code = s.checkKeys(w, r, key, req.Recursive); code != 0 {
+			return
+		}
 	}
 	if req.IsWatch() {
 		action = "watch"

@@ -45,6 +45,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
@@ -385,6 +386,9 @@ type Options struct {
 	MetaPrefix string // default "_v2bridge/"
 	// Backend adjusts the backend config (heartbeat, timeouts...).
 	Backend func(*v3backend.Config)
+	// Auth runs etcd v2 auth as cmd/bridge does: a Store following the
+	// key space's users and roles over its own v3 client, and its Checker.
+	Auth bool
 }
 
 // Bridge is a running bridge.
@@ -415,6 +419,9 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 	if o.Backend != nil {
 		o.Backend(&cfg.Backend)
 	}
+	if o.Auth {
+		cfg.Auth = startAuth(t, endpoints, layout, cfg.Logger)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -439,6 +446,30 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// startAuth runs an auth Store over the key space of layout until the test
+// ends (after the bridge, which the test stops first), with its Checker.
+func startAuth(t TB, endpoints []string, layout translate.Layout, lg *zap.Logger) *auth.Service {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("clientv3: %v", err)
+	}
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
+		RequestTimeout: 5 * time.Second, Logger: lg})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = cli.Close()
+	})
+	return &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State, Logger: lg})}
 }
 
 // Stop ends the bridge's watches and closes it.

@@ -122,11 +122,6 @@ var Divergences = []Divergence{
 		Reference: true,
 		Match:     matchRedirectStatus,
 	},
-	{
-		ID:    "v2-auth",
-		Title: "The v2 auth API is not served",
-		Match: matchV2Auth,
-	},
 }
 
 // Excuse returns the divergence that explains d, if any.
@@ -405,13 +400,4 @@ func movedPage(b *Response) bool {
 	return body == "" && ct == "" ||
 		ct == "text/html; charset=utf-8" && strings.HasPrefix(body, "<a href=") &&
 			strings.Contains(body, ">Moved Permanently</a>")
-}
-
-// matchV2Auth: /v2/auth/* is not found on the bridge (a plain 404 page, as
-// for any path v2 does not route: no cluster id).
-func matchV2Auth(s *Session, x *Exchange, d Diff) bool {
-	b := x.Resp[Bridge]
-	return strings.HasPrefix(x.Req[Ref].Path, "/v2/auth") && b.Status == 404 &&
-		string(b.Body) == "404 page not found\n" && b.Header.Get("X-Etcd-Cluster-Id") == "" &&
-		in(d.Where, []string{"status", "header Content-Type", "header X-Etcd-Cluster-Id", "body"})
 }

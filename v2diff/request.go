@@ -39,6 +39,9 @@ type Request struct {
 	RawBody string
 	// ContentType overrides the body's content type.
 	ContentType string
+	// Authorization, if set, is sent as the Authorization header (v2
+	// auth's HTTP basic credentials, or anything else a client may send).
+	Authorization string
 }
 
 // Params is the request's parameters as v2 sees them: body values first,
@@ -96,6 +99,9 @@ func (r *Request) String() string {
 			b.WriteByte('?')
 		}
 		b.WriteString(encodeSorted(r.Query))
+	}
+	if r.Authorization != "" {
+		fmt.Fprintf(&b, " authorization=%q", r.Authorization)
 	}
 	switch {
 	case r.RawBody != "":

@@ -102,11 +102,36 @@ func (m *mirror) load(ctx context.Context, cli *clientv3.Client) (int64, error) 
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+	m.install(t, rev)
+	return rev, nil
+}
+
+// install makes t, the key space read at rev, the mirror's content.
+func (m *mirror) install(t *btree.BTreeG[*translate.KV], rev int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.keepIndexes(t)
 	m.kvs, m.rev, m.valid = t, rev, true
 	m.signalLocked()
-	return rev, nil
+}
+
+// keepIndexes gives the keys of t, a new copy read from the backend, the
+// event indexes the mirror has for the same versions of them: a read knows
+// only revisions, so a reload would otherwise show a key written in a
+// revision of several events with the revision's index rather than the one
+// its write answered and its watchers saw.
+func (m *mirror) keepIndexes(t *btree.BTreeG[*translate.KV]) {
+	t.Ascend(func(kv *translate.KV) bool {
+		if mk, ok := m.kvs.Get(kv); ok {
+			if mk.ModRevision == kv.ModRevision {
+				kv.ModIndex = mk.ModIndex
+			}
+			if mk.CreateRevision == kv.CreateRevision {
+				kv.CreateIndex = mk.CreateIndex
+			}
+		}
+		return true
+	})
 }
 
 // apply brings the mirror to revision rev with that revision's events;

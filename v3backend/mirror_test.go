@@ -188,3 +188,26 @@ func TestMirrorKeepsOnlyItsKeysAndNewerRevisions(t *testing.T) {
 	}
 	mt.wantGet("/m", false, `{"action":"get","node":{"key":"/m","dir":true,"modifiedIndex":11000000,"createdIndex":11000000}}`, 11)
 }
+
+// TestMirrorReloadKeepsEventIndexes: a key written in a revision of several
+// events keeps its event's index across a reload of the copy (a reload
+// reads revisions only), while a key rewritten since shows its new
+// revision's index.
+func TestMirrorReloadKeepsEventIndexes(t *testing.T) {
+	mt := newMirrorUnderTest(t, 3)
+	l := mt.m.layout
+	dx, dy := l.DataKey("/d/x"), l.DataKey("/d/y")
+	mt.feed(4, put(dx, "x", 4, 4, 0), put(dy, "y", 4, 4, 0))
+	mt.feed(5, put(dy, "y2", 4, 5, 0))
+
+	// What load reads back at revision 6, after a write the copy missed:
+	// /d/x as it was, /d/y rewritten in revision 6.
+	t6 := newKVTree()
+	t6.ReplaceOrInsert(&translate.KV{Key: dx, Value: []byte("x"), CreateRevision: 4, ModRevision: 4})
+	t6.ReplaceOrInsert(&translate.KV{Key: dy, Value: []byte("y3"), CreateRevision: 4, ModRevision: 6})
+	mt.m.invalidate()
+	mt.m.install(t6, 6)
+	mt.wantGet("/d", true, `{"action":"get","node":{"key":"/d","dir":true,"nodes":[`+
+		`{"key":"/d/x","value":"x","modifiedIndex":3999999,"createdIndex":3999999},`+
+		`{"key":"/d/y","value":"y3","modifiedIndex":6000000,"createdIndex":4000000}]}}`, 6)
+}

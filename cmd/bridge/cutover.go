@@ -18,7 +18,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
+	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -29,6 +31,7 @@ type cutoverFlags struct {
 	ackTimeout, followTimeout time.Duration
 	indexMargin               uint64
 	force                     bool
+	allowUnknownPasswords     bool
 	output                    string
 }
 
@@ -43,6 +46,7 @@ func newCutoverFlagSet(cmd string, c *config, cf *cutoverFlags, out io.Writer) *
 	fs.Uint64Var(&cf.indexMargin, "index-margin", 1000, "how far the index of the side taking over must be ahead of the other side's (raised by writing a pad key when it is not)")
 	if cmd == "cutover" {
 		fs.DurationVar(&cf.followTimeout, "follow-timeout", time.Minute, "how long to wait for 'migrate --follow' to apply the old server's last changes (then the fence is lifted)")
+		fs.BoolVar(&cf.allowUnknownPasswords, "allow-unknown-passwords", false, "cut over even though the old server has auth enabled and users whose password the bridges have not learned (they cannot log in afterwards)")
 	} else {
 		fs.BoolVar(&cf.force, "force", false, "roll back even though writes were made through etcd v3 since the cutover: they are lost (nothing copies them back to the old server); each node is listed once with its last value")
 	}
@@ -64,6 +68,9 @@ etcd v3 that they all watch:
   1. fence: bridges refuse writes; wait until every live bridge acknowledges
   2. wait until "migrate --follow" has applied the old server's last change
   3. raise the v3 index past the old server's if needed, then switch to v3
+Once fenced it copies the old server's users, roles and auth flag one last
+time; it refuses while auth is enabled there and some user's password is
+unknown to the bridges (see --allow-unknown-passwords).
 A failure before step 3 lifts the fence. Already in v3 mode: nothing to do.
 `
 	}
@@ -91,7 +98,9 @@ type jsonSwitch struct {
 	// Discarded (rollback) is every node written through etcd v3 since the
 	// cutover, as it is now: what --force loses.
 	Discarded []cutover.Discarded `json:"discarded,omitempty"`
-	Seconds   float64             `json:"durationSeconds"`
+	// Auth (cutover) is the last copy of the users and roles.
+	Auth    *cutover.AuthCopy `json:"auth,omitempty"`
+	Seconds float64           `json:"durationSeconds"`
 }
 
 func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
@@ -168,8 +177,18 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		V3Index:      v3Index(cli, layout, c.requestTimeout),
 		SourcePadKey: path.Join("/", cf.fromPrefix, "_v2bridge_rollback_pad"),
 		AckTimeout:   cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
-		By: whoRuns(), RequestTimeout: c.requestTimeout,
-		Log: func(s string) { _, _ = fmt.Fprintln(steps, s) }}
+		By: whoRuns(), RequestTimeout: c.requestTimeout, Auth: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
+		AllowUnknownPasswords: cf.allowUnknownPasswords,
+		Log:                   func(s string) { _, _ = fmt.Fprintln(steps, s) }}
+	if cmd == "cutover" {
+		as, err := openAuthStore(ctx, &c, endpoints, layout, lg)
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", cmd, err)
+		}
+		defer as.close()
+		o.CopyAuth = copyAuthFunc(migrate.Options{SourceTLS: srcTLS, SourceUser: cf.fromUser, SourceTimeout: cf.fromTimeout,
+			Auth: as}, splitList(cf.from))
+	}
 	_, _ = fmt.Fprintf(steps, "%s: old server %s, etcd v3 %s, mode record %s\n", cmd, src, strings.Join(endpoints, ","), o.Keys.Mode)
 	var res *cutover.Result
 	if cmd == "cutover" {
@@ -178,8 +197,8 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		res, err = cutover.Rollback(ctx, o)
 	}
 	if res != nil {
-		js.Changed, js.Record, js.Bridges, js.Padded, js.V3Writes, js.Discarded, js.Seconds =
-			res.Changed, res.Record, res.Bridges, res.Padded, res.V3Writes, res.Discarded, res.Duration.Seconds()
+		js.Changed, js.Record, js.Bridges, js.Padded, js.V3Writes, js.Discarded, js.Auth, js.Seconds =
+			res.Changed, res.Record, res.Bridges, res.Padded, res.V3Writes, res.Discarded, res.Auth, res.Duration.Seconds()
 	}
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", cmd, err)
@@ -189,6 +208,26 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 			res.Duration.Round(time.Millisecond), res.Bridges, res.Record.Mode, res.Record.Generation)
 	}
 	return nil
+}
+
+// copyAuthFunc copies the users and roles of the first of the old server's
+// URLs that answers, for the cutover.
+func copyAuthFunc(o migrate.Options, urls []string) func(context.Context, bool) (cutover.AuthCopy, error) {
+	return func(ctx context.Context, dryRun bool) (cutover.AuthCopy, error) {
+		var err error
+		for _, u := range urls {
+			o.From, o.DryRun = u, dryRun
+			var sum *migrate.AuthSummary
+			if sum, err = migrate.CopyAuth(ctx, o); err == nil {
+				return cutover.AuthCopy{Enabled: sum.Enabled, Users: len(sum.Users), Roles: len(sum.Roles),
+					UnknownPasswords: sum.UnknownPasswords}, nil
+			}
+			if !errors.Is(err, migrate.ErrUnreachable) {
+				break
+			}
+		}
+		return cutover.AuthCopy{}, err
+	}
 }
 
 // v3Index is the v2 index the v3 side gives clients now: that of the

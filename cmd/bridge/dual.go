@@ -36,7 +36,8 @@ type dualSides struct {
 	v3     atomic.Pointer[server.Bridge]
 	shadow lateObserver
 	// mem lists the other bridges for both sides (nil: the bridge alone).
-	mem *membership
+	mem  *membership
+	auth *bridgeAuth // the v3 side's auth
 	// onV3 is called once, with the v3 side, when it is connected.
 	onV3 func(*server.Bridge)
 }
@@ -105,7 +106,10 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	d := &dualSides{mem: newMembership(c, cli, layout, lg, false)} // the agent registers the bridge
+	d := &dualSides{mem: newMembership(c, cli, layout, lg, false), // the agent registers the bridge
+		auth: newAuth(c, cli, layout, lg, reg)}
+	d.auth.start()
+	defer d.auth.stop() // after shutdown, before the client closes
 	d.pass, err = upstream.New(upstream.Config{URLs: splitList(c.v2Upstream), Members: d.mem.members(),
 		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout,
 		HeartbeatFailures: c.heartbeatFailures, RequestTimeout: c.requestTimeout,
@@ -123,8 +127,12 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		}
 		d.shadow.set(obs, stop)
 	}
+	// The passwords the old server accepts go to the v3 side's users, for
+	// the cutover.
+	learn := newLearner(d.auth.svc.Store, sourceAuthEnabled(d.pass), c.requestTimeout, lg.Named("learn"), reg)
+	defer learn.stop() // after the servers: no request offers any more
 	sw := cutover.NewSwitch(cutover.SwitchConfig{
-		Passthrough: cutover.Backend{API: d.pass, Probes: d.pass.MetricsHandler(), Ready: d.pass.Ready,
+		Passthrough: cutover.Backend{API: learn.wrap(d.pass), Probes: d.pass.MetricsHandler(), Ready: d.pass.Ready,
 			Index: d.pass.LastIndex},
 		Metrics:  promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}),
 		Logger:   lg.Named("mode"),
@@ -197,14 +205,14 @@ func (d *dualSides) buildV3(ctx context.Context, c *config, bcfg v3backend.Confi
 		reg := prometheus.NewRegistry()
 		dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
 		br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
-			Members: d.mem.members(), EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true,
+			Members: d.mem.members(), Auth: d.auth.svc, EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true,
 			HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
 				MaxConnections: c.maxConnections}})
 		cancel()
 		if err == nil {
 			v3reg.Store(reg)
 			d.v3.Store(br)
-			sw.SetV3(cutover.Backend{API: br.API, Probes: br.API.MetricsHandler(), Ready: br.Backend.Ready})
+			sw.SetV3(cutover.Backend{API: br.API, Probes: br.API.MetricsHandler(), Ready: br.Ready})
 			lg.Info("dual mode: the etcd v3 side is connected", zap.Strings("backend", endpoints), zap.Int("attempt", attempt))
 			if d.onV3 != nil {
 				d.onV3(br)

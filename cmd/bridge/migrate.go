@@ -179,7 +179,9 @@ func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *
 	intro := `Usage: v2bridge verify --from URL --endpoints URLS [flags]
 
 Compares an etcd v2 server's tree with the bridge's view of it, node by node
-(kind, value, TTL), and exits non-zero on any difference. Then it prints what
+(kind, value, TTL), and its users, roles and auth flag (naming users whose
+password the bridges have not learned), and exits non-zero on any
+difference. Then it prints what
 bridges in passthrough mode report of their shadow comparison (their answers
 checked against etcd v3 as they serve), which does not change the exit status.
 `
@@ -188,8 +190,11 @@ checked against etcd v3 as they serve), which does not change the exit status.
 
 Copies a running etcd v2 server's tree (files, empty directories, hidden nodes,
 TTLs as leases) into the bridge's etcd v3 layout, through the bridge's own
-write path. Running it again changes nothing; nodes the bridge holds
-differently are reported as conflicts and left alone unless --overwrite.
+write path, then its users, roles and auth flag (v2 shows no password: the
+--from-user user's is the one given, the others are learned by dual-mode
+bridges from requests the old server accepts). Running it again changes
+nothing; nodes the bridge holds differently are reported as conflicts and
+left alone unless --overwrite.
 With --follow it keeps applying the source's changes until interrupted.
 `
 	}
@@ -272,6 +277,12 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	defer func() { _ = be.Close() }()
 	r.o.Target = be
+	as, err := openAuthStore(ctx, &c, endpoints, layout, lg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	defer as.close()
+	r.o.Auth = as
 	if cmd == "migrate" && !r.mf.dryRun {
 		if err := r.watchMode(ctx, &c, endpoints, layout, lg); err != nil {
 			return err
@@ -404,15 +415,21 @@ func (r *migrateRun) verify(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
+	arep, err := migrate.VerifyAuth(ctx, r.o)
+	if err != nil {
+		return fmt.Errorf("verify: the users and roles: %w", err)
+	}
 	notCompared, ncerr := r.notCompared(ctx)
 	recs, followed, serr := r.shadow(ctx)
 	if r.jsonOut() {
 		js := verifyJSON(rep, r.jt)
 		js.NotCompared = notCompared
 		js.Shadow = shadowJSON(recs, followed, serr)
+		js.Auth = authReportJSON(arep)
 		r.summary = js
 	} else {
 		printReport(r.stdout, rep, r.target, r.mf.maxDiffs)
+		printAuthReport(r.stdout, arep)
 		switch {
 		case ncerr != nil:
 			_, _ = fmt.Fprintf(r.stdout, "not compared what the bridges serve outside %s (%s): listing it failed: %v\n",
@@ -426,7 +443,7 @@ func (r *migrateRun) verify(ctx context.Context) error {
 	if ncerr != nil {
 		return fmt.Errorf("verify: listing what the bridges serve outside %s: %w", rep.Prefix, ncerr)
 	}
-	if n := len(rep.Differences); n > 0 {
+	if n := len(rep.Differences) + len(arep.Differences); n > 0 {
 		return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.Source)
 	}
 	return nil
@@ -471,6 +488,16 @@ func (r *migrateRun) migrate(ctx context.Context) error {
 		r.summary = js
 	} else {
 		printSummary(r.stdout, sum, r.target)
+	}
+	if cerr == nil || r.mf.follow {
+		asum, aerr := migrate.CopyAuth(ctx, r.o)
+		if aerr != nil {
+			return fmt.Errorf("migrate: the users and roles: %w", aerr)
+		}
+		js.Auth = authJSON(asum)
+		if !r.jsonOut() {
+			printAuthSummary(r.stdout, asum)
+		}
 	}
 	var ie *migrate.IncompleteError
 	if cerr != nil && (!r.mf.follow || (errors.As(cerr, &ie) && ie.Stopped) || ctx.Err() != nil) {
@@ -537,8 +564,31 @@ func (r *migrateRun) follow(ctx context.Context, sum *migrate.Summary, js *jsonM
 	} else {
 		repDone <- nil
 	}
+	authDone := make(chan struct{})
+	var allowed func(context.Context) error
+	if r.reporter != nil {
+		allowed = func(ctx context.Context) error { // no copy once etcd v3 is the authority
+			err := r.reporter.Check(ctx)
+			if errors.Is(err, cutover.ErrSwitched) {
+				return fmt.Errorf("%w: %w", migrate.ErrStopFollowing, err)
+			}
+			return err
+		}
+	}
+	go func() { // the users and roles, which v2 does not watch
+		defer close(authDone)
+		err := migrate.FollowAuth(fctx, r.o, authFollowInterval, allowed,
+			func(s *migrate.AuthSummary) {
+				r.o.Log(fmt.Sprintf("copied the source's changed users and roles (%d users, %d roles)", len(s.Users), len(s.Roles)))
+			},
+			func(err error) { r.o.Log("reading or copying the source's users and roles: " + err.Error()) })
+		if err != nil && !errors.Is(err, cutover.ErrSwitched) {
+			r.o.Log("no longer following the source's users and roles: " + err.Error())
+		}
+	}()
 	fst, ferr := migrate.Follow(fctx, r.o, sum)
 	fcancel()
+	<-authDone
 	if errors.Is(<-repDone, cutover.ErrSwitched) {
 		_, _ = fmt.Fprintln(r.stderr, "the cutover to etcd v3 is done: the old server is no longer followed")
 	}

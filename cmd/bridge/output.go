@@ -72,6 +72,7 @@ type jsonMigrate struct {
 	Complete        bool        `json:"complete"`
 	DurationSeconds float64     `json:"durationSeconds"`
 	Follow          *jsonFollow `json:"follow,omitempty"`
+	Auth            *jsonAuth   `json:"auth,omitempty"`
 }
 
 type jsonVerify struct {
@@ -91,6 +92,8 @@ type jsonVerify struct {
 	NotCompared     []string    `json:"notCompared,omitempty"`
 	DurationSeconds float64     `json:"durationSeconds"`
 	Shadow          *jsonShadow `json:"shadow,omitempty"`
+	// Auth compares the users, roles and enabled flag.
+	Auth *jsonAuthReport `json:"auth,omitempty"`
 }
 
 func newJSONTarget(endpoints []string, l translate.Layout) jsonTarget {

@@ -82,18 +82,18 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBridgeInfo(reg, c.embeddedMode != "")
 	registerMode(reg, false)
-	var mem *membership
-	if !c.advertiseOnlySelf {
-		cli, err := newControlClient(c, bcfg, lg)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = cli.Close() }() // after the membership stopped
-		mem = newMembership(c, cli, layout, lg, true)
+	cli, err := newControlClient(c, bcfg, lg)
+	if err != nil {
+		return err
 	}
+	defer func() { _ = cli.Close() }() // after the membership and auth stopped
+	mem := newMembership(c, cli, layout, lg, true)
+	au := newAuth(c, cli, layout, lg, reg)
+	au.start()
+	defer au.stop()
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
 	br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
-		Members:     mem.members(),
+		Members: mem.members(), Auth: au.svc,
 		EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true, DetachWatches: c.watchDetach,
 		HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
 			MaxConnections: c.maxConnections}})
@@ -122,7 +122,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		lg.Info("serving metrics", zap.String("url", l.url))
 		br.Serve(l.ln, br.API.MetricsHandler(), errc)
 	}
-	return runUntilDone(ctx, lg, br.Backend.Ready, errc, shutdown)
+	return runUntilDone(ctx, lg, br.Ready, errc, shutdown)
 }
 
 // interruptedOr is err, a failure to start, unless ctx ended meanwhile: a

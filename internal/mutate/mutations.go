@@ -174,6 +174,12 @@ var mutations = []Mutation{
 		Test: "go test -short -count=1 ./v3backend/",
 	},
 	{
+		Name: "mirror-reload-forgets-indexes", File: "v3backend/mirror.go",
+		What: "a reload of the mirror shows keys of a several-event revision with the revision's index",
+		Find: "\tm.keepIndexes(t)\n",
+		Test: "go test -count=1 -run ^TestMirrorReloadKeepsEventIndexes$ ./v3backend/",
+	},
+	{
 		Name: "history-feed-without-prevkv", File: "v3backend/feed.go",
 		What: "the history (replay) feed is opened without previous values",
 		Find: "\t\topts = append(opts, clientv3.WithPrevKV())\n",

@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package auth
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// CheckerConfig configures a Checker.
+type CheckerConfig struct {
+	State func() (*State, bool) // Store.State
+	// ClientCertAuth: a request without an Authorization header is the
+	// user its verified client certificate's common name names, as v2
+	// did with --client-cert-auth.
+	ClientCertAuth bool
+	Logger         *zap.Logger
+	// Registry, if set, gets the checker's metrics.
+	Registry prometheus.Registerer
+	// MaxHashChecks bounds the bcrypt comparisons run at once (0:
+	// GOMAXPROCS), so a flood of wrong passwords cannot take every CPU.
+	MaxHashChecks int
+}
+
+// The limits of the password checks.
+const (
+	// maxCached bounds the verified-credential cache; past it, the cache
+	// starts again empty.
+	maxCached = 10000
+	// freeFailures wrong passwords for a user from one client address are
+	// answered as usual; each further one holds that pair off for
+	// firstHold, doubling up to maxHold. While held off, a password not in
+	// the cache is refused without being checked.
+	freeFailures = 3
+	firstHold    = 100 * time.Millisecond
+	maxHold      = 30 * time.Second
+	// maxFailing bounds the (user, address) pairs the limiter remembers.
+	maxFailing = 10000
+)
+
+// Checker decides requests.
+type Checker struct {
+	cfg     CheckerConfig
+	macKey  []byte        // random per process: the cache never holds a password, nor its plain hash
+	hashSem chan struct{} // a slot per bcrypt comparison running
+	now     func() time.Time
+	checks  *prometheus.CounterVec
+	hashDur prometheus.Histogram
+
+	mu      sync.Mutex                // guards cache and failing
+	cache   map[credential]string     // verified credential -> the hash it verified against
+	failing map[failKey]*failureCount // wrong passwords by user and client address
+}
+
+// credential is a user and the HMAC of a password of theirs.
+type credential struct {
+	user string
+	mac  [sha256.Size]byte
+}
+
+// failKey is a user and a client address.
+type failKey struct{ user, addr string }
+
+// failureCount is a run of n wrong passwords; a password is not checked
+// before until.
+type failureCount struct {
+	n     int
+	until time.Time
+}
+
+// NewChecker is a checker over cfg.
+func NewChecker(cfg CheckerConfig) *Checker {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.MaxHashChecks <= 0 {
+		cfg.MaxHashChecks = runtime.GOMAXPROCS(0)
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key) // never fails (crypto/rand)
+	c := &Checker{cfg: cfg, macKey: key, hashSem: make(chan struct{}, cfg.MaxHashChecks), now: time.Now,
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_auth_checks_total",
+			Help: "Decisions on requests' credentials by result: allow, deny, throttled (a wrong password held off), unavailable (no current auth data)."},
+			[]string{"result"}),
+		hashDur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "v2bridge_auth_hash_check_seconds",
+			Help:    "Time of the bcrypt comparisons of passwords not in the verified-credential cache.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		cache: map[credential]string{}, failing: map[failKey]*failureCount{}}
+	for _, r := range []string{"allow", "deny", "throttled", "unavailable"} {
+		c.checks.WithLabelValues(r)
+	}
+	if cfg.Registry != nil {
+		cfg.Registry.MustRegister(c.checks, c.hashDur)
+	}
+	return c
+}
+
+// Keys decides a /v2/keys request on key (the path after /v2/keys, as the
+// client sent it).
+func (c *Checker) Keys(r *http.Request, key string, recursive, write bool) Decision {
+	return c.count(c.keys(r, key, recursive, write))
+}
+
+func (c *Checker) keys(r *http.Request, key string, recursive, write bool) (Decision, string) {
+	st, ok := c.cfg.State()
+	if !ok {
+		return Unavailable, "unavailable"
+	}
+	if !st.Enabled {
+		return Allow, "allow"
+	}
+	user, d, why := c.user(r, st, true)
+	if d != Allow {
+		return d, why
+	}
+	if !st.Allowed(user, key, recursive, write) {
+		return Deny, "deny"
+	}
+	return Allow, "allow"
+}
+
+// Root decides a request of the auth API that needs root.
+func (c *Checker) Root(r *http.Request) Decision { return c.count(c.root(r)) }
+
+func (c *Checker) root(r *http.Request) (Decision, string) {
+	st, ok := c.cfg.State()
+	if !ok {
+		return Unavailable, "unavailable"
+	}
+	if !st.Enabled {
+		return Allow, "allow"
+	}
+	user, d, why := c.user(r, st, false)
+	if d != Allow {
+		return d, why
+	}
+	if !st.IsRoot(user) {
+		return Deny, "deny"
+	}
+	return Allow, "allow"
+}
+
+func (c *Checker) count(d Decision, result string) Decision {
+	c.checks.WithLabelValues(result).Inc()
+	return d
+}
+
+// user is the request's user, as v2 found it: with no Authorization
+// header, the user its client certificate names (with ClientCertAuth), else
+// the guest (nil) if guest; with one, the user whose password it carries.
+// Any other request is denied.
+func (c *Checker) user(r *http.Request, st *State, guest bool) (*User, Decision, string) {
+	if r.Header.Get("Authorization") == "" {
+		if c.cfg.ClientCertAuth {
+			if u := certUser(r, st); u != nil {
+				return u, Allow, ""
+			}
+		}
+		if guest {
+			return nil, Allow, ""
+		}
+		return nil, Deny, "deny"
+	}
+	name, password, ok := r.BasicAuth()
+	if !ok {
+		return nil, Deny, "deny"
+	}
+	u, ok := st.Users[name]
+	if !ok {
+		return nil, Deny, "deny"
+	}
+	d, why := c.password(r.Context(), name, password, u.Password, clientAddr(r))
+	if d != Allow {
+		return nil, d, why
+	}
+	return &u, Allow, ""
+}
+
+// certUser is the user the request's verified client certificate names by
+// its common name, if there is one. Only the client's own certificate
+// counts, never a CA's of its chain.
+func certUser(r *http.Request, st *State) *User {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	u, ok := st.Users[r.TLS.VerifiedChains[0][0].Subject.CommonName]
+	if !ok {
+		return nil
+	}
+	return &u
+}
+
+// clientAddr is the request's client IP address.
+func clientAddr(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}
+
+// password decides whether password is user's, whose stored hash is hash,
+// for a request from addr: at once if the cache says so (whatever the
+// limiter holds) or the limiter holds this user and address off; else by
+// bcrypt, in one of MaxHashChecks slots.
+func (c *Checker) password(ctx context.Context, user, password, hash, addr string) (Decision, string) {
+	cred := credential{user: user}
+	m := hmac.New(sha256.New, c.macKey)
+	m.Write([]byte(password))
+	m.Sum(cred.mac[:0])
+	fk := failKey{user, addr}
+
+	c.mu.Lock()
+	verified, cached := c.cache[cred]
+	f := c.failing[fk]
+	held := f != nil && c.now().Before(f.until)
+	c.mu.Unlock()
+	if cached && subtle.ConstantTimeCompare([]byte(verified), []byte(hash)) == 1 {
+		if f != nil { // a success ends the run
+			c.mu.Lock()
+			delete(c.failing, fk)
+			c.mu.Unlock()
+		}
+		return Allow, "allow"
+	}
+	if held {
+		return Deny, "throttled"
+	}
+
+	select {
+	case c.hashSem <- struct{}{}:
+	case <-ctx.Done():
+		return Unavailable, "unavailable"
+	}
+	start := time.Now()
+	err := bcrypt.CompareHashAndPassword([]byte(hash), []byte(password))
+	c.hashDur.Observe(time.Since(start).Seconds())
+	<-c.hashSem
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		if len(c.cache) >= maxCached {
+			clear(c.cache)
+		}
+		c.cache[cred] = hash
+		delete(c.failing, fk)
+		return Allow, "allow"
+	}
+	c.failed(fk)
+	c.cfg.Logger.Debug("auth: a wrong password", zap.String("client", addr))
+	return Deny, "deny"
+}
+
+// failed counts a wrong password for fk, and holds fk off past
+// freeFailures. A run that has not grown for maxHold after its hold ended
+// starts again. c.mu is held.
+func (c *Checker) failed(fk failKey) {
+	now := c.now()
+	f := c.failing[fk]
+	if f != nil && now.Sub(f.until) > maxHold {
+		f = nil
+	}
+	if f == nil {
+		if len(c.failing) >= maxFailing {
+			c.forget(now)
+		}
+		f = &failureCount{}
+		c.failing[fk] = f
+	}
+	f.n++
+	f.until = now
+	if f.n > freeFailures {
+		hold := maxHold
+		if shift := f.n - freeFailures - 1; shift < 16 {
+			hold = min(maxHold, firstHold<<shift)
+		}
+		f.until = now.Add(hold)
+	}
+}
+
+// forget drops the runs that have ended, and if none has, one run: the
+// limiter's memory stays bounded, at worst forgetting a run early. c.mu is
+// held.
+func (c *Checker) forget(now time.Time) {
+	for k, f := range c.failing {
+		if now.Sub(f.until) > maxHold {
+			delete(c.failing, k)
+		}
+	}
+	for k := range c.failing {
+		if len(c.failing) < maxFailing {
+			break
+		}
+		delete(c.failing, k)
+	}
+}

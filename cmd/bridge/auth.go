@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// bridgeAuth is a bridge's v2 auth: the Store following its key space's
+// users and roles in etcd v3, over the control client, and the Checker of
+// requests.
+type bridgeAuth struct {
+	svc    *auth.Service
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the Store's goroutine ends
+}
+
+// newAuth is the auth of a bridge serving layout's key space over cli; its
+// metrics go to reg.
+func newAuth(c *config, cli *clientv3.Client, layout translate.Layout, lg *zap.Logger, reg prometheus.Registerer) *bridgeAuth {
+	lg = lg.Named("auth")
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
+		RequestTimeout: c.requestTimeout, Logger: lg})
+	ck := auth.NewChecker(auth.CheckerConfig{State: st.State, ClientCertAuth: c.clientCertAuth, Logger: lg, Registry: reg})
+	return &bridgeAuth{svc: &auth.Service{Store: st, Checker: ck}}
+}
+
+// start runs the Store until stop.
+func (a *bridgeAuth) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel, a.done = cancel, make(chan struct{})
+	go func() {
+		defer close(a.done)
+		a.svc.Run(ctx)
+	}()
+}
+
+// stop ends the Store's goroutine and waits for it.
+func (a *bridgeAuth) stop() {
+	if a.cancel == nil {
+		return
+	}
+	a.cancel()
+	<-a.done
+}

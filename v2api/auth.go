@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package v2api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gorilla/mux"
+
+	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// Auth is what the HTTP layer needs from etcd v2's auth (auth.Service
+// satisfies it): the auth data to show, v2's mutations of it, and the
+// decision on each request.
+type Auth interface {
+	State() (*auth.State, bool)
+	PutUser(ctx context.Context, u auth.User) (auth.User, bool, error)
+	DeleteUser(ctx context.Context, name string) error
+	PutRole(ctx context.Context, r auth.Role) (auth.Role, bool, error)
+	DeleteRole(ctx context.Context, name string) error
+	Enable(ctx context.Context) error
+	Disable(ctx context.Context) error
+	Keys(r *http.Request, key string, recursive, write bool) auth.Decision
+	Root(r *http.Request) auth.Decision
+}
+
+var _ Auth = auth.Service{}
+
+const authPrefix = "/v2/auth"
+
+// maxAuthBody bounds the JSON of a user or role read from a request: one
+// larger is invalid JSON. It is etcd's default --max-request-bytes: a user
+// or role that large could not be stored in etcd v3 anyway.
+const maxAuthBody = 3 << 19
+
+// addAuth mounts the auth API as v2 routed it: /enable exactly, /users and
+// /roles with or without a name below them; anything else under /v2/auth is
+// not found.
+func (s *Server) addAuth(r *mux.Router) {
+	r.HandleFunc(authPrefix+"/enable", s.authEnable)
+	r.HandleFunc(authPrefix+"/users", s.authUsers)
+	r.PathPrefix(authPrefix + "/users/").HandlerFunc(s.authUsers)
+	r.HandleFunc(authPrefix+"/roles", s.authRoles)
+	r.PathPrefix(authPrefix + "/roles/").HandlerFunc(s.authRoles)
+}
+
+// authUnavailable is the cause of v2's 300 while no auth data is current.
+const authUnavailable = "auth data not loaded yet"
+
+// checkKeys decides a parsed /v2/keys request as v2 did (on the path as
+// sent, a GET or HEAD a read, everything else a write) and writes the
+// refusal; the status written, or 0 when the request may go on.
+func (s *Server) checkKeys(w http.ResponseWriter, r *http.Request, key string, recursive bool) int {
+	write := r.Method != "GET" && r.Method != "HEAD"
+	switch s.cfg.Auth.Keys(r, key, recursive, write) {
+	case auth.Allow:
+		return 0
+	case auth.Deny:
+		return writeError(w, translate.NewError(translate.EcodeUnauthorized, "Insufficient credentials", 0))
+	default:
+		return writeError(w, translate.NewError(translate.EcodeRaftInternal, authUnavailable, 0))
+	}
+}
+
+// checkRoot lets a request that needs root go on (true) or writes v2's
+// refusal: 401 for a request without root, 300 while no auth data is
+// current.
+func (s *Server) checkRoot(w http.ResponseWriter, r *http.Request) bool {
+	switch s.cfg.Auth.Root(r) {
+	case auth.Allow:
+		return true
+	case auth.Deny:
+		writeMessage(w, http.StatusUnauthorized, "Insufficient credentials")
+	default:
+		writeError(w, translate.NewError(translate.EcodeRaftInternal, authUnavailable, 0))
+	}
+	return false
+}
+
+// writeMessage writes v2's {"message": ...} error body (no newline, as v2
+// wrote it).
+func writeMessage(w http.ResponseWriter, status int, msg string) {
+	b, _ := json.Marshal(struct {
+		Message string `json:"message"`
+	}{msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// writeAuthError writes a refusal of the auth store (*auth.Error) as v2
+// did; anything else is v2's 300, retried elsewhere.
+func writeAuthError(w http.ResponseWriter, err error) {
+	var ae *auth.Error
+	if errors.As(err, &ae) {
+		writeMessage(w, ae.Status, ae.Message)
+		return
+	}
+	writeError(w, err)
+}
+
+// authHeaders are the headers of an auth answer past the method and root
+// checks.
+func (s *Server) authHeaders(w http.ResponseWriter) {
+	w.Header().Set("X-Etcd-Cluster-Id", s.clusterIDHeader(s.cfg.Store.Meta().ClusterID))
+	w.Header().Set("Content-Type", "application/json")
+}
+
+// authState is the current auth data, or false after writing v2's 300.
+func (s *Server) authState(w http.ResponseWriter) (*auth.State, bool) {
+	st, ok := s.cfg.Auth.State()
+	if !ok || st == nil {
+		writeError(w, translate.NewError(translate.EcodeRaftInternal, authUnavailable, 0))
+		return nil, false
+	}
+	return st, true
+}
+
+// encodeJSON writes v as v2 did: json.Encoder, a trailing newline.
+func encodeJSON(w http.ResponseWriter, v any) {
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// authName splits the path below /v2/auth/<kind> as v2 did: "" for the
+// collection itself, the one name below it, or ok false for a deeper path.
+func authName(p, kind string) (name string, ok bool) {
+	sub := strings.TrimPrefix(path.Clean(strings.TrimPrefix(p, authPrefix)), "/"+kind)
+	switch {
+	case sub == "":
+		return "", true
+	case strings.Count(sub, "/") == 1:
+		return sub[1:], true
+	}
+	return "", false
+}
+
+func (s *Server) authEnable(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET", "PUT", "DELETE") {
+		return
+	}
+	if r.Method != "GET" && !s.checkRoot(w, r) {
+		return
+	}
+	// A write's outcome is seen through even if its client leaves.
+	ctx := context.WithoutCancel(r.Context())
+	switch r.Method {
+	case "GET":
+		st, ok := s.authState(w)
+		if !ok {
+			return
+		}
+		s.authHeaders(w)
+		encodeJSON(w, struct {
+			Enabled bool `json:"enabled"`
+		}{st.Enabled})
+	case "PUT":
+		s.authHeaders(w)
+		if err := s.cfg.Auth.Enable(ctx); err != nil {
+			writeAuthError(w, err)
+		}
+	case "DELETE":
+		s.authHeaders(w)
+		if err := s.cfg.Auth.Disable(ctx); err != nil {
+			writeAuthError(w, err)
+		}
+	}
+}
+
+// userWithRoles is a user as v2 shows it: its roles in full, never its
+// password.
+type userWithRoles struct {
+	User  string      `json:"user"`
+	Roles []auth.Role `json:"roles,omitempty"`
+}
+
+// roleNames are the names of a user's roles; the root user holds the root
+// role whether or not it is stored.
+func roleNames(u auth.User) []string {
+	if u.User == auth.RootName && !slices.Contains(u.Roles, auth.RootName) {
+		return append(slices.Clip(u.Roles), auth.RootName)
+	}
+	return u.Roles
+}
+
+func (s *Server) authUsers(w http.ResponseWriter, r *http.Request) {
+	name, ok := authName(r.URL.Path, "users")
+	if !ok {
+		writeMessage(w, http.StatusBadRequest, "Invalid path")
+		return
+	}
+	if name == "" {
+		s.listUsers(w, r)
+		return
+	}
+	if !allowMethod(w, r.Method, "GET", "PUT", "DELETE") || !s.checkRoot(w, r) {
+		return
+	}
+	switch r.Method {
+	case "GET":
+		st, ok := s.authState(w)
+		if !ok {
+			return
+		}
+		s.authHeaders(w)
+		u, ok := st.Users[name]
+		if !ok {
+			writeMessage(w, http.StatusNotFound, "auth: User "+name+" does not exist.")
+			return
+		}
+		if err := r.ParseForm(); err != nil {
+			writeMessage(w, http.StatusInternalServerError, "Internal Server Error")
+			return
+		}
+		out := userWithRoles{User: u.User}
+		for _, rn := range roleNames(u) {
+			role, ok := st.Role(rn)
+			if !ok {
+				writeMessage(w, http.StatusNotFound, "auth: Role "+rn+" does not exist.")
+				return
+			}
+			out.Roles = append(out.Roles, role)
+		}
+		encodeJSON(w, out)
+	case "PUT":
+		s.authHeaders(w)
+		var in auth.User
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxAuthBody)).Decode(&in); err != nil {
+			writeMessage(w, http.StatusBadRequest, "Invalid JSON in request body.")
+			return
+		}
+		if in.User != name {
+			writeMessage(w, http.StatusBadRequest, "User JSON name does not match the name in the URL")
+			return
+		}
+		update := len(in.Grant) > 0 || len(in.Revoke) > 0
+		if update && len(in.Roles) > 0 {
+			writeMessage(w, http.StatusBadRequest, "User JSON contains both roles and grant/revoke")
+			return
+		}
+		out, created, err := s.cfg.Auth.PutUser(context.WithoutCancel(r.Context()), in)
+		if err != nil {
+			writeAuthError(w, err)
+			return
+		}
+		// v2 answered 201 only to a create that named no roles.
+		status := http.StatusOK
+		if created && !update && len(in.Roles) == 0 {
+			status = http.StatusCreated
+		}
+		out.Password, out.Grant, out.Revoke = "", nil, nil
+		if created { // v2 showed a new root user with its role, an updated one as stored
+			out.Roles = roleNames(out)
+		}
+		w.WriteHeader(status)
+		encodeJSON(w, out)
+	case "DELETE":
+		s.authHeaders(w)
+		if err := s.cfg.Auth.DeleteUser(context.WithoutCancel(r.Context()), name); err != nil {
+			writeAuthError(w, err)
+		}
+	}
+}
+
+func (s *Server) listUsers(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET") || !s.checkRoot(w, r) {
+		return
+	}
+	st, ok := s.authState(w)
+	if !ok {
+		return
+	}
+	s.authHeaders(w)
+	if err := r.ParseForm(); err != nil {
+		writeMessage(w, http.StatusInternalServerError, "Internal Server Error")
+		return
+	}
+	var out struct {
+		Users []userWithRoles `json:"users"`
+	}
+	for _, name := range sortedKeys(st.Users) {
+		u := st.Users[name]
+		uwr := userWithRoles{User: u.User}
+		for _, rn := range roleNames(u) {
+			if role, ok := st.Role(rn); ok { // a role deleted since is left out
+				uwr.Roles = append(uwr.Roles, role)
+			}
+		}
+		out.Users = append(out.Users, uwr)
+	}
+	encodeJSON(w, out)
+}
+
+func (s *Server) authRoles(w http.ResponseWriter, r *http.Request) {
+	name, ok := authName(r.URL.Path, "roles")
+	if !ok {
+		writeMessage(w, http.StatusBadRequest, "Invalid path")
+		return
+	}
+	if name == "" {
+		s.listRoles(w, r)
+		return
+	}
+	if !allowMethod(w, r.Method, "GET", "PUT", "DELETE") || !s.checkRoot(w, r) {
+		return
+	}
+	switch r.Method {
+	case "GET":
+		st, ok := s.authState(w)
+		if !ok {
+			return
+		}
+		s.authHeaders(w)
+		role, ok := st.Role(name)
+		if !ok {
+			writeMessage(w, http.StatusNotFound, "auth: Role "+name+" does not exist.")
+			return
+		}
+		encodeJSON(w, role)
+	case "PUT":
+		s.authHeaders(w)
+		var in auth.Role
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxAuthBody)).Decode(&in); err != nil {
+			writeMessage(w, http.StatusBadRequest, "Invalid JSON in request body.")
+			return
+		}
+		if in.Role != name {
+			writeMessage(w, http.StatusBadRequest, "Role JSON name does not match the name in the URL")
+			return
+		}
+		create := emptyPermissions(in.Grant) && emptyPermissions(in.Revoke)
+		if !create && !emptyPermissions(&in.Permissions) {
+			writeMessage(w, http.StatusBadRequest, "Role JSON contains both permissions and grant/revoke")
+			return
+		}
+		out, _, err := s.cfg.Auth.PutRole(context.WithoutCancel(r.Context()), in)
+		if err != nil {
+			writeAuthError(w, err)
+			return
+		}
+		if create {
+			// v2 answered a create with the role as it was sent.
+			w.WriteHeader(http.StatusCreated)
+			encodeJSON(w, in)
+			return
+		}
+		out.Grant, out.Revoke = nil, nil
+		w.WriteHeader(http.StatusOK)
+		encodeJSON(w, out)
+	case "DELETE":
+		s.authHeaders(w)
+		if err := s.cfg.Auth.DeleteRole(context.WithoutCancel(r.Context()), name); err != nil {
+			writeAuthError(w, err)
+		}
+	}
+}
+
+func (s *Server) listRoles(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, "GET") || !s.checkRoot(w, r) {
+		return
+	}
+	st, ok := s.authState(w)
+	if !ok {
+		return
+	}
+	s.authHeaders(w)
+	if err := r.ParseForm(); err != nil {
+		writeMessage(w, http.StatusInternalServerError, "Internal Server Error")
+		return
+	}
+	names := append(sortedKeys(st.Roles), auth.RootName)
+	sort.Strings(names)
+	var out struct {
+		Roles []auth.Role `json:"roles"`
+	}
+	for _, name := range slices.Compact(names) {
+		if role, ok := st.Role(name); ok {
+			out.Roles = append(out.Roles, role)
+		}
+	}
+	encodeJSON(w, out)
+}
+
+// emptyPermissions is v2's test of a grant or revoke: absent, or naming no
+// pattern.
+func emptyPermissions(p *auth.Permissions) bool {
+	return p == nil || (len(p.KV.Read) == 0 && len(p.KV.Write) == 0)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
