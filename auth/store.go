@@ -327,6 +327,11 @@ type hasher struct {
 func (h *hasher) get() (string, error) {
 	if h.hash == "" {
 		b, err := bcrypt.GenerateFromPassword([]byte(h.password), h.cost)
+		if errors.Is(err, bcrypt.ErrPasswordTooLong) {
+			// v2's bcrypt refused it too, and v2 answered any such
+			// failure so.
+			return "", &Error{Status: http.StatusInternalServerError, Message: "Internal Server Error"}
+		}
 		if err != nil {
 			return "", err
 		}

@@ -2,7 +2,10 @@ module github.com/v2bridge/v2bridge/reference
 
 go 1.26.8
 
-require go.etcd.io/etcd/server/v3 v3.5.35
+require (
+	go.etcd.io/etcd/client/pkg/v3 v3.5.35
+	go.etcd.io/etcd/server/v3 v3.5.35
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -39,7 +42,6 @@ require (
 	github.com/xiang90/probing v0.0.0-20190116061207-43a291ad63a2 // indirect
 	go.etcd.io/bbolt v1.3.12 // indirect
 	go.etcd.io/etcd/api/v3 v3.5.35 // indirect
-	go.etcd.io/etcd/client/pkg/v3 v3.5.35 // indirect
 	go.etcd.io/etcd/client/v2 v2.305.35 // indirect
 	go.etcd.io/etcd/client/v3 v3.5.35 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.5.35 // indirect

@@ -11,6 +11,7 @@
 //	v2ref --data-dir DIR [--listen-client-url http://127.0.0.1:0]
 //	      [--listen-peer-url http://127.0.0.1:0] [--v2v3] [--v2v3-prefix /v2v3]
 //	      [--auto-compaction-retention 1h] [--auto-compaction-mode periodic]
+//	      [--cert-file F --key-file F [--trusted-ca-file F --client-cert-auth]]
 //	      [--exit-on-stdin-eof]
 //
 // A port of 0 in a listen URL means "pick a free port". The only thing written
@@ -31,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -46,6 +48,7 @@ type options struct {
 	logLevel                string
 	startTimeout            time.Duration
 	exitOnStdinEOF          bool
+	tls                     transport.TLSInfo // the client listener's; empty: http
 }
 
 func main() {
@@ -65,6 +68,10 @@ func run(args []string) int {
 	fs.StringVar(&o.autoCompactionMode, "auto-compaction-mode", "periodic", "etcd auto compaction mode: periodic or revision")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "etcd log level (written to stderr)")
 	fs.DurationVar(&o.startTimeout, "start-timeout", 60*time.Second, "give up if the server is not ready within this time")
+	fs.StringVar(&o.tls.CertFile, "cert-file", "", "server certificate: the client URL is https://")
+	fs.StringVar(&o.tls.KeyFile, "key-file", "", "the server certificate's key")
+	fs.StringVar(&o.tls.TrustedCAFile, "trusted-ca-file", "", "CA bundle to verify client certificates")
+	fs.BoolVar(&o.tls.ClientCertAuth, "client-cert-auth", false, "require client certificates signed by --trusted-ca-file (v2 then takes a request without credentials as the user its certificate's common name names)")
 	fs.BoolVar(&o.exitOnStdinEOF, "exit-on-stdin-eof", false, "shut down when stdin reaches EOF (lets a parent process tie the server's life to its own)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -80,6 +87,10 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "v2ref: --data-dir is required")
 		return 2
 	}
+	if (o.tls.CertFile == "") != (o.tls.KeyFile == "") || o.tls.ClientCertAuth && o.tls.TrustedCAFile == "" {
+		fmt.Fprintln(os.Stderr, "v2ref: --cert-file and --key-file go together; --client-cert-auth needs --trusted-ca-file")
+		return 2
+	}
 	if o.v2v3 && o.v2v3Prefix == "" {
 		fmt.Fprintln(os.Stderr, "v2ref: --v2v3-prefix must not be empty")
 		return 2
@@ -92,11 +103,11 @@ func run(args []string) int {
 }
 
 func serve(o options) error {
-	clientURL, err := parseListenURL(o.listenClientURL)
+	clientURL, err := parseListenURL(o.listenClientURL, o.tls.CertFile != "")
 	if err != nil {
 		return fmt.Errorf("--listen-client-url: %w", err)
 	}
-	peerURL, err := parseListenURL(o.listenPeerURL)
+	peerURL, err := parseListenURL(o.listenPeerURL, false)
 	if err != nil {
 		return fmt.Errorf("--listen-peer-url: %w", err)
 	}
@@ -192,6 +203,7 @@ func newConfig(o options, clientURL, peerURL *url.URL) *embed.Config {
 	cfg.AdvertisePeerUrls = []url.URL{*advertiseURL(peerURL)}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.EnableV2 = true
+	cfg.ClientTLSInfo = o.tls
 	if o.v2v3 {
 		cfg.ExperimentalEnableV2V3 = o.v2v3Prefix
 	}
@@ -205,16 +217,22 @@ func newConfig(o options, clientURL, peerURL *url.URL) *embed.Config {
 	return cfg
 }
 
-func parseListenURL(s string) (*url.URL, error) {
+// parseListenURL checks a listen URL: https:// with a certificate, else
+// http://.
+func parseListenURL(s string, tls bool) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
 		return nil, err
 	}
-	if u.Scheme != "http" {
-		return nil, fmt.Errorf("%q: only http:// URLs are supported", s)
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	if u.Scheme != scheme {
+		return nil, fmt.Errorf("%q: want a %s:// URL", s, scheme)
 	}
 	if u.Hostname() == "" || u.Port() == "" {
-		return nil, fmt.Errorf("%q: want http://HOST:PORT", s)
+		return nil, fmt.Errorf("%q: want %s://HOST:PORT", s, scheme)
 	}
 	if u.Path != "" && u.Path != "/" {
 		return nil, fmt.Errorf("%q: must not have a path", s)

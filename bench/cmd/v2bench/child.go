@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/server"
@@ -130,10 +131,33 @@ func serveBridge(args []string) error {
 	if err != nil {
 		return err
 	}
+	// v2 auth as the binary runs it: a Store following the users and
+	// roles over a client of its own, and the Checker (auth stays
+	// disabled until a workload enables it).
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cli.Close() }()
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
+		RequestTimeout: 5 * time.Second})
+	actx, acancel := context.WithCancel(context.Background())
+	adone := make(chan struct{})
+	go func() {
+		defer close(adone)
+		st.Run(actx)
+	}()
+	defer func() { acancel(); <-adone }()
+	svc := &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State, Registry: reg})}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	br, err := server.New(ctx, server.Config{Registry: reg, AdvertiseURLs: []string{u}, DetachWatches: *watchDetach,
-		Backend: v3backend.Config{Endpoints: eps, Layout: layout, Member: member,
+		Auth: svc, Backend: v3backend.Config{Endpoints: eps, Layout: layout, Member: member,
 			HeartbeatTimeout: *hbTimeout, HeartbeatFailures: *hbFailures}})
+	if err == nil {
+		err = br.WaitReady(ctx)
+	}
 	cancel()
 	if err != nil {
 		return err

@@ -73,6 +73,8 @@ type v2kv struct {
 	base string
 	root string // prefixed to every key path ("" or a directory such as /passthrough)
 	hc   *http.Client
+	user string // with pass, basic auth on every request ("": none)
+	pass string
 }
 
 func newHTTPClient(maxConns int) *http.Client {
@@ -114,6 +116,14 @@ func (c *v2kv) do(ctx context.Context, method, path, query string, form url.Valu
 	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	return c.send(req, decode)
+}
+
+// send sends req, with basic auth if c has a user; decode as for do.
+func (c *v2kv) send(req *http.Request, decode func([]byte) error) error {
+	if c.user != "" {
+		req.SetBasicAuth(c.user, c.pass)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -110,6 +110,8 @@ type kvBench struct {
 	k        kv
 	noTTL    string
 	profiled map[string]bool
+	plain    map[string]loadResult // this run's put-64 and get-64, for the -auth rows' ratios
+	auth     *benchAuth            // the -auth rows' users, once made
 }
 
 const value64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -171,9 +173,11 @@ var kvWorkloads = []struct {
 	{"put-seq-bridge-txn", (*kvBench).putSeqBridgeTxn},
 	{"put-seq-one-compare", (*kvBench).putSeqOneCompare},
 	{"put-64", (*kvBench).put64},
+	{"put-64-auth", (*kvBench).put64Auth},
 	{"put-64-bridge-txn", (*kvBench).put64BridgeTxn},
 	{"cas-16", (*kvBench).cas16},
 	{"get-64", func(b *kvBench, ns string) { b.get64(false) }},
+	{"get-64-auth", (*kvBench).get64Auth},
 	{"get-64-quorum", func(b *kvBench, ns string) { b.get64(true) }},
 	{"get-recursive-1000", (*kvBench).getRecursive},
 	{"ttl-cycle-64", (*kvBench).ttlCycle},
@@ -240,6 +244,7 @@ func (b *kvBench) put64(ns string) {
 		return true, err
 	})
 	b.report("put-64", r)
+	b.plain["put-64"] = r
 	b.res.add("put-64", b.sys, "throughput", "ops/s", false, r.perSec(r.ops-r.errs))
 	b.res.add("put-64", b.sys, "latency p99", "ms", true, ms(r.lat.pct(0.99)))
 	b.res.add("put-64", b.sys, "server CPU per op", "µs", true, r.cpuPerOp())
@@ -307,6 +312,7 @@ func (b *kvBench) get64(quorum bool) {
 		return true, b.k.get(ctx, fmt.Sprintf("/bench/get/k%04d", (w*7+i)%100), quorum)
 	})
 	b.report(name, r)
+	b.plain[name] = r
 	b.res.add(name, b.sys, "throughput", "ops/s", false, r.perSec(r.ops-r.errs))
 	b.res.add(name, b.sys, "server CPU per op", "µs", true, r.cpuPerOp())
 }

@@ -265,7 +265,7 @@ func runKV(cfg *config, res *results) {
 		if len(procs) > n {
 			order = append(order, in)
 		}
-		b := &kvBench{in: in, cfg: cfg, res: res, sys: sys, profiled: map[string]bool{}}
+		b := &kvBench{in: in, cfg: cfg, res: res, sys: sys, profiled: map[string]bool{}, plain: map[string]loadResult{}}
 		if isV3(sys) {
 			b.k = v3kv{cli: in.V3(), prefix: v3PrefixOf(sys)}
 		} else {
@@ -484,7 +484,12 @@ func header(cfg *config, elapsed time.Duration) string {
 			"journal record), so etcd's cost of the bridge's protocol with no bridge in the way, had each write a "+
 			"transaction of its own (the bridge sends concurrent writes together, each guarded on its own, and can pass them). "+
 			"put-seq-one-compare (direct systems only) is clientv3 sending put-seq's writes as a transaction with a single "+
-			"compare, on the key's own revision: the least a write guarded against a concurrent change costs in etcd. One process per server for the whole section, shared where the "+
+			"compare, on the key's own revision: the least a write guarded against a concurrent change costs in etcd. "+
+			"put-64-auth and get-64-auth (v2bridge, etcd v2, v2bridge-ext) are put-64 and get-64 with v2 auth enabled for "+
+			"that load only, every request with HTTP basic auth of a user whose role reads and writes /bench/*, after one "+
+			"request that verified it (a cached credential where the server keeps one; etcd v2 keeps none and runs bcrypt "+
+			"on every request); their ÷ unauthenticated rows divide by the same run's put-64 or get-64 on the same server. "+
+			"One process per server for the whole section, shared where the "+
 			"comparison needs it: v2bridge and direct-v3 use the one bridge child's embedded member; etcd v2, "+
 			"direct-v3-ext, v2bridge-ext, v2bridge-passthrough and direct-v3-hop use one etcd 3.5 process (its v2 store, its v3 API "+
 			"directly, its v3 API through the bridge child, its v2 store through the passthrough child, its v3 API "+
