@@ -588,7 +588,8 @@ func (s *Store) Disable(ctx context.Context) error {
 const maxTxnOps = 64
 
 // Replace makes the stored auth data st's (users with their hashes as
-// given): migrate's copy. The writes go in transactions of at most
+// given; one given without a hash keeps the one stored, so a password
+// learned meanwhile is not lost): migrate's copy. The writes go in transactions of at most
 // maxTxnOps operations, each guarded on nothing under the prefix having
 // changed since the read (or the previous one of them), so a concurrent
 // change makes Replace start again; turning auth on comes last, turning it
@@ -604,6 +605,9 @@ func (s *Store) Replace(ctx context.Context, st *State) error {
 		want := map[string]bool{}
 		for name, u := range st.Users {
 			u.User, u.Grant, u.Revoke = name, nil, nil
+			if u.Password == "" {
+				u.Password = snap.st.Users[name].Password
+			}
 			want[k.User(name)] = true
 			ops = append(ops, put(k.User(name), u))
 		}

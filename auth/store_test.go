@@ -392,6 +392,26 @@ func TestStoreReplaceLearn(t *testing.T) {
 		t.Fatalf("after Learn: %+v", u)
 	}
 
+	// A user given without a hash keeps the stored one (learned since the
+	// caller read): only its roles change.
+	again := &auth.State{Enabled: true, Users: map[string]auth.User{}, Roles: want.Roles}
+	for name, u := range want.Users {
+		u.Password = ""
+		again.Users[name] = u
+	}
+	again.Users["user001"] = auth.User{User: "user001", Roles: []string{"guest"}}
+	if err := s.Replace(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = s.State()
+	if u := st.Users["user001"]; bcrypt.CompareHashAndPassword([]byte(u.Password), []byte("new")) != nil ||
+		!reflect.DeepEqual(u.Roles, []string{"guest"}) {
+		t.Fatalf("after a Replace without hashes: %+v", u)
+	}
+	if u := st.Users["user002"]; u.Password != string(hash) {
+		t.Fatalf("after a Replace without hashes: %+v", u)
+	}
+
 	// Replace with a disabled, empty State removes everything.
 	if err := s.Replace(ctx, &auth.State{}); err != nil {
 		t.Fatal(err)
