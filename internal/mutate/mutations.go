@@ -154,6 +154,56 @@ var mutations = []Mutation{
 		Test: "go test -short -count=1 -run ^TestWalkerFarBehindPacesTheReplayAndIsAnsweredFromMemory$ ./v3backend/hub/",
 	},
 
+	// auth: v2's users, roles and their checks.
+	{
+		Name: "unknown-user-as-guest", File: "auth/checker.go",
+		What:    "credentials naming no user are served as the guest instead of refused",
+		Find:    "\tu, ok := st.Users[name]\n\tif !ok {\n\t\treturn nil, Deny, \"deny\"\n",
+		Replace: "\tu, ok := st.Users[name]\n\tif !ok {\n\t\treturn nil, Allow, \"\"\n",
+		Test:    "go test -short -count=1 ./auth/",
+	},
+	{
+		Name: "cached-credential-outlives-its-hash", File: "auth/checker.go",
+		What: "a verified credential stays good after the user's password changed",
+		Find: "if cached && subtle.ConstantTimeCompare([]byte(verified), []byte(hash)) == 1 {", Replace: "if cached && subtle.ConstantTimeCompare([]byte(verified), []byte(verified)) == 1 {",
+		Test: "go test -short -count=1 ./auth/",
+	},
+	{
+		Name: "wrong-passwords-never-held-off", File: "auth/checker.go",
+		What: "a run of wrong passwords is never held off",
+		Find: "\tif held {\n", Replace: "\tif held && hash == \"\" {\n",
+		Test: "go test -short -count=1 ./auth/",
+	},
+	{
+		Name: "recursive-on-an-exact-key", File: "auth/auth.go",
+		What: "an exact-key permission grants a recursive read or watch of everything below the key",
+		Find: "} else if !recursive && key == pat {", Replace: "} else if key == pat {",
+		Test: "go test -short -count=1 ./auth/",
+	},
+	{
+		Name: "replace-forgets-learned-hash", File: "auth/store.go",
+		What: "migrate's copy puts a password learned meanwhile back to unknown",
+		Find: "\t\t\tif u.Password == \"\" {\n\t\t\t\tu.Password = snap.st.Users[name].Password\n\t\t\t}\n",
+		Test: "go test -count=1 -run ^TestStoreReplaceLearn$ ./auth/",
+	},
+	{
+		Name: "watch-unchecked", File: "v2api/server.go",
+		What: "a watch is served without checking the user may read what it watches",
+		Find: "\tif s.cfg.Auth != nil {\n\t\tif code = s.checkKeys(", Replace: "\tif s.cfg.Auth != nil && !req.IsWatch() {\n\t\tif code = s.checkKeys(",
+		Test: "go test -short -count=1 ./v2api/",
+	},
+	{
+		Name: "post-checked-as-read", File: "v2api/auth.go",
+		What: "an in-order POST needs only read permission",
+		Find: "write := r.Method != \"GET\" && r.Method != \"HEAD\"", Replace: "write := r.Method != \"GET\" && r.Method != \"HEAD\" && r.Method != \"POST\"",
+		Test: "go test -short -count=1 ./v2api/",
+	},
+	{
+		Name: "auth-writes-not-fenced", File: "cutover/switch.go",
+		What: "changes to users and roles go through while the cutover is fenced",
+		Find: "\tif authAPI && r.Method != http.MethodGet && r.Method != http.MethodHead {", Replace: "\tif false {",
+		Test: "go test -short -count=1 ./cutover/",
+	},
 	// v3backend: the mirror, the feeds, leases, the session.
 	{
 		Name: "mirror-ignores-deletes", File: "v3backend/mirror.go",
