@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,60 +197,107 @@ func keysNode(t *testing.T, r resp) (action, key, value string) {
 func TestAuthEtcdctl(t *testing.T) {
 	etcdctl := etcdctlV2(t)
 	authServers(t, func(t *testing.T, s authServer) {
-		type step struct {
-			args []string
-			out  string // stdout and stderr, in full
-			code int
-		}
-		asRoot := []string{"--username", "root:" + rootPass}
-		asAlice := []string{"--username", "alice:" + alicePass}
-		cat := func(a ...[]string) []string {
-			var all []string
-			for _, x := range a {
-				all = append(all, x...)
-			}
-			return all
-		}
-		denied := "Error:  110: The request requires user authentication (Insufficient credentials) [0]\n"
-		steps := []step{
-			// The password after the colon: etcdctl asks for none.
-			{[]string{"user", "add", "root:" + rootPass}, "User root created\n", 0},
-			{[]string{"role", "add", "rw-foo"}, "Role rw-foo created\n", 0},
-			{[]string{"role", "grant", "--readwrite", "--path", "/foo/*", "rw-foo"}, "Role rw-foo updated\n", 0},
-			{[]string{"user", "add", "alice:" + alicePass}, "User alice created\n", 0},
-			{[]string{"user", "grant", "--roles", "rw-foo", "alice"}, "User alice updated\n", 0},
-			{[]string{"auth", "enable"}, "Authentication Enabled\n", 0},
-			// Auth on: the guest role still reads and writes all.
-			{[]string{"set", "/bar", "guest"}, "guest\n", 0},
-			{cat(asRoot, []string{"role", "revoke", "--readwrite", "--path", "/*", "guest"}), "Role guest updated\n", 0},
-			{cat(asAlice, []string{"set", "/foo/a", "1"}), "1\n", 0},
-			{cat(asAlice, []string{"get", "/foo/a"}), "1\n", 0},
-			{cat(asAlice, []string{"set", "/bar", "2"}), denied, 4},
-			{cat(asAlice, []string{"get", "/bar"}), denied, 4},
-			{cat(asAlice, []string{"ls", "/foo"}), denied, 4},
-			{cat(asAlice, []string{"ls", "/foo/"}), "/foo/a\n", 0},
-			{[]string{"--username", "alice:wrong", "get", "/foo/a"}, denied, 4},
-			{[]string{"get", "/foo/a"}, denied, 4},
-			{cat(asRoot, []string{"ls", "--sort", "--recursive", "/"}), "/bar\n/foo\n/foo/a\n", 0},
-			{[]string{"user", "list"}, "Insufficient credentials\n", 1},
-			{cat(asAlice, []string{"user", "list"}), "Insufficient credentials\n", 1},
-			{cat(asRoot, []string{"user", "list"}), "alice\nroot\n", 0},
-			{cat(asRoot, []string{"user", "get", "alice"}), "User: alice\nRoles:  rw-foo\n", 0},
-			{cat(asRoot, []string{"role", "get", "rw-foo"}), "Role: rw-foo\nKV Read:\n\t/foo/*\nKV Write:\n\t/foo/*\n", 0},
-			{cat(asRoot, []string{"role", "list"}), "guest\nroot\nrw-foo\n", 0},
-			{cat(asRoot, []string{"user", "revoke", "--roles", "rw-foo", "alice"}), "User alice updated\n", 0},
-			{cat(asAlice, []string{"get", "/foo/a"}), denied, 4},
-			{cat(asAlice, []string{"auth", "disable"}), "Insufficient credentials\n", 1},
-			{cat(asRoot, []string{"auth", "disable"}), "Authentication Disabled\n", 0},
-			{[]string{"get", "/bar"}, "guest\n", 0},
-		}
-		for _, st := range steps {
+		for _, st := range etcdctlAuthSteps() {
 			out, code := authEtcdctl(t, etcdctl, s.url, st.args...)
 			if out != st.out || code != st.code {
 				t.Fatalf("etcdctl %s: exit %d, output %q; want exit %d, %q", strings.Join(st.args, " "), code, out, st.code, st.out)
 			}
 		}
 	})
+}
+
+// etcdctlAuthStep is one etcdctl v2 command and its whole output and exit
+// code.
+type etcdctlAuthStep struct {
+	args []string
+	out  string // stdout and stderr, in full
+	code int
+}
+
+// etcdctlAuthSteps turns v2 auth on as docs/operations.md says, uses it,
+// and turns it off.
+func etcdctlAuthSteps() []etcdctlAuthStep {
+	asRoot := []string{"--username", "root:" + rootPass}
+	asAlice := []string{"--username", "alice:" + alicePass}
+	cat := func(a ...[]string) []string {
+		var all []string
+		for _, x := range a {
+			all = append(all, x...)
+		}
+		return all
+	}
+	denied := "Error:  110: The request requires user authentication (Insufficient credentials) [0]\n"
+	return []etcdctlAuthStep{
+		// The password after the colon: etcdctl asks for none.
+		{[]string{"user", "add", "root:" + rootPass}, "User root created\n", 0},
+		{[]string{"role", "add", "rw-foo"}, "Role rw-foo created\n", 0},
+		{[]string{"role", "grant", "--readwrite", "--path", "/foo/*", "rw-foo"}, "Role rw-foo updated\n", 0},
+		{[]string{"user", "add", "alice:" + alicePass}, "User alice created\n", 0},
+		{[]string{"user", "grant", "--roles", "rw-foo", "alice"}, "User alice updated\n", 0},
+		{[]string{"auth", "enable"}, "Authentication Enabled\n", 0},
+		// Auth on: the guest role still reads and writes all.
+		{[]string{"set", "/bar", "guest"}, "guest\n", 0},
+		{cat(asRoot, []string{"role", "revoke", "--readwrite", "--path", "/*", "guest"}), "Role guest updated\n", 0},
+		{cat(asAlice, []string{"set", "/foo/a", "1"}), "1\n", 0},
+		{cat(asAlice, []string{"get", "/foo/a"}), "1\n", 0},
+		{cat(asAlice, []string{"set", "/bar", "2"}), denied, 4},
+		{cat(asAlice, []string{"get", "/bar"}), denied, 4},
+		{cat(asAlice, []string{"ls", "/foo"}), denied, 4},
+		{cat(asAlice, []string{"ls", "/foo/"}), "/foo/a\n", 0},
+		{[]string{"--username", "alice:wrong", "get", "/foo/a"}, denied, 4},
+		{[]string{"get", "/foo/a"}, denied, 4},
+		{cat(asRoot, []string{"ls", "--sort", "--recursive", "/"}), "/bar\n/foo\n/foo/a\n", 0},
+		{[]string{"user", "list"}, "Insufficient credentials\n", 1},
+		{cat(asAlice, []string{"user", "list"}), "Insufficient credentials\n", 1},
+		{cat(asRoot, []string{"user", "list"}), "alice\nroot\n", 0},
+		{cat(asRoot, []string{"user", "get", "alice"}), "User: alice\nRoles:  rw-foo\n", 0},
+		{cat(asRoot, []string{"role", "get", "rw-foo"}), "Role: rw-foo\nKV Read:\n\t/foo/*\nKV Write:\n\t/foo/*\n", 0},
+		{cat(asRoot, []string{"role", "list"}), "guest\nroot\nrw-foo\n", 0},
+		{cat(asRoot, []string{"user", "revoke", "--roles", "rw-foo", "alice"}), "User alice updated\n", 0},
+		{cat(asAlice, []string{"get", "/foo/a"}), denied, 4},
+		{cat(asAlice, []string{"auth", "disable"}), "Insufficient credentials\n", 1},
+		{cat(asRoot, []string{"auth", "disable"}), "Authentication Disabled\n", 0},
+		{[]string{"get", "/bar"}, "guest\n", 0},
+	}
+}
+
+// TestOperationsDocAuthCommands: the commands docs/operations.md gives to
+// turn v2 auth on are TestAuthEtcdctl's, in its order, word for word but
+// the endpoint and the passwords.
+func TestOperationsDocAuthCommands(t *testing.T) {
+	b, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "## Turn v2 auth on through the bridge")
+	if !ok {
+		t.Fatal("docs/operations.md has no section on turning v2 auth on")
+	}
+	_, block, _ := strings.Cut(sec, "```\n")
+	block, _, _ = strings.Cut(block, "```")
+	pass := strings.NewReplacer("root:<password>", "root:"+rootPass, "alice:<password>", "alice:"+alicePass)
+	steps := etcdctlAuthSteps()
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		args, ok := strings.CutPrefix(line, "etcdctl --endpoints http://bridge:2379 ")
+		if !ok {
+			t.Fatalf("docs/operations.md: %q is not an etcdctl command against the bridge", line)
+		}
+		fields := strings.Fields(pass.Replace(strings.ReplaceAll(args, "'", "")))
+		for n < len(steps) && !slices.Equal(steps[n].args, fields) {
+			n++
+		}
+		if n == len(steps) {
+			t.Fatalf("docs/operations.md: %q is not among TestAuthEtcdctl's commands, in order", line)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("docs/operations.md: no command to turn v2 auth on")
+	}
 }
 
 // authEtcdctl runs etcdctl v2 against url with stdin closed (a prompt would
