@@ -22,6 +22,10 @@ import (
 // CheckerConfig configures a Checker.
 type CheckerConfig struct {
 	State func() (*State, bool) // Store.State
+	// Await, if set, waits up to a duration for a current State while
+	// State has none (Store.Current): a request then waits up to
+	// stateWait for the auth data rather than fail at once.
+	Await func(ctx context.Context, d time.Duration) (*State, bool)
 	// ClientCertAuth: a request without an Authorization header is the
 	// user its verified client certificate's common name names, as v2
 	// did with --client-cert-auth.
@@ -36,6 +40,10 @@ type CheckerConfig struct {
 
 // The limits of the password checks.
 const (
+	// stateWait bounds a request's wait for current auth data (Await), as
+	// a watch waits for the shared feed.
+	stateWait = 2 * time.Second
+
 	// maxCached bounds the verified-credential cache; past it, the cache
 	// starts again empty.
 	maxCached = 10000
@@ -114,7 +122,7 @@ func (c *Checker) Keys(r *http.Request, key string, recursive, write bool) Decis
 }
 
 func (c *Checker) keys(r *http.Request, key string, recursive, write bool) (Decision, string) {
-	st, ok := c.cfg.State()
+	st, ok := c.state(r.Context())
 	if !ok {
 		return Unavailable, "unavailable"
 	}
@@ -135,7 +143,7 @@ func (c *Checker) keys(r *http.Request, key string, recursive, write bool) (Deci
 func (c *Checker) Root(r *http.Request) Decision { return c.count(c.root(r)) }
 
 func (c *Checker) root(r *http.Request) (Decision, string) {
-	st, ok := c.cfg.State()
+	st, ok := c.state(r.Context())
 	if !ok {
 		return Unavailable, "unavailable"
 	}
@@ -150,6 +158,15 @@ func (c *Checker) root(r *http.Request) (Decision, string) {
 		return Deny, "deny"
 	}
 	return Allow, "allow"
+}
+
+// state is the current State, awaited up to stateWait if Await is set.
+func (c *Checker) state(ctx context.Context) (*State, bool) {
+	st, ok := c.cfg.State()
+	if !ok && c.cfg.Await != nil {
+		st, ok = c.cfg.Await(ctx, stateWait)
+	}
+	return st, ok
 }
 
 func (c *Checker) count(d Decision, result string) Decision {

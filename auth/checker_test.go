@@ -402,3 +402,26 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	}
 }
+
+// TestCheckerAwaitsTheState: without a current State, a request waits (as
+// long as Await lets it) for one rather than fail at once.
+func TestCheckerAwaitsTheState(t *testing.T) {
+	st := testState(t)
+	f := &fixed{}
+	var waited time.Duration
+	await := func(ctx context.Context, d time.Duration) (*State, bool) {
+		waited = d
+		return st, true
+	}
+	c := NewChecker(CheckerConfig{State: f.get, Await: await})
+	if got := c.Keys(req("alice", "alicepw", "10.0.0.1:1"), "/app/a", false, false); got != Allow || waited != stateWait {
+		t.Fatalf("Keys while the State is awaited: %v (waited up to %v)", got, waited)
+	}
+	if got := c.Root(req("alice", "alicepw", "10.0.0.1:1")); got != Deny {
+		t.Fatalf("Root of alice while the State is awaited: %v", got)
+	}
+	c = NewChecker(CheckerConfig{State: f.get, Await: func(context.Context, time.Duration) (*State, bool) { return nil, false }})
+	if got := c.Keys(req("alice", "alicepw", "10.0.0.1:1"), "/app/a", false, false); got != Unavailable {
+		t.Fatalf("Keys when none comes: %v", got)
+	}
+}

@@ -65,6 +65,29 @@ func (s *Store) State() (st *State, ok bool) {
 	return st, st != nil
 }
 
+// Current is the current State, waiting up to d (within ctx) for one while
+// none is: the first read after a start or a failed watch takes a round
+// trip, which a request can wait out rather than fail.
+func (s *Store) Current(ctx context.Context, d time.Duration) (*State, bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		if st, ok := s.State(); ok {
+			return st, true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, false
+		case <-t.C:
+			return nil, false
+		}
+	}
+}
+
 // publish makes st (nil: none) the current State and wakes its waiters.
 func (s *Store) publish(st *State) {
 	s.cur.Store(st)

@@ -437,9 +437,18 @@ func TestStoreNotCurrent(t *testing.T) {
 	if _, ok := s.State(); ok {
 		t.Fatal("current before Run")
 	}
+	if _, ok := s.Current(ctxT(t), 50*time.Millisecond); ok {
+		t.Fatal("Current before Run")
+	}
+	// Current waits for the first read.
+	got := make(chan bool, 1)
+	go func() { _, ok := s.Current(ctxT(t), time.Minute); got <- ok }()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
+	if !<-got {
+		t.Fatal("Current did not see the first read")
+	}
 	waitState(t, s, func(*auth.State) bool { return true })
 	cancel()
 	<-done

@@ -469,7 +469,7 @@ func startAuth(t TB, endpoints []string, layout translate.Layout, lg *zap.Logger
 		<-done
 		_ = cli.Close()
 	})
-	return &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State, Logger: lg})}
+	return &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State, Await: st.Current, Logger: lg})}
 }
 
 // Stop ends the bridge's watches and closes it.

@@ -28,7 +28,7 @@ func newAuth(c *config, cli *clientv3.Client, layout translate.Layout, lg *zap.L
 	lg = lg.Named("auth")
 	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
 		RequestTimeout: c.requestTimeout, Logger: lg})
-	ck := auth.NewChecker(auth.CheckerConfig{State: st.State, ClientCertAuth: c.clientCertAuth, Logger: lg, Registry: reg})
+	ck := auth.NewChecker(auth.CheckerConfig{State: st.State, Await: st.Current, ClientCertAuth: c.clientCertAuth, Logger: lg, Registry: reg})
 	return &bridgeAuth{svc: &auth.Service{Store: st, Checker: ck}}
 }
 

@@ -148,7 +148,7 @@ func serveBridge(args []string) error {
 		st.Run(actx)
 	}()
 	defer func() { acancel(); <-adone }()
-	svc := &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State, Registry: reg})}
+	svc := &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State, Await: st.Current, Registry: reg})}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
