@@ -272,16 +272,8 @@ func (s *Server) authUsers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listUsers(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r.Method, "GET") || !s.checkRoot(w, r) {
-		return
-	}
-	st, ok := s.authState(w)
+	st, ok := s.listing(w, r)
 	if !ok {
-		return
-	}
-	s.authHeaders(w)
-	if err := r.ParseForm(); err != nil {
-		writeMessage(w, http.StatusInternalServerError, "Internal Server Error")
 		return
 	}
 	var out struct {
@@ -364,17 +356,27 @@ func (s *Server) authRoles(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) listRoles(w http.ResponseWriter, r *http.Request) {
+// listing is the auth data a listing (a GET of root's) shows, or false
+// once the refusal is written.
+func (s *Server) listing(w http.ResponseWriter, r *http.Request) (*auth.State, bool) {
 	if !allowMethod(w, r.Method, "GET") || !s.checkRoot(w, r) {
-		return
+		return nil, false
 	}
 	st, ok := s.authState(w)
 	if !ok {
-		return
+		return nil, false
 	}
 	s.authHeaders(w)
 	if err := r.ParseForm(); err != nil {
 		writeMessage(w, http.StatusInternalServerError, "Internal Server Error")
+		return nil, false
+	}
+	return st, true
+}
+
+func (s *Server) listRoles(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.listing(w, r)
+	if !ok {
 		return
 	}
 	names := append(sortedKeys(st.Roles), auth.RootName)
