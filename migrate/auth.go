@@ -169,16 +169,9 @@ func VerifyAuth(ctx context.Context, o Options) (*AuthReport, error) {
 		return nil, err
 	}
 	defer src.close()
-	from, err := src.sourceAuth(ctx)
+	from, cur, err := bothAuth(ctx, o, src)
 	if err != nil {
 		return nil, err
-	}
-	if from == nil {
-		from = &auth.State{}
-	}
-	cur, ok := o.Auth.State()
-	if !ok {
-		return nil, errNoAuthState
 	}
 	rep := &AuthReport{Differences: authDiff(from, cur, false)}
 	for _, name := range sortedKeys(from.Users) {
@@ -238,19 +231,29 @@ func FollowAuth(ctx context.Context, o Options, interval time.Duration, allowed 
 	}
 }
 
-// copyAuth copies the auth data of src into o.Auth; pass, if not empty, is
-// the password of src's user, whose hash it becomes.
-func copyAuth(ctx context.Context, o Options, src *source, pass string) (*AuthSummary, error) {
-	from, err := src.sourceAuth(ctx)
+// bothAuth is the auth data of src (empty if it has none) and of the
+// bridges.
+func bothAuth(ctx context.Context, o Options, src *source) (from, cur *auth.State, err error) {
+	from, err = src.sourceAuth(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if from == nil {
 		from = &auth.State{}
 	}
 	cur, ok := o.Auth.State()
 	if !ok {
-		return nil, errNoAuthState
+		return nil, nil, errNoAuthState
+	}
+	return from, cur, nil
+}
+
+// copyAuth copies the auth data of src into o.Auth; pass, if not empty, is
+// the password of src's user, whose hash it becomes.
+func copyAuth(ctx context.Context, o Options, src *source, pass string) (*AuthSummary, error) {
+	from, cur, err := bothAuth(ctx, o, src)
+	if err != nil {
+		return nil, err
 	}
 	want := planAuth(from, cur, src.user, pass, o.HashCost)
 	sum := &AuthSummary{Enabled: from.Enabled, Users: sortedKeys(from.Users), Roles: sortedKeys(from.Roles),
