@@ -20,6 +20,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 )
 
 // StoreConfig configures a Store.
@@ -102,26 +104,13 @@ func (s *Store) publish(st *State) {
 // current from a failure until the data is read again.
 func (s *Store) Run(ctx context.Context) {
 	defer s.publish(nil)
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		start := time.Now()
+	ctxsleep.Retry(ctx, func(ctx context.Context) error {
 		err := s.follow(ctx)
 		s.publish(nil)
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(start) > 10*time.Second { // it worked a while: a new failure
-			backoff = 100 * time.Millisecond
-		}
+		return err
+	}, func(err error) {
 		s.cfg.Logger.Warn("auth: watch of the users and roles ended; reading them again", zap.Error(err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		backoff = min(2*backoff, 2*time.Second)
-	}
+	})
 }
 
 // follow reads the auth data, then applies the watch's events until it

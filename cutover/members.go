@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
@@ -178,25 +179,9 @@ func (l *MemberList) Members() []v2api.Member {
 // Run reads the registrations and follows them with a watch until ctx ends,
 // reading them again whenever the watch fails.
 func (l *MemberList) Run(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		start := time.Now()
-		err := l.follow(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(start) > 10*time.Second { // it worked a while: a new failure
-			backoff = 100 * time.Millisecond
-		}
+	ctxsleep.Retry(ctx, l.follow, func(err error) {
 		l.cfg.Logger.Debug("member list: watch ended; reading the registrations again", zap.Error(err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		backoff = min(2*backoff, 2*time.Second)
-	}
+	})
 }
 
 // follow reads the registrations, then applies the watch's events until it

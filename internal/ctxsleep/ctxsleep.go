@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package ctxsleep holds a sleep that a context cuts short.
+// Package ctxsleep holds a sleep that a context cuts short, and the retry
+// loop of a follower built on it.
 package ctxsleep
 
 import (
