@@ -155,11 +155,10 @@ func (s *Server) authEnable(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithoutCancel(r.Context())
 	switch r.Method {
 	case "GET":
-		st, ok := s.authState(w)
+		st, ok := s.shown(w)
 		if !ok {
 			return
 		}
-		s.authHeaders(w)
 		encodeJSON(w, struct {
 			Enabled bool `json:"enabled"`
 		}{st.Enabled})
@@ -193,25 +192,16 @@ func roleNames(u auth.User) []string {
 }
 
 func (s *Server) authUsers(w http.ResponseWriter, r *http.Request) {
-	name, ok := authName(r.URL.Path, "users")
-	if !ok {
-		writeMessage(w, http.StatusBadRequest, "Invalid path")
-		return
-	}
+	name := s.authItem(w, r, "users", s.listUsers)
 	if name == "" {
-		s.listUsers(w, r)
-		return
-	}
-	if !allowMethod(w, r.Method, "GET", "PUT", "DELETE") || !s.checkRoot(w, r) {
 		return
 	}
 	switch r.Method {
 	case "GET":
-		st, ok := s.authState(w)
+		st, ok := s.shown(w)
 		if !ok {
 			return
 		}
-		s.authHeaders(w)
 		u, ok := st.Users[name]
 		if !ok {
 			writeMessage(w, http.StatusNotFound, "auth: User "+name+" does not exist.")
@@ -293,25 +283,16 @@ func (s *Server) listUsers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) authRoles(w http.ResponseWriter, r *http.Request) {
-	name, ok := authName(r.URL.Path, "roles")
-	if !ok {
-		writeMessage(w, http.StatusBadRequest, "Invalid path")
-		return
-	}
+	name := s.authItem(w, r, "roles", s.listRoles)
 	if name == "" {
-		s.listRoles(w, r)
-		return
-	}
-	if !allowMethod(w, r.Method, "GET", "PUT", "DELETE") || !s.checkRoot(w, r) {
 		return
 	}
 	switch r.Method {
 	case "GET":
-		st, ok := s.authState(w)
+		st, ok := s.shown(w)
 		if !ok {
 			return
 		}
-		s.authHeaders(w)
 		role, ok := st.Role(name)
 		if !ok {
 			writeMessage(w, http.StatusNotFound, "auth: Role "+name+" does not exist.")
@@ -356,17 +337,45 @@ func (s *Server) authRoles(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// authItem routes a request below /v2/auth/<kind>: the collection's to
+// list; for one item, its name once the method and root are checked. ""
+// once the request is answered.
+func (s *Server) authItem(w http.ResponseWriter, r *http.Request, kind string, list http.HandlerFunc) string {
+	name, ok := authName(r.URL.Path, kind)
+	if !ok {
+		writeMessage(w, http.StatusBadRequest, "Invalid path")
+		return ""
+	}
+	if name == "" {
+		list(w, r)
+		return ""
+	}
+	if !allowMethod(w, r.Method, "GET", "PUT", "DELETE") || !s.checkRoot(w, r) {
+		return ""
+	}
+	return name
+}
+
+// shown is the auth data an answer shows, its headers set; or false once
+// v2's 300 is written.
+func (s *Server) shown(w http.ResponseWriter) (*auth.State, bool) {
+	st, ok := s.authState(w)
+	if ok {
+		s.authHeaders(w)
+	}
+	return st, ok
+}
+
 // listing is the auth data a listing (a GET of root's) shows, or false
 // once the refusal is written.
 func (s *Server) listing(w http.ResponseWriter, r *http.Request) (*auth.State, bool) {
 	if !allowMethod(w, r.Method, "GET") || !s.checkRoot(w, r) {
 		return nil, false
 	}
-	st, ok := s.authState(w)
+	st, ok := s.shown(w)
 	if !ok {
 		return nil, false
 	}
-	s.authHeaders(w)
 	if err := r.ParseForm(); err != nil {
 		writeMessage(w, http.StatusInternalServerError, "Internal Server Error")
 		return nil, false
