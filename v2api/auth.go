@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"path"
 	"slices"
@@ -269,7 +270,7 @@ func (s *Server) listUsers(w http.ResponseWriter, r *http.Request) {
 	var out struct {
 		Users []userWithRoles `json:"users"`
 	}
-	for _, name := range sortedKeys(st.Users) {
+	for _, name := range slices.Sorted(maps.Keys(st.Users)) {
 		u := st.Users[name]
 		uwr := userWithRoles{User: u.User}
 		for _, rn := range roleNames(u) {
@@ -388,7 +389,7 @@ func (s *Server) listRoles(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	names := append(sortedKeys(st.Roles), auth.RootName)
+	names := append(slices.Sorted(maps.Keys(st.Roles)), auth.RootName)
 	sort.Strings(names)
 	var out struct {
 		Roles []auth.Role `json:"roles"`
@@ -405,13 +406,4 @@ func (s *Server) listRoles(w http.ResponseWriter, r *http.Request) {
 // pattern.
 func emptyPermissions(p *auth.Permissions) bool {
 	return p == nil || (len(p.KV.Read) == 0 && len(p.KV.Write) == 0)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
