@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
@@ -313,32 +314,39 @@ func authDiff(a, b *auth.State, hashes bool) []AuthDifference {
 	if a.Enabled != b.Enabled {
 		out = append(out, AuthDifference{What: "enabled", Detail: fmt.Sprintf("source %t, bridge %t", a.Enabled, b.Enabled)})
 	}
-	for _, name := range union(sortedKeys(a.Roles), sortedKeys(b.Roles)) {
-		ra, inA := a.Roles[name]
-		rb, inB := b.Roles[name]
-		switch {
-		case !inB:
-			out = append(out, AuthDifference{What: "role " + name, Detail: KindMissing})
-		case !inA:
-			out = append(out, AuthDifference{What: "role " + name, Detail: KindExtra})
-		case !reflect.DeepEqual(normPerm(ra.Permissions), normPerm(rb.Permissions)):
-			out = append(out, AuthDifference{What: "role " + name, Detail: fmt.Sprintf("permissions: source %s, bridge %s",
-				permString(ra.Permissions), permString(rb.Permissions))})
+	out = append(out, diffItems("role", a.Roles, b.Roles, func(ra, rb auth.Role) string {
+		if reflect.DeepEqual(normPerm(ra.Permissions), normPerm(rb.Permissions)) {
+			return ""
 		}
-	}
-	for _, name := range union(sortedKeys(a.Users), sortedKeys(b.Users)) {
-		ua, inA := a.Users[name]
-		ub, inB := b.Users[name]
+		return fmt.Sprintf("permissions: source %s, bridge %s", permString(ra.Permissions), permString(rb.Permissions))
+	})...)
+	return append(out, diffItems("user", a.Users, b.Users, func(ua, ub auth.User) string {
 		switch {
-		case !inB:
-			out = append(out, AuthDifference{What: "user " + name, Detail: KindMissing})
-		case !inA:
-			out = append(out, AuthDifference{What: "user " + name, Detail: KindExtra})
 		case !slices.Equal(norm(ua.Roles), norm(ub.Roles)):
-			out = append(out, AuthDifference{What: "user " + name, Detail: fmt.Sprintf("roles: source [%s], bridge [%s]",
-				strings.Join(norm(ua.Roles), " "), strings.Join(norm(ub.Roles), " "))})
+			return fmt.Sprintf("roles: source [%s], bridge [%s]", strings.Join(norm(ua.Roles), " "), strings.Join(norm(ub.Roles), " "))
 		case hashes && ua.Password != ub.Password:
-			out = append(out, AuthDifference{What: "user " + name, Detail: "password"})
+			return "password"
+		}
+		return ""
+	})...)
+}
+
+// diffItems lists, by name, the items (of kind what) missing from b, extra
+// in b, or differing as differ says ("": alike).
+func diffItems[T any](what string, a, b map[string]T, differ func(x, y T) string) []AuthDifference {
+	var out []AuthDifference
+	for _, name := range union(sortedKeys(a), sortedKeys(b)) {
+		x, inA := a[name]
+		y, inB := b[name]
+		d := KindMissing
+		switch {
+		case !inA:
+			d = KindExtra
+		case inB:
+			d = differ(x, y)
+		}
+		if d != "" {
+			out = append(out, AuthDifference{What: what + " " + name, Detail: d})
 		}
 	}
 	return out
@@ -359,15 +367,12 @@ func permString(p auth.Permissions) string {
 	return fmt.Sprintf("read [%s] write [%s]", strings.Join(p.KV.Read, " "), strings.Join(p.KV.Write, " "))
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func union(a, b []string) []string {
 	return norm(append(append([]string{}, a...), b...))
+}
+
+// sortedKeys are m's keys in order, never nil: a JSON summary shows none
+// as [].
+func sortedKeys[V any](m map[string]V) []string {
+	return append([]string{}, slices.Sorted(maps.Keys(m))...)
 }
