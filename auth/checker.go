@@ -118,31 +118,18 @@ func NewChecker(cfg CheckerConfig) *Checker {
 // Keys decides a /v2/keys request on key (the path after /v2/keys, as the
 // client sent it).
 func (c *Checker) Keys(r *http.Request, key string, recursive, write bool) Decision {
-	return c.count(c.keys(r, key, recursive, write))
-}
-
-func (c *Checker) keys(r *http.Request, key string, recursive, write bool) (Decision, string) {
-	st, ok := c.state(r.Context())
-	if !ok {
-		return Unavailable, "unavailable"
-	}
-	if !st.Enabled {
-		return Allow, "allow"
-	}
-	user, d, why := c.user(r, st, true)
-	if d != Allow {
-		return d, why
-	}
-	if !st.Allowed(user, key, recursive, write) {
-		return Deny, "deny"
-	}
-	return Allow, "allow"
+	return c.count(c.decide(r, true, func(st *State, user *User) bool { return st.Allowed(user, key, recursive, write) }))
 }
 
 // Root decides a request of the auth API that needs root.
-func (c *Checker) Root(r *http.Request) Decision { return c.count(c.root(r)) }
+func (c *Checker) Root(r *http.Request) Decision {
+	return c.count(c.decide(r, false, func(st *State, user *User) bool { return st.IsRoot(user) }))
+}
 
-func (c *Checker) root(r *http.Request) (Decision, string) {
+// decide decides r on the current State: with auth off, allowed; else
+// for the request's user (the guest, nil, if guest and r has no
+// credentials), allowed if allowed says so.
+func (c *Checker) decide(r *http.Request, guest bool, allowed func(*State, *User) bool) (Decision, string) {
 	st, ok := c.state(r.Context())
 	if !ok {
 		return Unavailable, "unavailable"
@@ -150,11 +137,11 @@ func (c *Checker) root(r *http.Request) (Decision, string) {
 	if !st.Enabled {
 		return Allow, "allow"
 	}
-	user, d, why := c.user(r, st, false)
+	user, d, why := c.user(r, st, guest)
 	if d != Allow {
 		return d, why
 	}
-	if !st.IsRoot(user) {
+	if !allowed(st, user) {
 		return Deny, "deny"
 	}
 	return Allow, "allow"
