@@ -225,12 +225,7 @@ func (s *Server) authUsers(w http.ResponseWriter, r *http.Request) {
 	case "PUT":
 		s.authHeaders(w)
 		var in auth.User
-		if err := json.NewDecoder(io.LimitReader(r.Body, maxAuthBody)).Decode(&in); err != nil {
-			writeMessage(w, http.StatusBadRequest, "Invalid JSON in request body.")
-			return
-		}
-		if in.User != name {
-			writeMessage(w, http.StatusBadRequest, "User JSON name does not match the name in the URL")
+		if !readAuthBody(w, r, &in, "User", name, func() string { return in.User }) {
 			return
 		}
 		update := len(in.Grant) > 0 || len(in.Revoke) > 0
@@ -303,12 +298,7 @@ func (s *Server) authRoles(w http.ResponseWriter, r *http.Request) {
 	case "PUT":
 		s.authHeaders(w)
 		var in auth.Role
-		if err := json.NewDecoder(io.LimitReader(r.Body, maxAuthBody)).Decode(&in); err != nil {
-			writeMessage(w, http.StatusBadRequest, "Invalid JSON in request body.")
-			return
-		}
-		if in.Role != name {
-			writeMessage(w, http.StatusBadRequest, "Role JSON name does not match the name in the URL")
+		if !readAuthBody(w, r, &in, "Role", name, func() string { return in.Role }) {
 			return
 		}
 		create := emptyPermissions(in.Grant) && emptyPermissions(in.Revoke)
@@ -400,6 +390,20 @@ func (s *Server) listRoles(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	encodeJSON(w, out)
+}
+
+// readAuthBody reads a PUT's JSON into v, a user or role (kind) that must
+// be the one the URL names: false once v2's refusal is written.
+func readAuthBody(w http.ResponseWriter, r *http.Request, v any, kind, name string, named func() string) bool {
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxAuthBody)).Decode(v); err != nil {
+		writeMessage(w, http.StatusBadRequest, "Invalid JSON in request body.")
+		return false
+	}
+	if named() != name {
+		writeMessage(w, http.StatusBadRequest, kind+" JSON name does not match the name in the URL")
+		return false
+	}
+	return true
 }
 
 // emptyPermissions is v2's test of a grant or revoke: absent, or naming no
