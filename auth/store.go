@@ -71,21 +71,31 @@ func (s *Store) State() (st *State, ok bool) {
 // none is: the first read after a start or a failed watch takes a round
 // trip, which a request can wait out rather than fail.
 func (s *Store) Current(ctx context.Context, d time.Duration) (*State, bool) {
+	st, err := s.waitFor(ctx, d, func(*State) bool { return true })
+	return st, err == nil
+}
+
+// errNotYet: waitFor's time ran out.
+var errNotYet = errors.New("auth: no such State in time")
+
+// waitFor waits, up to d and within ctx, for a current State cond holds
+// for.
+func (s *Store) waitFor(ctx context.Context, d time.Duration, cond func(*State) bool) (*State, error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		s.mu.Lock()
 		ch := s.changed
 		s.mu.Unlock()
-		if st, ok := s.State(); ok {
-			return st, true
+		if st, ok := s.State(); ok && cond(st) {
+			return st, nil
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, false
+			return nil, ctx.Err()
 		case <-t.C:
-			return nil, false
+			return nil, errNotYet
 		}
 	}
 }
@@ -288,23 +298,11 @@ func (s *Store) write(ctx context.Context, decide func(snap *snapshot) (ops []cl
 
 // await returns once State is at rev or later, or after RequestTimeout.
 func (s *Store) await(ctx context.Context, rev int64) error {
-	t := time.NewTimer(s.cfg.RequestTimeout)
-	defer t.Stop()
-	for {
-		s.mu.Lock()
-		ch := s.changed
-		s.mu.Unlock()
-		if st, ok := s.State(); ok && st.Rev >= rev {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return fmt.Errorf("auth: the change (revision %d) is made but not yet seen by this bridge", rev)
-		}
+	_, err := s.waitFor(ctx, s.cfg.RequestTimeout, func(st *State) bool { return st.Rev >= rev })
+	if errors.Is(err, errNotYet) {
+		return fmt.Errorf("auth: the change (revision %d) is made but not yet seen by this bridge", rev)
 	}
+	return err
 }
 
 // put is the Op storing v as JSON at key.
