@@ -3,7 +3,10 @@
 package translate
 
 import (
+	"cmp"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -71,7 +74,9 @@ func (l Layout) readRecord(value []byte, evs []V3Event) (j *Journal, use, forged
 	switch err := decodeJournal(value, j); {
 	case err != nil || j.Node == nil:
 		return nil, false, true
-	case j.DataPrefix != l.DataPrefix:
+	case j.DataPrefix != l.DataPrefix || !l.Serves(j.Node.Key):
+		// Another data prefix's write, or one outside the served
+		// subtrees: what of it is served is decoded by rule.
 		return j, false, false
 	case !l.journalMatches(j, evs):
 		return j, false, true
@@ -79,25 +84,51 @@ func (l Layout) readRecord(value []byte, evs []V3Event) (j *Journal, use, forged
 	return j, true, false
 }
 
-// decodeBatch decodes a revision of several journaled writes: each part of
-// the events up to and including a slot record is one write's, decoded from
-// its record when the record matches the part (journalMatches), by rule
-// otherwise (forged); what follows the last record is decoded by rule. A
-// sweep or a refresh record in a slot yields nothing; sweeps are never
-// batched, so one there is forged.
+// decodeBatch decodes a revision of several journaled writes, each with its
+// record in a slot of the journal. Each write's changes are those its
+// record accounts for (slotOf); a write is decoded from its record when the
+// record matches them (journalMatches), by rule otherwise (forged). Changes
+// no record accounts for are decoded by rule after them. A sweep or a
+// refresh record in a slot yields nothing; sweeps are never batched, so one
+// there is forged. The parts are found by key, not by the order of the
+// events, which a bridge watching several ranges does not see.
 func (l Layout) decodeBatch(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string, forged bool) {
 	byRule := func(part []V3Event) {
 		o, sw := l.decodeByRule(rev, part, ls, now)
 		out, sweeps = append(out, o...), append(sweeps, sw...)
 	}
-	start := 0
-	for i := range evs {
-		if !l.isJournalSlot(evs[i].KV.Key) || evs[i].Delete {
+	type slot struct {
+		rec  V3Event
+		j    *Journal
+		part []V3Event
+	}
+	var slots []*slot
+	for _, e := range evs {
+		if !l.isJournalSlot(e.KV.Key) || e.Delete {
 			continue
 		}
-		part := evs[start : i+1]
-		start = i + 1
-		switch j, use, f := l.readRecord(evs[i].KV.Value, part); {
+		j := &Journal{}
+		if decodeJournal(e.KV.Value, j) != nil || j.Node == nil {
+			j = nil
+		}
+		slots = append(slots, &slot{rec: e, j: j})
+	}
+	slices.SortStableFunc(slots, func(a, b *slot) int { return cmp.Compare(slotPlace(a.rec.KV.Key), slotPlace(b.rec.KV.Key)) })
+	var rest []V3Event
+	for _, e := range evs {
+		if l.isJournalSlot(e.KV.Key) {
+			continue
+		}
+		i := slices.IndexFunc(slots, func(s *slot) bool { return s.j != nil && l.slotOf(s.j, e) })
+		if i < 0 {
+			rest = append(rest, e)
+			continue
+		}
+		slots[i].part = append(slots[i].part, e)
+	}
+	for _, s := range slots {
+		part := append(s.part, s.rec)
+		switch j, use, f := l.readRecord(s.rec.KV.Value, part); {
 		case j != nil && j.Sweep: // sweeps are never batched
 			forged = true
 			byRule(part)
@@ -108,11 +139,34 @@ func (l Layout) decodeBatch(rev int64, evs []V3Event, ls Leases, now time.Time) 
 			out = append(out, l.fromJournal(rev, j, part))
 		}
 	}
-	if start < len(evs) {
-		byRule(evs[start:])
+	if len(rest) > 0 {
+		byRule(rest)
 	}
 	NumberEvents(rev, out)
 	return out, sweeps, forged
+}
+
+// slotOf reports whether e is a change the write j records makes: a data
+// key or marker at or below its node, or the marker of a directory above
+// it created with it. (A batch's writes change disjoint keys, and never
+// create one directory twice.)
+func (l Layout) slotOf(j *Journal, e V3Event) bool {
+	q, ok := l.PathOfData(e.KV.Key)
+	if !ok {
+		if q, ok = l.PathOfMarker(e.KV.Key); !ok {
+			return false
+		}
+		if !e.Delete && strings.HasPrefix(j.Node.Key, childPath(q)) {
+			return true
+		}
+	}
+	return Within(j.Node.Key, q)
+}
+
+// slotPlace is the place of a journal slot key in its transaction.
+func slotPlace(key string) int {
+	n, _ := strconv.Atoi(key[strings.LastIndexByte(key, '/')+1:])
+	return n
 }
 
 // IsSweep reports whether the changes of a revision are a sweep of a
@@ -202,7 +256,7 @@ func (l Layout) decodeByRule(rev int64, evs []V3Event, ls Leases, now time.Time)
 	// No journal record of ours: a v3 client's write or a lease expiry.
 	var expiredDirs []string
 	for _, e := range evs {
-		if p, ok := l.PathOfMarker(e.KV.Key); ok && e.Delete && e.Prev != nil && e.Prev.Lease != 0 && validRel(p[1:]) {
+		if p, ok := l.PathOfMarker(e.KV.Key); ok && e.Delete && e.Prev != nil && e.Prev.Lease != 0 && validRel(p[1:]) && l.Serves(p) {
 			expiredDirs = append(expiredDirs, p)
 			prev := DirNode(p, e.Prev, ls, now)
 			prev.TTL = 0 // taken at the moment of expiry, as v2 did
@@ -212,7 +266,7 @@ func (l Layout) decodeByRule(rev int64, evs []V3Event, ls Leases, now time.Time)
 	}
 	for _, e := range evs {
 		p, ok := l.PathOfData(e.KV.Key)
-		if !ok || !validRel(p[1:]) || underAny(p, expiredDirs) {
+		if !ok || !validRel(p[1:]) || underAny(p, expiredDirs) || !l.Serves(p) {
 			continue
 		}
 		ev := &Event{}

@@ -14,6 +14,8 @@ import (
 type Layout struct {
 	DataPrefix string // "" or "/x" (no trailing slash)
 	MetaPrefix string // e.g. "_v2bridge/"
+	// Served are the v2 subtrees served (WithServed); nil: all of them.
+	Served []string
 }
 
 // NewLayout validates the two prefixes and refuses any overlap between the
@@ -192,12 +194,13 @@ func (l Layout) inDataSpace(key string) bool {
 }
 
 // Mirrored reports whether key is one the bridge keeps a copy of in memory:
-// a data key, a directory marker, an in-order sequence key (those two of
-// this data prefix only) or a lease record. The journal is not: only the
-// watch side reads it, from the events themselves.
+// a data key, a directory marker, an in-order sequence key (those three of
+// this data prefix and of the served subtrees, with the data keys and
+// markers of the directories above them) or a lease record. The journal is
+// not: only the watch side reads it, from the events themselves.
 func (l Layout) Mirrored(key string) bool {
-	if l.inDataSpace(key) {
-		return true
+	if p, ok := l.PathOfData(key); ok {
+		return l.servesOrAbove(p)
 	}
 	rest, ok := strings.CutPrefix(key, l.MetaPrefix)
 	if !ok {
@@ -207,10 +210,10 @@ func (l Layout) Mirrored(key string) bool {
 		return true
 	}
 	if sub, ok := strings.CutPrefix(rest, markerTag); ok {
-		return l.inDataSpace(sub)
+		return l.inDataSpace(sub) && l.servesOrAbove(sub[len(l.DataPrefix):])
 	}
 	if sub, ok := strings.CutPrefix(rest, seqTag); ok {
-		return l.inDataSpace(sub)
+		return l.inDataSpace(sub) && l.Serves(sub[len(l.DataPrefix):])
 	}
 	return false
 }

@@ -102,28 +102,28 @@ func TestMirrored(t *testing.T) {
 		key  string
 		want bool
 	}{
-		{"data key", Layout{"/x", "_m/"}, "/x/a/b", true},
-		{"data key of the root's child", Layout{"", "_m/"}, "/a", true},
-		{"directory marker", Layout{"/x", "_m/"}, "_m/d/x/a", true},
-		{"root's directory marker", Layout{"/x", "_m/"}, "_m/d/x/", true},
-		{"sequence key", Layout{"/x", "_m/"}, "_m/s/x/q", true},
-		{"sequence key of the root", Layout{"", "_m/"}, "_m/s/", true},
-		{"lease record", Layout{"/x", "_m/"}, "_m/l/694d8b1c2e3f4a01", true},
-		{"journal", Layout{"/x", "_m/"}, "_m/j", false},
-		{"another data prefix's key", Layout{"/x", "_m/"}, "/xy/a", false},
-		{"the data prefix itself", Layout{"/x", "_m/"}, "/x", false},
-		{"another data prefix's marker", Layout{"/x", "_m/"}, "_m/d/xy/a", false},
-		{"another data prefix's sequence key", Layout{"/x", "_m/"}, "_m/s/y/q", false},
-		{"unknown meta key", Layout{"/x", "_m/"}, "_m/z", false},
-		{"bare marker tag", Layout{"/x", "_m/"}, "_m/d", false},
-		{"key outside both spaces", Layout{"", "_m/"}, "a", false},
+		{"data key", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "/x/a/b", true},
+		{"data key of the root's child", Layout{DataPrefix: "", MetaPrefix: "_m/"}, "/a", true},
+		{"directory marker", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "_m/d/x/a", true},
+		{"root's directory marker", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "_m/d/x/", true},
+		{"sequence key", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "_m/s/x/q", true},
+		{"sequence key of the root", Layout{DataPrefix: "", MetaPrefix: "_m/"}, "_m/s/", true},
+		{"lease record", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "_m/l/694d8b1c2e3f4a01", true},
+		{"journal", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "_m/j", false},
+		{"another data prefix's key", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "/xy/a", false},
+		{"the data prefix itself", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "/x", false},
+		{"another data prefix's marker", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "_m/d/xy/a", false},
+		{"another data prefix's sequence key", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "_m/s/y/q", false},
+		{"unknown meta key", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "_m/z", false},
+		{"bare marker tag", Layout{DataPrefix: "/x", MetaPrefix: "_m/"}, "_m/d", false},
+		{"key outside both spaces", Layout{DataPrefix: "", MetaPrefix: "_m/"}, "a", false},
 	} {
 		if got := c.l.Mirrored(c.key); got != c.want {
 			t.Errorf("%s: %+v.Mirrored(%q) = %v, want %v", c.name, c.l, c.key, got, c.want)
 		}
 	}
 	// Every key the layout makes is mirrored but the journal's.
-	l := Layout{"/x", "_m/"}
+	l := Layout{DataPrefix: "/x", MetaPrefix: "_m/"}
 	for _, k := range []string{l.DataKey("/a"), l.MarkerKey("/a"), l.MarkerChildPrefix("/a"), l.SeqKey("/a"), l.LeaseKey(7)} {
 		if !l.Mirrored(k) {
 			t.Errorf("%q is not mirrored", k)

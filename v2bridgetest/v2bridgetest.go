@@ -389,6 +389,8 @@ type Options struct {
 	// Auth runs etcd v2 auth as cmd/bridge does: a Store following the
 	// key space's users and roles over its own v3 client, and its Checker.
 	Auth bool
+	// Served are the v2 subtrees served (--serve-prefix); nil: all.
+	Served []string
 }
 
 // Bridge is a running bridge.
@@ -411,6 +413,7 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 	if err != nil {
 		t.Fatal(err)
 	}
+	layout = layout.WithServed(o.Served)
 	cfg := server.Config{Backend: v3backend.Config{Endpoints: endpoints, Layout: layout}, Logger: zap.NewNop(),
 		DetachWatches: true}
 	if tt, ok := t.(zaptest.TestingT); ok { // a *testing.T: warnings go to the test log
@@ -435,7 +438,7 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 		_ = ln.Close()
 		t.Fatalf("bridge: %v", err)
 	}
-	br.Serve(ln, br.API, nil)
+	br.Serve(ln, v2api.ServedOnly(o.Served, br.API), nil)
 	b := &Bridge{URL: u, Backend: br.Backend, API: br.API, Registry: br.Registry, bridge: br}
 	t.Cleanup(b.Stop)
 	// Watches are served once the hub's shared v3 watch is created, a few

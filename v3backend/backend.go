@@ -20,6 +20,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,6 +233,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.leases = newLeaseCache()
 	b.pool = newLeasePool()
 	b.mirror = newMirror(cfg.Layout)
+	registerMirror(cfg.Registry, b.mirror)
 	b.quorum.linearizable = true
 	b.batch = batcher{b: b, max: cfg.WriteBatch, queueWait: maxQueueWait}
 	for i := range b.writeSlots {
@@ -244,8 +246,14 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.setSession(s, "")
+	maxReplay := cfg.MaxReplayRevisions
+	if cfg.Layout.Scoped() {
+		// A replay reads only the served subtrees, however many other
+		// tenants' revisions it passes: its horizon is v3's compaction.
+		maxReplay = math.MaxInt64
+	}
 	b.hub = hub.New(hub.Config{Source: hubSource{b}, RingSize: cfg.RingSize, WatcherBuffer: cfg.WatcherBuffer,
-		MaxReplayRevisions: cfg.MaxReplayRevisions, MaxReplays: cfg.MaxReplays, SkimAfter: cfg.ReplaySkimAfter,
+		MaxReplayRevisions: maxReplay, MaxReplays: cfg.MaxReplays, SkimAfter: cfg.ReplaySkimAfter,
 		Logger: cfg.Logger.Named("hub"), Registry: cfg.Registry})
 	b.wg.Add(1)
 	go b.monitor()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -180,14 +181,14 @@ type feed struct {
 	b      *Backend
 	s      *session
 	shared bool
-	skim   *skimmer         // nil: every revision is decoded
-	w      clientv3.Watcher // a stream of its own: progress requests reach this watch only
-	wch    clientv3.WatchChan
+	skim   *skimmer             // nil: every revision is decoded
+	w      clientv3.Watcher     // a stream of its own: progress requests reach this feed's watches only
+	wchs   []clientv3.WatchChan // a watch per range, on that stream
 	cancel context.CancelFunc
-	// Revisions of the last response not yet returned; owned by the
-	// hub goroutine that calls Next.
-	pending [][]*clientv3.Event
-	created bool
+	// Owned by the hub goroutine that calls Next: the revisions received,
+	// merged across the ranges, and how many watches etcd has created.
+	m       *merger
+	created int
 	loaded  int64 // the revision the mirror was loaded at for this feed (0: resumed)
 	// lastNudge is when a progress request was last sent (unix ns).
 	lastNudge atomic.Int64
@@ -195,13 +196,16 @@ type feed struct {
 
 func (b *Backend) openFeed(s *session, from int64, shared bool, skim []string) *feed {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
-	lo, hi := b.layout.WatchRange()
+	ranges := b.layout.WatchRanges()
 	var sk *skimmer
 	if skim != nil {
-		lo, hi = skimRange(b.layout, skim)
+		if !b.layout.Scoped() { // a scoped bridge's ranges are already narrow
+			lo, hi := skimRange(b.layout, skim)
+			ranges = []translate.KeyRange{{Start: lo, End: hi}}
+		}
 		sk = &skimmer{layout: b.layout, keys: skim}
 	}
-	opts := []clientv3.OpOption{clientv3.WithRange(hi), clientv3.WithCreatedNotify()}
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
 	if from > 0 {
 		opts = append(opts, clientv3.WithRev(from))
 	}
@@ -213,8 +217,10 @@ func (b *Backend) openFeed(s *session, from int64, shared bool, skim []string) *
 	case sk == nil: // a skim decodes nothing: it needs no previous values
 		opts = append(opts, clientv3.WithPrevKV())
 	}
-	f := &feed{b: b, s: s, shared: shared, skim: sk, w: b.newWatcher(s), cancel: cancel}
-	f.wch = f.w.Watch(ctx, lo, opts...)
+	f := &feed{b: b, s: s, shared: shared, skim: sk, w: b.newWatcher(s), cancel: cancel, m: newMerger(len(ranges), from)}
+	for _, r := range ranges {
+		f.wchs = append(f.wchs, f.w.Watch(ctx, r.Start, append(opts, clientv3.WithRange(r.End))...))
+	}
 	b.metrics.v3Watches.Inc()
 	return f
 }
@@ -237,15 +243,20 @@ const historyIdle = 50 * time.Millisecond
 // Next returns the next revision's events, decoded.
 func (f *feed) Next(ctx context.Context) (hub.Batch, error) {
 	for {
-		if f.skim != nil && len(f.pending) > 0 {
-			return f.skimPending(), nil
-		}
-		if len(f.pending) > 0 {
-			g := f.pending[0]
-			f.pending = f.pending[1:]
+		if f.skim != nil {
+			if b, ok := f.skimPending(); ok {
+				return b, nil
+			}
+		} else if g := f.m.next(); g != nil {
 			return f.decode(g), nil
 		}
-		resp, err := f.receive(ctx)
+		if rev, ok := f.m.progressed(); ok && f.created == len(f.wchs) {
+			if f.shared {
+				f.b.mirror.progress(rev)
+			}
+			return hub.Batch{Progress: true, Rev: rev}, nil
+		}
+		i, resp, err := f.receive(ctx)
 		if err != nil {
 			if f.shared {
 				f.b.mirror.invalidate()
@@ -257,73 +268,111 @@ func (f *feed) Next(ctx context.Context) (hub.Batch, error) {
 		}
 		switch {
 		case resp.Created:
-			f.created = true
+			if f.created++; f.created < len(f.wchs) {
+				continue
+			}
 			rev := resp.Header.Revision
 			if f.loaded > 0 {
 				rev = f.loaded
 			}
 			return hub.Batch{Created: true, Rev: rev}, nil
 		case resp.IsProgressNotify():
+			f.m.progress(i, resp.Header.Revision)
+		default:
 			if f.shared {
-				f.b.mirror.progress(resp.Header.Revision)
+				f.b.metrics.v3Events.Add(float64(len(resp.Events)))
 			}
-			return hub.Batch{Progress: true, Rev: resp.Header.Revision}, nil
+			f.m.add(i, resp.Events)
 		}
-		f.pending = groupByRevision(resp.Events)
 	}
 }
 
-// receive waits for the next watch response that carries something.
-func (f *feed) receive(ctx context.Context) (clientv3.WatchResponse, error) {
-	var idle <-chan time.Time
-	if !f.shared {
+// receive waits for the next watch response that carries something, and
+// tells which range's watch sent it. While a revision waits for the other
+// ranges (or, for a history feed, while the watches are idle), it asks etcd
+// for progress, which every watch of the stream answers once caught up.
+func (f *feed) receive(ctx context.Context) (int, clientv3.WatchResponse, error) {
+	cases := make([]reflect.SelectCase, 0, len(f.wchs)+3)
+	for _, ch := range f.wchs {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	var tick <-chan time.Time
+	switch {
+	case f.m.waiting() && f.created == len(f.wchs):
+		if time.Now().UnixNano()-f.lastNudge.Load() >= int64(time.Millisecond) {
+			f.requestProgress(ctx)
+		}
+		t := time.NewTicker(mergeWait)
+		defer t.Stop()
+		tick = t.C
+	case !f.shared:
 		t := time.NewTicker(historyIdle)
 		defer t.Stop()
-		idle = t.C
+		tick = t.C
 	}
+	cases = append(cases,
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(tick)},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(f.s.ctx.Done())})
+	n := len(f.wchs)
 	for {
-		select {
-		case resp, ok := <-f.wch:
-			switch {
-			case !ok:
-				return resp, errors.New("watch channel closed")
-			case resp.CompactRevision != 0:
-				return resp, fmt.Errorf("%w (compacted at %d)", hub.ErrCompacted, resp.CompactRevision)
-			case resp.Err() != nil:
-				return resp, resp.Err()
-			case resp.Canceled:
-				return resp, errors.New("watch canceled by the server")
+		i, v, ok := reflect.Select(cases)
+		switch {
+		case i == n: // tick
+			if f.created == n { // etcd answers once the watches have caught up with the present
+				f.requestProgress(ctx)
 			}
-			return resp, nil
-		case <-idle:
-			if f.created { // etcd answers once the watch has caught up with the present
-				rctx, cancel := f.b.reqCtx(ctx, f.s)
-				_ = f.w.RequestProgress(clientv3.WithRequireLeader(rctx)) // the watch's stream is keyed by its metadata
-				cancel()
-			}
-		case <-ctx.Done():
-			return clientv3.WatchResponse{}, ctx.Err()
-		case <-f.s.ctx.Done(): // the session is lost: what it fed ends now
-			return clientv3.WatchResponse{}, errors.New("backend session lost")
+			continue
+		case i == n+1:
+			return 0, clientv3.WatchResponse{}, ctx.Err()
+		case i == n+2: // the session is lost: what it fed ends now
+			return 0, clientv3.WatchResponse{}, errors.New("backend session lost")
 		}
+		resp, _ := v.Interface().(clientv3.WatchResponse)
+		switch {
+		case !ok:
+			return i, resp, errors.New("watch channel closed")
+		case resp.CompactRevision != 0:
+			return i, resp, fmt.Errorf("%w (compacted at %d)", hub.ErrCompacted, resp.CompactRevision)
+		case resp.Err() != nil:
+			return i, resp, resp.Err()
+		case resp.Canceled:
+			return i, resp, errors.New("watch canceled by the server")
+		}
+		return i, resp, nil
 	}
 }
 
-// skimPending tells what the revisions received but not yet told hold: the
-// first that may concern the skim's keys (Unread), or that none of them
-// does (Progress, up to the last).
-func (f *feed) skimPending() hub.Batch {
+// mergeWait is how often a feed whose ranges have not all shown a revision
+// asks again for progress (etcd answers a request only once every watch of
+// the stream has caught up).
+const mergeWait = 20 * time.Millisecond
+
+// requestProgress asks etcd for a progress notification on every watch of
+// the feed's stream.
+func (f *feed) requestProgress(ctx context.Context) {
+	f.lastNudge.Store(time.Now().UnixNano())
+	rctx, cancel := f.b.reqCtx(ctx, f.s)
+	_ = f.w.RequestProgress(clientv3.WithRequireLeader(rctx)) // the watch's stream is keyed by its metadata
+	cancel()
+}
+
+// skimPending tells what the complete revisions received but not yet told
+// hold: the first that may concern the skim's keys (Unread), or that none of
+// them does (Progress, up to the last); false when none is complete.
+func (f *feed) skimPending() (hub.Batch, bool) {
 	var last int64
-	for len(f.pending) > 0 {
-		g := f.pending[0]
-		f.pending = f.pending[1:]
+	for g := f.m.next(); g != nil; g = f.m.next() {
 		rev := g[0].Kv.ModRevision
 		if f.skim.mayConcern(g) {
-			return hub.Batch{Rev: rev, Unread: true}
+			return hub.Batch{Rev: rev, Unread: true}, true
 		}
 		last = rev
 	}
-	return hub.Batch{Rev: last, Progress: true}
+	if last == 0 {
+		return hub.Batch{}, false
+	}
+	return hub.Batch{Rev: last, Progress: true}, true
 }
 
 // decode turns one revision's events into v2 events; on the shared feed it
@@ -355,15 +404,19 @@ func (b *Backend) sweepOrphans(s *session) {
 	ctx, cancel := b.reqCtx(context.Background(), s)
 	defer cancel()
 	l := b.layout
-	resp, err := s.cli.Get(ctx, l.TTLDirPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		b.lg.Warn("looking for expired TTL directories failed", zap.Error(err))
-		return
+	var kvs []*mvccpb.KeyValue
+	for _, r := range l.TTLDirRanges() { // the served subtrees' only
+		resp, err := s.cli.Get(ctx, r.Start, clientv3.WithRange(r.End), clientv3.WithKeysOnly())
+		if err != nil {
+			b.lg.Warn("looking for expired TTL directories failed", zap.Error(err))
+			return
+		}
+		kvs = append(kvs, resp.Kvs...)
 	}
 	swept := 0
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		dir, ok := l.PathOfTTLDir(string(kv.Key))
-		if !ok {
+		if !ok || !l.Serves(dir) {
 			continue
 		}
 		if lists, _, ok := b.mirror.read([]translate.Read{{Key: l.MarkerKey(dir)}}, false); !ok || len(lists[0]) > 0 {

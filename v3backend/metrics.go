@@ -21,6 +21,7 @@ type metrics struct {
 	backendReads    prometheus.Counter
 	writeBatches    prometheus.Counter
 	batchedWrites   prometheus.Counter
+	v3Events        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -53,11 +54,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "v2 write attempts sent in a transaction with others (v2bridge_write_batches_total counts the transactions)."}),
 		v3Watches: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_v3_watches",
 			Help: "etcd v3 watches open on behalf of v2 watchers."}),
+		v3Events: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_v3_events_received_total",
+			Help: "etcd v3 changes the shared watch received: the served subtrees' and their bookkeeping (with --serve-prefix /, the whole key space's)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.recoverSeconds, m.detectSeconds,
 			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals, m.leaseGrants,
-			m.writeBatches, m.batchedWrites)
+			m.writeBatches, m.batchedWrites, m.v3Events)
 	}
 	return m
+}
+
+// registerMirror exports the mirror's size.
+func registerMirror(reg prometheus.Registerer, m *mirror) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "v2bridge_mirror_keys",
+			Help: "Keys in the bridge's in-memory copy of what it serves (data keys, markers, sequence keys, lease records)."},
+			func() float64 { n, _ := m.size(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "v2bridge_mirror_bytes",
+			Help: "Bytes of the keys and values in the bridge's in-memory copy of what it serves."},
+			func() float64 { _, n := m.size(); return float64(n) }))
 }

@@ -31,6 +31,7 @@ type mirror struct {
 	rev     int64         // the copy is the key space as of rev
 	valid   bool          // loaded and kept by a live feed
 	changed chan struct{} // closed (and replaced) whenever rev moves or valid changes
+	bytes   int64         // of the keys and values in kvs
 }
 
 func newMirror(l translate.Layout) *mirror {
@@ -74,33 +75,35 @@ func (m *mirror) resume(from int64) bool {
 // mirrorPage is how many keys one read of the initial load fetches.
 const mirrorPage = 2000
 
-// load reads the whole key space at one revision, page by page, and makes
-// it the mirror's content; it returns that revision.
+// load reads the key space (each of the layout's ranges) at one revision,
+// page by page, and makes it the mirror's content; it returns that
+// revision.
 func (m *mirror) load(ctx context.Context, cli *clientv3.Client) (int64, error) {
-	lo, hi := m.layout.WatchRange()
 	t := newKVTree()
 	var rev int64
-	for key := lo; ; {
-		opts := []clientv3.OpOption{clientv3.WithRange(hi), clientv3.WithLimit(mirrorPage), clientv3.WithSerializable()}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := cli.Get(ctx, key, opts...)
-		if err != nil {
-			return 0, err
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			if m.layout.Mirrored(string(kv.Key)) {
-				t.ReplaceOrInsert(toKV(kv))
+	for _, r := range m.layout.WatchRanges() {
+		for key := r.Start; ; {
+			opts := []clientv3.OpOption{clientv3.WithRange(r.End), clientv3.WithLimit(mirrorPage), clientv3.WithSerializable()}
+			if rev > 0 {
+				opts = append(opts, clientv3.WithRev(rev))
 			}
+			resp, err := cli.Get(ctx, key, opts...)
+			if err != nil {
+				return 0, err
+			}
+			if rev == 0 {
+				rev = resp.Header.Revision
+			}
+			for _, kv := range resp.Kvs {
+				if m.layout.Mirrored(string(kv.Key)) {
+					t.ReplaceOrInsert(toKV(kv))
+				}
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				break
+			}
+			key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 	m.install(t, rev)
 	return rev, nil
@@ -111,6 +114,11 @@ func (m *mirror) install(t *btree.BTreeG[*translate.KV], rev int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.keepIndexes(t)
+	m.bytes = 0
+	t.Ascend(func(kv *translate.KV) bool {
+		m.bytes += kvBytes(kv)
+		return true
+	})
 	m.kvs, m.rev, m.valid = t, rev, true
 	m.signalLocked()
 }
@@ -153,7 +161,9 @@ func (m *mirror) apply(rev int64, evs []translate.V3Event, decoded []*translate.
 			continue
 		}
 		if e.Delete {
-			m.kvs.Delete(&translate.KV{Key: e.KV.Key})
+			if old, ok := m.kvs.Delete(&translate.KV{Key: e.KV.Key}); ok {
+				m.bytes -= kvBytes(old)
+			}
 			continue
 		}
 		kv := e.KV
@@ -163,7 +173,12 @@ func (m *mirror) apply(rev int64, evs []translate.V3Event, decoded []*translate.
 				kv.CreateIndex = i
 			}
 		}
-		if old, ok := m.kvs.ReplaceOrInsert(&kv); ok && old.CreateRevision == kv.CreateRevision && kv.CreateIndex == 0 {
+		m.bytes += kvBytes(&kv)
+		old, ok := m.kvs.ReplaceOrInsert(&kv)
+		if ok {
+			m.bytes -= kvBytes(old)
+		}
+		if ok && old.CreateRevision == kv.CreateRevision && kv.CreateIndex == 0 {
 			kv.CreateIndex = old.CreateIndex
 		}
 	}
@@ -258,6 +273,16 @@ func (m *mirror) progress(rev int64) {
 	}
 }
 
+// kvBytes is what a key-value counts toward the mirror's size.
+func kvBytes(kv *translate.KV) int64 { return int64(len(kv.Key) + len(kv.Value)) }
+
+// size is how many keys the mirror holds, and their bytes (keys and values).
+func (m *mirror) size() (keys int, bytes int64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.kvs.Len(), m.bytes
+}
+
 // Rev is the revision the mirror is at, and whether it is valid.
 func (m *mirror) Rev() (int64, bool) {
 	m.mu.RLock()
@@ -308,7 +333,7 @@ func (m *mirror) waitFor(ctx context.Context, rev int64, timeout time.Duration, 
 func (m *mirror) read(reads []translate.Read, first bool) ([][]*translate.KV, int64, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if !m.valid {
+	if !m.valid || !m.holds(reads) {
 		return nil, 0, false
 	}
 	out := make([][]*translate.KV, len(reads))
@@ -332,7 +357,7 @@ func (m *mirror) read(reads []translate.Read, first bool) ([][]*translate.KV, in
 func (m *mirror) firsts(reads []translate.Read) ([]*translate.KV, int64, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if !m.valid {
+	if !m.valid || !m.holds(reads) {
 		return nil, 0, false
 	}
 	out := make([]*translate.KV, len(reads))
@@ -350,4 +375,19 @@ func (m *mirror) firsts(reads []translate.Read) ([]*translate.KV, int64, bool) {
 		})
 	}
 	return out, m.rev, true
+}
+
+// holds reports whether the mirror answers every one of reads (a bridge
+// serving some subtrees mirrors only them: a read outside goes to the
+// member).
+func (m *mirror) holds(reads []translate.Read) bool {
+	if !m.layout.Scoped() {
+		return true
+	}
+	for _, r := range reads {
+		if !m.layout.MirrorHolds(r) {
+			return false
+		}
+	}
+	return true
 }

@@ -66,7 +66,9 @@ type config struct {
 
 	dataPrefix  string
 	metaPrefix  string
-	servePrefix string
+	servePrefix    string   // the served subtrees, as ParseServed returns them, joined with ","
+	served         []string // the same, as a list
+	servePrefixSet bool     // given by a flag, V2BRIDGE_SERVE_PREFIX or --config-file
 
 	name        string
 	logLevel    string
@@ -100,6 +102,24 @@ func (c *config) passthrough() bool { return c.v2Upstream != "" }
 // etcd v3 cluster, of which the mode record in etcd v3 names the one served.
 func (c *config) dual() bool {
 	return c.passthrough() && (c.endpoints != "" || c.discoverySRV != "")
+}
+
+// trackedString is a string flag that remembers whether any source set it.
+type trackedString struct {
+	value *string
+	set   *bool
+}
+
+func (t *trackedString) Set(s string) error {
+	*t.value, *t.set = s, true
+	return nil
+}
+
+func (t *trackedString) String() string {
+	if t == nil || t.value == nil {
+		return ""
+	}
+	return *t.value
 }
 
 // optionalBool is a boolean flag that remembers whether any source set it.
@@ -157,7 +177,10 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.autoCompaction, "embedded-auto-compaction-retention", v3backend.DefaultAutoCompaction, "embedded etcd's periodic auto-compaction retention (bounds watch history)")
 	fs.StringVar(&c.dataPrefix, "data-prefix", "", "v3 key prefix of the v2 key space ('' or /something)")
 	fs.StringVar(&c.metaPrefix, "meta-prefix", "_v2bridge/", "v3 key prefix of the bridge's bookkeeping (no leading slash)")
-	fs.StringVar(&c.servePrefix, "serve-prefix", "/", "v2 subtree served: a key outside it gets error 100 (Key not found) in every mode; migrate, verify and cutover take it for --from-prefix's default")
+	c.servePrefix = "/"
+	fs.Var(&trackedString{value: &c.servePrefix, set: &c.servePrefixSet}, "serve-prefix",
+		"v2 subtrees served, comma-separated (e.g. /coreos.com/network): a key outside them gets error 100 (Key not found) in every mode, "+
+			"and the bridge reads, watches and mirrors only them; / serves everything; migrate, verify and cutover take it for --from-prefix's default")
 	fs.StringVar(&c.name, "name", "v2bridge", "member name reported by /v2/members")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
@@ -334,11 +357,14 @@ func (c *config) validate() error {
 	case c.writeBatch < 1 || c.writeBatch > 128:
 		return fmt.Errorf("--write-batch %d: want 1 to 128 (etcd's default --max-txn-ops)", c.writeBatch)
 	}
-	p, verr := translate.CleanPath(c.servePrefix)
-	if verr != nil {
-		return fmt.Errorf("--serve-prefix %q: %s", c.servePrefix, verr.Cause)
+	served, err := translate.ParseServed(c.servePrefix)
+	if err != nil {
+		return usageErrorf("--serve-prefix: %v", err)
 	}
-	c.servePrefix = p
+	if len(served) > 1 && c.passthrough() {
+		return usageErrorf("--serve-prefix %s: a bridge with --v2-upstream serves one subtree (its migration covers one)", c.servePrefix)
+	}
+	c.served, c.servePrefix = served, strings.Join(served, ",")
 	if c.shadowPrefix == "" {
 		c.shadowPrefix = c.servePrefix
 	}

@@ -136,7 +136,9 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
-	cf.defaultPrefix(&c)
+	if err := cf.defaultPrefix(&c); err != nil {
+		return err
+	}
 	// Settings missing or malformed are command-line mistakes (exit status
 	// 2), found before anything is connected to.
 	if cf.from == "" {

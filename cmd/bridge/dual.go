@@ -162,7 +162,7 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 	for _, l := range lns.client {
 		lg.Info("serving in dual mode: from the side the mode record names", zap.String("url", l.url),
 			zap.Strings("v2-upstream", splitList(c.v2Upstream)), zap.Strings("backend", endpoints))
-		hs.serve(l, v2api.RequestLog(servePrefixOnly(c.servePrefix, sw), lg.Named("request")))
+		hs.serve(l, v2api.RequestLog(v2api.ServedOnly(c.served, sw), lg.Named("request")))
 	}
 	for _, l := range lns.metrics {
 		lg.Info("serving metrics", zap.String("url", l.url))

@@ -76,15 +76,18 @@ func (f *oldServerFlags) add(fs *flag.FlagSet, server, fromUsage, prefixUsage, t
 // defaultPrefix makes --from-prefix, when no source set it, the served
 // prefix of the bridges' settings (--serve-prefix, from the same flags,
 // V2BRIDGE_* variables or --config-file), so that every command covers what
-// the bridges serve unless told otherwise.
-func (f *oldServerFlags) defaultPrefix(c *config) {
+// the bridges serve unless told otherwise. A migration covers one subtree:
+// bridges serving several need --from-prefix.
+func (f *oldServerFlags) defaultPrefix(c *config) error {
 	if f.fromPrefix == "" {
-		f.fromPrefix = c.servePrefix
-	}
-	if f.fromPrefix == "" {
-		f.fromPrefix = "/"
+		p, err := cleanServePrefix(c)
+		if err != nil {
+			return err
+		}
+		f.fromPrefix = p
 	}
 	f.fromPrefix = path.Join("/", f.fromPrefix) // as the old server and the cutover's check name it
+	return nil
 }
 
 // tls is the client TLS for the old server (nil: its system defaults), and
@@ -249,7 +252,9 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
-	r.mf.defaultPrefix(&c)
+	if err := r.mf.defaultPrefix(&c); err != nil {
+		return err
+	}
 	endpoints, layout, err := r.checkTarget(&c)
 	if err != nil {
 		return err
@@ -463,16 +468,19 @@ func (r *migrateRun) notCompared(ctx context.Context) ([]string, error) {
 	return cutover.Outside(ctx, src, r.served, path.Clean(r.o.FromPrefix), nil)
 }
 
-// cleanServePrefix is --serve-prefix as a clean v2 path.
+// cleanServePrefix is --serve-prefix as one clean v2 path.
 func cleanServePrefix(c *config) (string, error) {
 	if c.servePrefix == "" {
 		return "/", nil
 	}
-	p, verr := translate.CleanPath(c.servePrefix)
-	if verr != nil {
-		return "", usageErrorf("bad --serve-prefix %q: %s", c.servePrefix, verr.Cause)
+	served, err := translate.ParseServed(c.servePrefix)
+	if err != nil {
+		return "", usageErrorf("--serve-prefix: %v", err)
 	}
-	return p, nil
+	if len(served) > 1 {
+		return "", usageErrorf("--serve-prefix %s names several subtrees; a migration covers one: give --from-prefix", c.servePrefix)
+	}
+	return served[0], nil
 }
 
 // migrate copies the source's tree and, with --follow, keeps applying its

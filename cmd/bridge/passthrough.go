@@ -41,7 +41,7 @@ func servePassthrough(ctx context.Context, c *config, lg *zap.Logger, lns *liste
 	hs := newHTTPServers(c, lg, lns)
 	for _, l := range lns.client {
 		lg.Info("serving in passthrough mode", zap.String("url", l.url), zap.Strings("v2-upstream", urls))
-		hs.serve(l, v2api.RequestLog(servePrefixOnly(c.servePrefix, p), lg.Named("request")))
+		hs.serve(l, v2api.RequestLog(v2api.ServedOnly(c.served, p), lg.Named("request")))
 	}
 	for _, l := range lns.metrics {
 		lg.Info("serving metrics", zap.String("url", l.url))

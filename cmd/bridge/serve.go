@@ -27,6 +27,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	layout = layout.WithServed(c.served)
 	lns, err := openListeners(c)
 	if err != nil {
 		return err
@@ -116,7 +117,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 	lns.served = true
 	for _, l := range lns.client {
 		lg.Info("serving", zap.String("url", l.url), zap.Strings("backend", endpoints))
-		br.Serve(l.ln, v2api.RequestLog(servePrefixOnly(c.servePrefix, br.API), lg.Named("request")), errc)
+		br.Serve(l.ln, v2api.RequestLog(v2api.ServedOnly(c.served, br.API), lg.Named("request")), errc)
 	}
 	for _, l := range lns.metrics {
 		lg.Info("serving metrics", zap.String("url", l.url))

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package v2api
 
 import (
 	"net/http"
@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-func TestServePrefixOnlyRefusesKeysOutsideIt(t *testing.T) {
+func TestServedOnlyRefusesKeysOutsideThem(t *testing.T) {
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
-	h := servePrefixOnly("/coreos.com/network", inner)
+	h := ServedOnly([]string{"/coreos.com/network", "/service/pg"}, inner)
 	for _, c := range []struct {
 		method, target string
 		status         int
@@ -20,15 +20,18 @@ func TestServePrefixOnlyRefusesKeysOutsideIt(t *testing.T) {
 		{"GET", "/v2/keys/coreos.com/network/subnets?wait=true&recursive=true", http.StatusTeapot, ""},
 		{"PUT", "/v2/keys/coreos.com/network/subnets/10.5.1.0-24", http.StatusTeapot, ""},
 		{"GET", "/v2/members", http.StatusTeapot, ""},
+		{"PUT", "/v2/keys/service/pg/leader", http.StatusTeapot, ""},
+		{"GET", "/v2/keys/service", http.StatusNotFound,
+			`{"errorCode":100,"message":"Key not found","cause":"/service is outside the served prefix /coreos.com/network,/service/pg (--serve-prefix)","index":0}` + "\n"},
 		{"GET", "/v2/keysx", http.StatusTeapot, ""},
 		{"GET", "/v2/keys/apps/a", http.StatusNotFound,
-			`{"errorCode":100,"message":"Key not found","cause":"/apps/a is outside the served prefix /coreos.com/network (--serve-prefix)","index":0}` + "\n"},
+			`{"errorCode":100,"message":"Key not found","cause":"/apps/a is outside the served prefix /coreos.com/network,/service/pg (--serve-prefix)","index":0}` + "\n"},
 		{"PUT", "/v2/keys/coreos.com/networkx", http.StatusNotFound,
-			`{"errorCode":100,"message":"Key not found","cause":"/coreos.com/networkx is outside the served prefix /coreos.com/network (--serve-prefix)","index":0}` + "\n"},
+			`{"errorCode":100,"message":"Key not found","cause":"/coreos.com/networkx is outside the served prefix /coreos.com/network,/service/pg (--serve-prefix)","index":0}` + "\n"},
 		{"GET", "/v2/keys/?recursive=true", http.StatusNotFound,
-			`{"errorCode":100,"message":"Key not found","cause":"/ is outside the served prefix /coreos.com/network (--serve-prefix)","index":0}` + "\n"},
+			`{"errorCode":100,"message":"Key not found","cause":"/ is outside the served prefix /coreos.com/network,/service/pg (--serve-prefix)","index":0}` + "\n"},
 		{"GET", "/v2/keys/coreos.com?wait=true", http.StatusNotFound,
-			`{"errorCode":100,"message":"Key not found","cause":"/coreos.com is outside the served prefix /coreos.com/network (--serve-prefix)","index":0}` + "\n"},
+			`{"errorCode":100,"message":"Key not found","cause":"/coreos.com is outside the served prefix /coreos.com/network,/service/pg (--serve-prefix)","index":0}` + "\n"},
 	} {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(c.method, c.target, nil))
@@ -39,7 +42,7 @@ func TestServePrefixOnlyRefusesKeysOutsideIt(t *testing.T) {
 			t.Errorf("%s %s: headers %v", c.method, c.target, w.Header())
 		}
 	}
-	if servePrefixOnly("/", inner) == nil {
+	if ServedOnly([]string{"/"}, inner) == nil {
 		t.Fatal("nil handler")
 	}
 }
