@@ -85,6 +85,9 @@ func (l Layout) servesOrAbove(p string) bool {
 	if l.Serves(p) {
 		return true
 	}
+	if p == "/" { // no write reads the root's keys
+		return false
+	}
 	for _, s := range l.Served {
 		if strings.HasPrefix(s, childPath(p)) {
 			return true

@@ -5,11 +5,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.etcd.io/etcd/client/pkg/v3/srv"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
@@ -88,6 +90,11 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		return err
 	}
 	defer func() { _ = cli.Close() }() // after the membership and auth stopped
+	if c.embeddedMode == "" && !layout.Scoped() {
+		if err := checkForeign(ctx, c, cli, layout, lg); err != nil {
+			return err
+		}
+	}
 	mem := newMembership(c, cli, layout, lg, true)
 	au := newAuth(c, cli, layout, lg, reg)
 	au.start()
@@ -185,4 +192,38 @@ func runUntilDone(ctx context.Context, lg *zap.Logger, ready func() bool, errc <
 		return err
 	}
 	return shutdown()
+}
+
+// checkForeign looks, for a bridge serving the whole tree of a cluster it
+// does not own, for keys no v2 client wrote: another tenant's (a
+// Kubernetes registry), which any client of the bridge could then read and
+// overwrite. Unless --serve-prefix / asked for that, the bridge refuses to
+// start; if it did, the bridge says what it reaches, once.
+func checkForeign(ctx context.Context, c *config, cli *clientv3.Client, layout translate.Layout, lg *zap.Logger) error {
+	fctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	defer cancel()
+	found, err := v3backend.FindForeign(fctx, cli, layout)
+	if err != nil {
+		lg.Warn("could not look for keys no v2 client wrote", zap.Error(err))
+		return nil
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	var total int64
+	var dirs []string
+	for _, f := range found {
+		total += f.Keys
+		dirs = append(dirs, fmt.Sprintf("%s (%d keys)", f.Path, f.Keys))
+	}
+	if !c.servePrefixSet {
+		return usageErrorf("refusing to serve the whole key space: --serve-prefix is / by default, and the cluster holds %d keys "+
+			"no v2 client wrote, under %s; any client of this bridge could read and overwrite them. Set --serve-prefix to the "+
+			"v2 subtrees your clients use (flannel: --serve-prefix /coreos.com/network), or --serve-prefix / to serve everything",
+			total, strings.Join(dirs, ", "))
+	}
+	lg.Warn("serving the whole key space (--serve-prefix /): it holds keys no v2 client wrote, which every client of this "+
+		"bridge can read and overwrite, and which the bridge mirrors and follows; a narrower --serve-prefix costs only what it serves",
+		zap.Int64("keys", total), zap.Strings("directories", dirs))
+	return nil
 }

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package translate
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestParseServed(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+		err  string
+	}{
+		{"/", []string{"/"}, ""},
+		{"/coreos.com/network", []string{"/coreos.com/network"}, ""},
+		{"/service/pg,/coreos.com/network", []string{"/coreos.com/network", "/service/pg"}, ""},
+		{"", nil, `an empty prefix in ""`},
+		{"/a,,/b", nil, `an empty prefix in "/a,,/b"`},
+		{"coreos.com/network", nil, `prefix "coreos.com/network" is relative: want an absolute v2 path such as /coreos.com/network`},
+		{"/coreos.com/network/", nil, `prefix "/coreos.com/network/" is not clean: want "/coreos.com/network"`},
+		{"/a/../b", nil, `prefix "/a/../b" is not clean: want "/b"`},
+		{"/a//b", nil, `prefix "/a//b" is not clean: want "/a/b"`},
+		{"/a,/a/b", nil, `prefixes "/a" and "/a/b" overlap`},
+		{"/a/b,/a", nil, `prefixes "/a/b" and "/a" overlap`},
+		{"/a,/", nil, `prefixes "/a" and "/" overlap`},
+		{"/a,/a", nil, `prefixes "/a" and "/a" overlap`},
+		{"/a\x01", nil, `prefix "/a\x01": key contains a control character`},
+	} {
+		got, err := ParseServed(c.in)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		if msg != c.err || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("ParseServed(%q) = %q, %q; want %q, %q", c.in, got, msg, c.want, c.err)
+		}
+	}
+}
+
+var flannelLayout = Layout{DataPrefix: "", MetaPrefix: "_m/"}.WithServed([]string{"/coreos.com/network"})
+
+func TestServedLayoutWatchesOnlyItsSubtree(t *testing.T) {
+	l := flannelLayout
+	want := []KeyRange{
+		{"/coreos.com/network", "/coreos.com/network0"},
+		{"_m/d/coreos.com/network", "_m/d/coreos.com/network0"},
+		{"_m/s/coreos.com/network", "_m/s/coreos.com/network0"},
+		{"/coreos.com", "/coreos.com\x00"},
+		{"_m/d/coreos.com", "_m/d/coreos.com\x00"},
+		{"_m/j", "_m/j0"},
+		{"_m/l/", "_m/l0"},
+	}
+	if got := l.WatchRanges(); !reflect.DeepEqual(got, want) {
+		t.Errorf("WatchRanges = %q\nwant %q", got, want)
+	}
+	if got, want := l.TTLDirRanges(), []KeyRange{{"_m/t/coreos.com/network", "_m/t/coreos.com/network0"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("TTLDirRanges = %q, want %q", got, want)
+	}
+	whole := Layout{DataPrefix: "", MetaPrefix: "_m/"}.WithServed([]string{"/"})
+	if whole.Scoped() || len(whole.WatchRanges()) != 1 {
+		t.Errorf("serving / is scoped (%v) or watches %q", whole.Scoped(), whole.WatchRanges())
+	}
+	for key, want := range map[string]bool{
+		"/coreos.com/network/config":           true,
+		"/coreos.com/network/subnets/10.5.1.0": true,
+		"/coreos.com":                          true, // a file above: a write below reads it
+		"/coreos.com/network-backup/x":         false,
+		"/coreos.com/other":                    false,
+		"/registry/secrets/kube-system/token":  false,
+		"_m/d/coreos.com/network/subnets":      true,
+		"_m/d/coreos.com":                      true,
+		"_m/d/":                                false,
+		"_m/d/registry":                        false,
+		"_m/s/coreos.com/network/subnets":      true,
+		"_m/s/coreos.com":                      false,
+		"_m/l/1a":                              true,
+		"_m/j":                                 false,
+	} {
+		if got := l.Mirrored(key); got != want {
+			t.Errorf("Mirrored(%q) = %v, want %v", key, got, want)
+		}
+	}
+	for r, want := range map[Read]bool{
+		{Key: "/coreos.com/network/config"}:                        true,
+		{Key: "/coreos.com"}:                                       true,
+		{Key: "/registry/x"}:                                       false,
+		{Key: "/coreos.com/network/", End: "/coreos.com/network0"}: true,
+		{Key: "_m/d/coreos.com/network/subnets/", End: "_m/d/coreos.com/network/subnets0"}: true,
+		{Key: "/coreos.com/", End: "/coreos.com0"}:                                         false,
+		{Key: "/", End: "0"}: false,
+	} {
+		if got := l.MirrorHolds(r); got != want {
+			t.Errorf("MirrorHolds(%q) = %v, want %v", r, got, want)
+		}
+	}
+}
+
+// TestServedLayoutDecodesOnlyItsSubtree: a v3 transaction over served and
+// unserved keys shows the served part, numbered as the revision's only
+// events; another subtree's journaled write is no event and no forgery.
+func TestServedLayoutDecodesOnlyItsSubtree(t *testing.T) {
+	l := flannelLayout
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	evs := []V3Event{
+		{KV: *fileKV("/registry/pods/a", "pb\xff", 30, 0)},
+		{KV: *fileKV("/coreos.com/network/subnets/10.5.1.0-24", "lease", 30, 0)},
+		{KV: *fileKV("/coreos.com/network-backup", "x", 30, 0)},
+		{Delete: true, KV: KV{Key: "/registry/pods/b", ModRevision: 30}, Prev: fileKV("/registry/pods/b", "old", 12, 0)},
+	}
+	out, sweeps, forged := l.DecodeRevision(30, evs, nil, now)
+	want := `[{"action":"create","node":{"key":"/coreos.com/network/subnets/10.5.1.0-24","value":"lease","modifiedIndex":30000000,"createdIndex":30000000}}]`
+	if got := mustJSON(t, out); got != want || forged || len(sweeps) != 0 {
+		t.Errorf("decoded %s (forged %v, sweeps %v)\nwant    %s", got, forged, sweeps, want)
+	}
+
+	// Another bridge's write under /apps: its record is seen (the journal
+	// is shared), its data key is not watched.
+	other := Layout{DataPrefix: "", MetaPrefix: "_m/"}
+	req := Request{Method: "PUT", Path: "/apps/a", Value: "1", TTL: uint64Ptr(30)}
+	p, verr := other.PlanWrite(&req, snapshotOf(req.Path, nil), nil, now)
+	if verr != nil {
+		t.Fatal(verr)
+	}
+	p.Bind(11, now.Add(30*time.Second), now, false)
+	var seen []V3Event
+	for _, e := range applyOps(nil, p.Ops, 31) {
+		if l.IsJournalKey(e.KV.Key) {
+			seen = append(seen, e)
+		}
+	}
+	if len(seen) != 1 {
+		t.Fatalf("the write put %d journal records, want 1", len(seen))
+	}
+	out, _, forged = l.DecodeRevision(31, seen, nil, now)
+	if len(out) != 0 || forged {
+		t.Errorf("another subtree's record decoded to %s (forged %v), want nothing", mustJSON(t, out), forged)
+	}
+}
+
+// TestServedLayoutAnswersItsReadsFromTheMirror: every read a write or a GET
+// in a served subtree makes is one the mirror holds (else each would go to
+// the member).
+func TestServedLayoutAnswersItsReadsFromTheMirror(t *testing.T) {
+	l := flannelLayout
+	for _, p := range []string{"/coreos.com/network", "/coreos.com/network/config", "/coreos.com/network/subnets/10.5.1.0-24"} {
+		for _, withSeq := range []bool{false, true} {
+			for _, r := range l.SnapshotReads(p, withSeq) {
+				if !l.MirrorHolds(r) {
+					t.Errorf("a write to %s (seq %v) reads %q, which the mirror does not hold", p, withSeq, r)
+				}
+			}
+		}
+		for _, r := range l.GetReads(p) {
+			if !l.MirrorHolds(r) {
+				t.Errorf("a GET of %s reads %q, which the mirror does not hold", p, r)
+			}
+		}
+	}
+}
