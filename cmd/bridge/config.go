@@ -64,8 +64,8 @@ type config struct {
 	embeddedPeerURLs   string
 	autoCompaction     string
 
-	dataPrefix  string
-	metaPrefix  string
+	dataPrefix     string
+	metaPrefix     string
 	servePrefix    string   // the served subtrees, as ParseServed returns them, joined with ","
 	served         []string // the same, as a list
 	servePrefixSet bool     // given by a flag, V2BRIDGE_SERVE_PREFIX or --config-file
