@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -336,5 +338,128 @@ func readStream(ctx context.Context, u string, out chan<- v2Answer) {
 		}
 		a.raw = string(raw)
 		out <- a
+	}
+}
+
+// TestRealClientsThroughAScopedBridgeBesideAChurningRegistry runs flannel's
+// watch loop (client/v2, re-watching from modifiedIndex + 1, re-listing on
+// 401) and python-etcd's eternal_watch through a bridge serving flannel's
+// subtree. Each time, they start again from the last change they saw after
+// more than the v2 history window of registry writes (a restarted flanneld,
+// a watch ended by a failover): neither gets a 401 or misses a change.
+func TestRealClientsThroughAScopedBridgeBesideAChurningRegistry(t *testing.T) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import etcd").Run(); err != nil {
+		missingClient(t, "python3-etcd not installed (Debian package python3-etcd; .ci/run installs it)")
+	}
+	cl := v2bridgetest.StartCluster(t, 1)
+	v3 := cl.Client(t)
+	o := patientHeartbeat
+	o.Served = []string{flannelPrefix}
+	br := v2bridgetest.StartBridge(t, cl.Endpoints(), o)
+	ctx := ctxT(t, 3*time.Minute)
+	last := respIndex(t, do(t, "PUT", br.URL, "/v2/keys/coreos.com/network/config", form("value", "{}")))
+	port := br.URL[strings.LastIndex(br.URL, ":")+1:]
+
+	const subnets = flannelPrefix + "/subnets"
+	for i := range 6 {
+		churn(t, v3, 1200, "event")
+		w, err := v2bridgetest.StartV2Watcher([]string{br.URL}, subnets, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pctx, stop := context.WithCancel(ctx)
+		pyOut := make(chan string, 8)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			script := fmt.Sprintf(`
+import etcd
+c = etcd.Client(host="127.0.0.1", port=%s, protocol="http")
+for r in c.eternal_watch("%s", index=%d, recursive=True):
+    print(r.action, r.key, r.modifiedIndex, flush=True)
+`, port, subnets, last+1)
+			_ = lines(pctx, exec.CommandContext(pctx, py, "-c", script), func(l string) { pyOut <- l })
+			close(pyOut)
+		}()
+
+		key := fmt.Sprintf("%s/10.5.%d.0-24", subnets, i)
+		r := do(t, "PUT", br.URL, "/v2/keys"+key, form("value", "lease", "ttl", "600", "prevExist", "false"))
+		if r.status != 201 {
+			t.Fatalf("PUT %s: %d %s", key, r.status, r.body)
+		}
+		last = respIndex(t, r)
+		want := fmt.Sprintf("create %s %d", key, last)
+		if !w.WaitFor(ctx, func(evs []v2bridgetest.WatchedEvent) bool { return len(evs) > 0 }) {
+			t.Fatalf("round %d: flannel's loop saw nothing; errors %+v", i, w.Errors())
+		}
+		w.Stop()
+		if evs, errs := w.Events(), w.Errors(); len(evs) != 1 || fmt.Sprintf("%s %s %d", evs[0].Action, evs[0].Key, evs[0].Index) != want || len(errs) != 0 {
+			t.Errorf("round %d: flannel's loop saw %+v, errors %+v; want %s", i, evs, errs, want)
+		}
+		select {
+		case l, ok := <-pyOut:
+			if !ok {
+				t.Fatalf("round %d: python-etcd's eternal_watch ended (a 401 raises)", i)
+			}
+			if l != want {
+				t.Errorf("round %d: python-etcd saw %q, want %q", i, l, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: python-etcd saw nothing", i)
+		}
+		stop()
+		wg.Wait()
+	}
+}
+
+// TestScopedAndWholeTreeBridgesShareTheData: the key layout is the same
+// whichever subtrees a bridge serves, so a bridge started with a narrow
+// --serve-prefix over data that bridges serving / wrote (a rolling
+// upgrade of a deployed fleet) serves it as it is, and the two kinds
+// answer and watch each other's writes alike.
+func TestScopedAndWholeTreeBridgesShareTheData(t *testing.T) {
+	cl := v2bridgetest.StartCluster(t, 1)
+	whole := v2bridgetest.StartBridge(t, cl.Endpoints(), patientHeartbeat)
+	for _, w := range []struct{ method, path string }{
+		{"PUT", "/coreos.com/network/config?value=cfg"},
+		{"PUT", "/coreos.com/network/subnets/10.5.1.0-24?value=a&ttl=600"},
+		{"PUT", "/coreos.com/network/leases?dir=true&ttl=600"},
+		{"POST", "/coreos.com/network/queue?value=first"},
+		{"PUT", "/apps/other?value=x"},
+	} {
+		if r := do(t, w.method, whole.URL, "/v2/keys"+w.path, nil); r.status >= 300 {
+			t.Fatalf("%s %s: %d %s", w.method, w.path, r.status, r.body)
+		}
+	}
+	o := patientHeartbeat
+	o.Served = []string{flannelPrefix}
+	scoped := v2bridgetest.StartBridge(t, cl.Endpoints(), o)
+
+	// The same tree, the same indexes (the TTLs may have ticked).
+	ttl := regexp.MustCompile(`"ttl":\d+`)
+	get := func(u string) resp {
+		return do(t, "GET", u, "/v2/keys/coreos.com/network", form("recursive", "true", "sorted", "true", "quorum", "true"))
+	}
+	a, b := get(whole.URL), get(scoped.URL)
+	if a.status != 200 || ttl.ReplaceAllString(a.body, "") != ttl.ReplaceAllString(b.body, "") {
+		t.Errorf("served / : %d %s\nserved %s: %d %s", a.status, a.body, flannelPrefix, b.status, b.body)
+	}
+
+	// Each kind watches the other's writes.
+	for _, c := range []struct{ writer, watcher string }{{whole.URL, scoped.URL}, {scoped.URL, whole.URL}} {
+		idx := respIndex(t, get(c.watcher))
+		ch := make(chan resp, 1)
+		go func() {
+			ch <- do(t, "GET", c.watcher, "/v2/keys/coreos.com/network",
+				form("wait", "true", "recursive", "true", "waitIndex", strconv.FormatUint(idx+1, 10)))
+		}()
+		w := do(t, "PUT", c.writer, "/v2/keys/coreos.com/network/subnets/10.5.1.0-24",
+			form("value", "b", "prevExist", "true", "ttl", "600"))
+		r := <-ch
+		if w.status != 200 || r.status != 200 || ttl.ReplaceAllString(r.body, "") != ttl.ReplaceAllString(w.body, "") {
+			t.Errorf("written through %s: %d %s\nwatched through %s: %d %s", c.writer, w.status, w.body, c.watcher, r.status, r.body)
+		}
 	}
 }

@@ -3,6 +3,7 @@
 package translate
 
 import (
+	"bytes"
 	"reflect"
 	"testing"
 	"time"
@@ -157,6 +158,45 @@ func TestServedLayoutAnswersItsReadsFromTheMirror(t *testing.T) {
 			if !l.MirrorHolds(r) {
 				t.Errorf("a GET of %s reads %q, which the mirror does not hold", p, r)
 			}
+		}
+	}
+}
+
+// TestBinaryValuesAreNotReplaced: a file holding bytes v2's JSON cannot
+// carry (a v3 client's protobuf) is not replaced by a v2 write, which could
+// only write back a changed copy of what it read; it can still be
+// refreshed and deleted.
+func TestBinaryValuesAreNotReplaced(t *testing.T) {
+	l := Layout{DataPrefix: "", MetaPrefix: "_m/"}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	state := []*KV{fileKV("/registry/secret", "k8s\x00\x8f\xff", 7, 0), fileKV("/text", "ok", 8, 0)}
+	refused := `{"errorCode":102,"message":"Not a file","cause":"/registry/secret holds a value that is not valid UTF-8 (binary data written by a v3 client), which v2 cannot show faithfully: the bridge does not replace it","index":9000000}`
+	for _, c := range []struct {
+		name string
+		req  Request
+		want string // the error's JSON, "" for a plan
+	}{
+		{"set", Request{Method: "PUT", Path: "/registry/secret", Value: "k8s\x00\ufffd\ufffd"}, refused},
+		{"compare-and-swap on the index", Request{Method: "PUT", Path: "/registry/secret", Value: "x", PrevIndex: 7000000}, refused},
+		{"update", Request{Method: "PUT", Path: "/registry/secret", Value: "x", PrevExist: boolPtr(true)}, refused},
+		{"a failed compare still fails as a compare", Request{Method: "PUT", Path: "/registry/secret", Value: "x", PrevValue: "k8s"},
+			`{"errorCode":101,"message":"Compare failed","cause":"[k8s != k8s\u0000\ufffd\ufffd]","index":9000000}`},
+		{"create over it: exists", Request{Method: "PUT", Path: "/registry/secret", Value: "x", PrevExist: boolPtr(false)},
+			`{"errorCode":105,"message":"Key already exists","cause":"/registry/secret","index":9000000}`},
+		{"refresh", Request{Method: "PUT", Path: "/registry/secret", Refresh: true, TTL: uint64Ptr(30), PrevExist: boolPtr(true)}, ""},
+		{"delete", Request{Method: "DELETE", Path: "/registry/secret"}, ""},
+		{"set of a text value", Request{Method: "PUT", Path: "/text", Value: "\xff"}, ""},
+	} {
+		req := c.req
+		s := snapshotOf(req.Path, state)
+		s.Rev = 9
+		_, verr := l.PlanWrite(&req, s, nil, now)
+		got := ""
+		if verr != nil {
+			got = string(bytes.TrimSpace(verr.JSON()))
+		}
+		if got != c.want {
+			t.Errorf("%s: %s\nwant %s", c.name, got, c.want)
 		}
 	}
 }

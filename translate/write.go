@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // MaxLeaseTTL is etcd's largest lease TTL in seconds.
@@ -262,16 +263,25 @@ func (l Layout) PlanWrite(r *Request, s *Snapshot, ls Leases, now time.Time) (*P
 	default:
 		return nil, NewError(EcodeRaftInternal, "unsupported method "+r.Method, idx)
 	}
+	var err *Error
 	switch {
 	case r.PrevExist != nil && *r.PrevExist && !r.HasCompare():
-		return p, l.planUpdate(p, r, s, ls, now)
+		err = l.planUpdate(p, r, s, ls, now)
 	case r.PrevExist != nil && *r.PrevExist, r.PrevExist == nil && r.HasCompare():
-		return p, l.planCompareAndSwap(p, r, s, ls, now)
+		err = l.planCompareAndSwap(p, r, s, ls, now)
 	case r.PrevExist != nil:
-		return p, l.planCreate(p, r, s, now, false)
+		err = l.planCreate(p, r, s, now, false)
 	default:
-		return p, l.planSet(p, r, s, ls, now)
+		err = l.planSet(p, r, s, ls, now)
 	}
+	if err == nil && !r.Refresh && s.File != nil && !utf8.Valid(s.File.Value) {
+		// v2's JSON cannot carry these bytes (a v3 client's binary value,
+		// such as Kubernetes' protobuf): a v2 client read a changed copy,
+		// and writing back what it read would change the value unseen.
+		return p, NewError(EcodeNotFile, r.Path+" holds a value that is not valid UTF-8 (binary data written by a v3 client), "+
+			"which v2 cannot show faithfully: the bridge does not replace it", idx)
+	}
+	return p, err
 }
 
 func (l Layout) markAncestors(p *Plan, s *Snapshot) {
