@@ -4,6 +4,7 @@ package integration
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -106,4 +107,72 @@ func TestBridgeRunsAsARestrictedUser(t *testing.T) {
 		t.Fatalf("the application user's write to the data: %v", err)
 	}
 	expectEvent(t, w, "create", "/net/app")
+}
+
+// TestScopedBridgeRunsWithFlannelsKeysAlone: a bridge serving flannel's
+// subtree needs no permission on the rest of a shared cluster: operations.md's
+// roles for it grant its subtree, the key of the directory above it and the
+// bookkeeping, and nothing of the registry beside it, which it cannot read
+// even with its own credentials.
+func TestScopedBridgeRunsWithFlannelsKeysAlone(t *testing.T) {
+	cl := v2bridgetest.StartCluster(t, 1)
+	ctx := ctxT(t, time.Minute)
+	admin := cl.Client(t)
+	if _, err := admin.Put(ctx, "/registry/secrets/kube-system/admin-token", "secret"); err != nil {
+		t.Fatal(err)
+	}
+	grant := func(role, key, end string, perm clientv3.PermissionType) func() error {
+		return func() error { _, err := admin.RoleGrantPermission(ctx, role, key, end, perm); return err }
+	}
+	rw, ro := clientv3.PermissionType(clientv3.PermReadWrite), clientv3.PermissionType(clientv3.PermRead)
+	steps := []func() error{
+		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.RoleAdd(ctx, "flannel-bridge"); return err },
+		grant("flannel-bridge", "/coreos.com/network", clientv3.GetPrefixRangeEnd("/coreos.com/network"), rw),
+		grant("flannel-bridge", "/coreos.com", "", ro),
+		grant("flannel-bridge", "_v2bridge/", clientv3.GetPrefixRangeEnd("_v2bridge/"), rw),
+		func() error { _, err := admin.UserAdd(ctx, "bridge", "bridgepw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "bridge", "flannel-bridge"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("RBAC setup step %d: %v", i, err)
+		}
+	}
+	br := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{Served: []string{"/coreos.com/network"},
+		Backend: func(c *v3backend.Config) { c.Username, c.Password = "bridge", "bridgepw" }})
+
+	w := startWatch(t, br.URL, "/coreos.com/network/subnets/10.5.1.0-24")
+	for _, c := range []struct {
+		method, path string
+		f            url.Values
+		status       int
+	}{
+		{"PUT", "/coreos.com/network/config", form("value", "cfg"), 201},
+		{"PUT", "/coreos.com/network/subnets/10.5.1.0-24", form("value", "x", "ttl", "30", "prevExist", "false"), 201},
+		{"POST", "/coreos.com/network/queue", form("value", "q"), 201},
+		{"GET", "/coreos.com/network", form("recursive", "true", "quorum", "true"), 200},
+		{"DELETE", "/coreos.com/network/queue", form("recursive", "true"), 200},
+	} {
+		if r := do(t, c.method, br.URL, "/v2/keys"+c.path, c.f); r.status != c.status {
+			t.Errorf("%s %s as the flannel bridge's user: %d %s", c.method, c.path, r.status, r.body)
+		}
+	}
+	expectEvent(t, w, "create", "/coreos.com/network/subnets/10.5.1.0-24")
+	for _, p := range []string{"/health", "/readyz", "/version"} {
+		if r := do(t, "GET", br.URL, p, nil); r.status != 200 {
+			t.Errorf("%s as the flannel bridge's user: %d %s", p, r.status, r.body)
+		}
+	}
+	bridgeUser, err := clientv3.New(clientv3.Config{Endpoints: cl.Endpoints(), Username: "bridge", Password: "bridgepw",
+		DialTimeout: 30 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = bridgeUser.Close() }()
+	if _, err := bridgeUser.Get(ctx, "/registry/secrets/kube-system/admin-token"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("the bridge's credentials read the registry: %v, want permission denied", err)
+	}
 }
