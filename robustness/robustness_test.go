@@ -137,7 +137,7 @@ func run(t *testing.T, duration time.Duration, seed uint64) *summary {
 	for i := range numBridges {
 		rot := append(append([]string(nil), eps[i%len(eps):]...), eps[:i%len(eps)]...)
 		b := &bridge{t: t, slot: &bridgeSlot{idx: i}, bin: bin, args: []string{"--endpoints", strings.Join(rot, ","),
-			"--log-level", "warn"}}
+			"--serve-prefix", "/", "--log-level", "warn"}}
 		b.start("")
 		brs = append(brs, b)
 		t.Cleanup(b.stop)

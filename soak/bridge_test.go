@@ -74,7 +74,9 @@ const tailLines = 40
 
 // bridgeFlags are the flags of every bridge run besides its listen URL.
 func bridgeFlags(endpoints []string, historyEvents int) []string {
-	return []string{"--endpoints", strings.Join(endpoints, ","), "--log-level", "info", "--log-format", "json",
+	// The soak's cluster is the bridge's alone, v3 clients' keys included:
+	// it serves the whole tree by name.
+	return []string{"--endpoints", strings.Join(endpoints, ","), "--serve-prefix", "/", "--log-level", "info", "--log-format", "json",
 		"--enable-pprof", "--watch-history-events", strconv.Itoa(historyEvents)}
 }
 

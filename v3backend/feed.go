@@ -292,10 +292,6 @@ func (f *feed) Next(ctx context.Context) (hub.Batch, error) {
 // ranges (or, for a history feed, while the watches are idle), it asks etcd
 // for progress, which every watch of the stream answers once caught up.
 func (f *feed) receive(ctx context.Context) (int, clientv3.WatchResponse, error) {
-	cases := make([]reflect.SelectCase, 0, len(f.wchs)+3)
-	for _, ch := range f.wchs {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
-	}
 	var tick <-chan time.Time
 	switch {
 	case f.m.waiting() && f.created == len(f.wchs):
@@ -310,13 +306,9 @@ func (f *feed) receive(ctx context.Context) (int, clientv3.WatchResponse, error)
 		defer t.Stop()
 		tick = t.C
 	}
-	cases = append(cases,
-		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(tick)},
-		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(f.s.ctx.Done())})
 	n := len(f.wchs)
 	for {
-		i, v, ok := reflect.Select(cases)
+		i, resp, ok := f.wait(ctx, tick)
 		switch {
 		case i == n: // tick
 			if f.created == n { // etcd answers once the watches have caught up with the present
@@ -327,9 +319,6 @@ func (f *feed) receive(ctx context.Context) (int, clientv3.WatchResponse, error)
 			return 0, clientv3.WatchResponse{}, ctx.Err()
 		case i == n+2: // the session is lost: what it fed ends now
 			return 0, clientv3.WatchResponse{}, errors.New("backend session lost")
-		}
-		resp, _ := v.Interface().(clientv3.WatchResponse)
-		switch {
 		case !ok:
 			return i, resp, errors.New("watch channel closed")
 		case resp.CompactRevision != 0:
@@ -341,6 +330,37 @@ func (f *feed) receive(ctx context.Context) (int, clientv3.WatchResponse, error)
 		}
 		return i, resp, nil
 	}
+}
+
+// wait waits for a watch response (i < len(f.wchs): range i's; ok false:
+// its channel closed), the tick (i = len), ctx's end (len + 1) or the
+// session's (len + 2).
+func (f *feed) wait(ctx context.Context, tick <-chan time.Time) (i int, resp clientv3.WatchResponse, ok bool) {
+	n := len(f.wchs)
+	if n == 1 { // the whole key space: no reflection on the hot path
+		select {
+		case resp, ok = <-f.wchs[0]:
+			return 0, resp, ok
+		case <-tick:
+			return n, resp, true
+		case <-ctx.Done():
+			return n + 1, resp, true
+		case <-f.s.ctx.Done():
+			return n + 2, resp, true
+		}
+	}
+	cases := make([]reflect.SelectCase, 0, n+3)
+	for _, ch := range f.wchs {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	for _, ch := range []any{tick, ctx.Done(), f.s.ctx.Done()} {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	i, v, ok := reflect.Select(cases)
+	if i < n {
+		resp, _ = v.Interface().(clientv3.WatchResponse)
+	}
+	return i, resp, ok
 }
 
 // mergeWait is how often a feed whose ranges have not all shown a revision
