@@ -250,7 +250,7 @@ func (f *feed) Next(ctx context.Context) (hub.Batch, error) {
 		} else if g := f.m.next(); g != nil {
 			return f.decode(g), nil
 		}
-		if rev, ok := f.m.progressed(); ok && f.created == len(f.wchs) {
+		if rev, ok := f.progressed(); ok {
 			if f.shared {
 				f.b.mirror.progress(rev)
 			}
@@ -285,6 +285,15 @@ func (f *feed) Next(ctx context.Context) (hub.Batch, error) {
 			f.m.add(i, resp.Events)
 		}
 	}
+}
+
+// progressed is the revision up to which every watch has told all, once
+// every watch is created and that is past what was last told.
+func (f *feed) progressed() (int64, bool) {
+	if f.created < len(f.wchs) {
+		return 0, false
+	}
+	return f.m.progressed()
 }
 
 // receive waits for the next watch response that carries something, and
