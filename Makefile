@@ -32,10 +32,12 @@ RACE_SKIP := ^TestLivenessFalsePositive
 TESTFLAGS ?=
 
 ## test: vet, every test (unit, integration against real etcd, conformance against a real v2 server) under the race
-##       detector but RACE_SKIP's, those without it, then the fuzz target briefly
+##       detector but RACE_SKIP's, those without it, the fuzz target briefly, then contrib/monitoring's alerts and
+##       dashboard against running bridges (a module of its own: Prometheus's dependencies stay out of go.mod)
 test: vet race
 	$(GO) test -count=1 -timeout $(TESTTIME) $(TESTFLAGS) -run '$(RACE_SKIP)' ./integration/
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzKeys$$' -fuzztime $(FUZZTIME) ./v2api/
+	cd contrib/monitoring && $(GO) test -count=1 -timeout 10m $(TESTFLAGS) ./...
 
 ## race: every test under the race detector, once, but RACE_SKIP's
 race:
