@@ -78,7 +78,7 @@ func TestAlertsDuringFrozenMember(t *testing.T) {
 	}
 	loop(100*time.Millisecond, func(i int) { do("PUT", b, "/v2/keys/mon/k", url.Values{"value": {fmt.Sprint(i)}}) })
 	loop(50*time.Millisecond, func(int) { do("GET", b, "/v2/keys/mon/k", nil) })
-	waitFor(t, 10*time.Second, "every watcher parked", func() bool {
+	waitFor(t, 30*time.Second, "every watcher parked", func() bool {
 		fams, err := scrape(b)
 		return err == nil && fams["v2bridge_v2_watchers"].GetMetric()[0].GetGauge().GetValue() >= faultWatchers
 	})
