@@ -43,6 +43,11 @@ const (
 // silent before the fault.
 var firesOnFrozenMember = []string{"V2BridgeBackendLost", "V2BridgeHighErrorRate"}
 
+// frozenMemberSentence is how an alert's runbook says it fires on a frozen
+// member.
+const frozenMemberSentence = "It fires while the bridge's only etcd member is frozen."
+
+
 // TestAlertsDuringFrozenMember runs the bridge binary on a one-member etcd
 // cluster with v2 watchers, a writer and a reader through it, scrapes its
 // /metrics before and while the member is frozen (SIGSTOP), and evaluates

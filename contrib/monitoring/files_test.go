@@ -189,6 +189,11 @@ func TestAlertRulesParseAndHaveRunbooks(t *testing.T) {
 				t.Errorf("%s: its runbook section has no %s", r.Alert, part)
 			}
 		}
+		// What the fault test holds the alert to, the runbook says.
+		says := strings.Contains(sec, frozenMemberSentence)
+		if fires := slices.Contains(firesOnFrozenMember, r.Alert); says != fires {
+			t.Errorf("%s: in firesOnFrozenMember: %v; its runbook says %q: %v", r.Alert, fires, frozenMemberSentence, says)
+		}
 	}
 }
 
