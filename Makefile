@@ -106,7 +106,8 @@ bench-quick:
 bench-watch:
 	$(GO) run ./bench/cmd/v2bench -mode watch $(BENCHFLAGS)
 
-## bench-failover: time for v2 watchers to learn of a lost backend, the bridge vs the incident's TCP forwarder (< 10 min; bench/FAILOVER.md)
+## bench-failover: time for v2 watchers to learn of a lost backend, the bridge vs the incident's TCP forwarder (< 10 min;
+##                 bench/FAILOVER.md, and bench/failover-timeline.png: one fault drawn from the bridge's metrics)
 bench-failover:
 	V2BRIDGE_BENCH_FAILOVER=1 $(GO) test -count=1 -timeout 30m -run TestFailoverBench -v ./bench/failover/
 
