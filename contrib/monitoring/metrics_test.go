@@ -45,6 +45,7 @@ var appliesIn = map[string][]string{
 	"v2bridge_watch_slow_cutoffs_total":                 {v3, dual},
 	"v2bridge_watch_events_delivered_total":             {v3, dual},
 	"v2bridge_v3_watches":                               {v3, dual},
+	"v2bridge_v3_events_received_total":                 {v3, dual},
 	"v2bridge_write_conflicts_total":                    {v3, dual},
 	"v2bridge_write_batches_total":                      {v3, dual},
 	"v2bridge_batched_writes_total":                     {v3, dual},
@@ -73,8 +74,9 @@ var appliesIn = map[string][]string{
 	"v2bridge_mode_since_seconds":       {dual},
 	"v2bridge_mode_generation":          {dual},
 	"v2bridge_writes_fenced_total":      {dual},
-	"v2bridge_mirror_keys":              {v3, dual},
-	"v2bridge_mirror_bytes":             {v3, dual},
+	// the copy of what a bridge serving etcd v3 serves
+	"v2bridge_mirror_keys":  {v3, dual},
+	"v2bridge_mirror_bytes": {v3, dual},
 }
 
 // namedMetrics is every metric the rules and the dashboard select, with
