@@ -159,6 +159,16 @@ func samples(fams map[string]*dto.MetricFamily) []sample {
 	return out
 }
 
+// scrapeSamples scrapes base and flattens what it exports.
+func scrapeSamples(t *testing.T, base string) []sample {
+	t.Helper()
+	fams, err := scrape(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return samples(fams)
+}
+
 func formatLe(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // waitFor polls cond every 50 ms until it holds, or fails the test after d.

@@ -47,7 +47,6 @@ var firesOnFrozenMember = []string{"V2BridgeBackendLost", "V2BridgeHighErrorRate
 // member.
 const frozenMemberSentence = "It fires while the bridge's only etcd member is frozen."
 
-
 // TestAlertsDuringFrozenMember runs the bridge binary on a one-member etcd
 // cluster with v2 watchers, a writer and a reader through it, scrapes its
 // /metrics before and while the member is frozen (SIGSTOP), and evaluates

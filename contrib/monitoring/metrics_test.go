@@ -120,25 +120,39 @@ func TestNamedMetricsExist(t *testing.T) {
 
 	var mu sync.Mutex // guards have
 	have := map[string]map[string]bool{}
-	record := func(mode, base string) {
-		fams, err := scrape(base)
-		if err != nil {
-			t.Errorf("%s: %v", mode, err)
-			return
-		}
+	record := func(t *testing.T, mode string, ss []sample) {
 		mu.Lock()
 		defer mu.Unlock()
 		have[mode] = map[string]bool{}
-		for _, s := range samples(fams) {
+		for _, s := range ss {
 			have[mode][s.name] = true
 		}
 	}
-	var wg sync.WaitGroup
 	ref := v2ref.StartT(t, v2ref.Options{})
-	wg.Go(func() { record(v3, v3Bridge(t)) })
-	wg.Go(func() { record(pass, passthroughBridge(t, ref.URL)) })
-	wg.Go(func() { record(dual, dualBridge(t, ref.URL)) })
-	wg.Wait()
+	// The bridges run in parallel subtests; t.Run returns once all three
+	// have been scraped and stopped.
+	t.Run("modes", func(t *testing.T) {
+		t.Run(v3, func(t *testing.T) {
+			t.Parallel()
+			record(t, v3, scrapeSamples(t, v3Bridge(t)))
+		})
+		t.Run(pass, func(t *testing.T) {
+			t.Parallel()
+			record(t, pass, scrapeSamples(t, passthroughBridge(t, ref.URL)))
+		})
+		t.Run(dual, func(t *testing.T) {
+			t.Parallel()
+			b, before := dualBridge(t, ref.URL)
+			after := scrapeSamples(t, b)
+			record(t, dual, after)
+			// The divergence fires V2BridgeShadowDivergence, and nothing
+			// else: scrapes 15 s apart, before and after it.
+			firing := evaluate(t, [][]sample{before, after})
+			if len(firing[0]) != 0 || !slices.Equal(firing[1], []string{"V2BridgeShadowDivergence"}) {
+				t.Errorf("before and after a shadow divergence: firing %v, want [] then [V2BridgeShadowDivergence]", firing)
+			}
+		})
+	})
 	if t.Failed() {
 		return
 	}
@@ -203,8 +217,9 @@ func passthroughBridge(t *testing.T, ref string) string {
 
 // dualBridge is a bridge in dual mode between the old server at ref and a
 // fresh etcd v3 cluster that no migration filled, after a read of a key the
-// old server has: its shadow comparison finds etcd v3 without it.
-func dualBridge(t *testing.T, ref string) string {
+// old server has: its shadow comparison finds etcd v3 without it. before
+// is its scrape before that read.
+func dualBridge(t *testing.T, ref string) (base string, before []sample) {
 	c := v2bridgetest.StartCluster(t, 1)
 	if s := do("PUT", ref, "/v2/keys/dual/a", url.Values{"value": {"1"}}); s != 201 {
 		t.Fatalf("PUT to the old server: %d", s)
@@ -214,6 +229,7 @@ func dualBridge(t *testing.T, ref string) string {
 		fams, err := scrape(b)
 		return err == nil && fams["v2bridge_backend_up"] != nil && fams["v2bridge_shadow_sample_rate"] != nil
 	})
+	before = scrapeSamples(t, b)
 	if s := do("GET", b, "/v2/keys/dual/a", nil); s != 200 {
 		t.Fatalf("GET through the dual bridge: %d", s)
 	}
@@ -229,5 +245,5 @@ func dualBridge(t *testing.T, ref string) string {
 		}
 		return false
 	})
-	return b
+	return b, before
 }
