@@ -30,12 +30,17 @@ RACE_SKIP := ^TestLivenessFalsePositive
 # TESTFLAGS: more go test flags for make test and make race (.ci/run: -v, to
 # list every skipped test).
 TESTFLAGS ?=
+# contrib/monitoring is a module of its own that builds the bridge's packages
+# through a replace: -mod=mod lets go test follow a dependency the bridge's
+# go.mod has raised since (then run go mod tidy there and commit).
 
 ## test: vet, every test (unit, integration against real etcd, conformance against a real v2 server) under the race
-##       detector but RACE_SKIP's, those without it, then the fuzz target briefly
+##       detector but RACE_SKIP's, those without it, the fuzz target briefly, then contrib/monitoring's alerts and
+##       dashboard against running bridges (a module of its own: Prometheus's dependencies stay out of go.mod)
 test: vet race
 	$(GO) test -count=1 -timeout $(TESTTIME) $(TESTFLAGS) -run '$(RACE_SKIP)' ./integration/
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzKeys$$' -fuzztime $(FUZZTIME) ./v2api/
+	cd contrib/monitoring && $(GO) test -mod=mod -count=1 -timeout 10m $(TESTFLAGS) ./...
 
 ## race: every test under the race detector, once, but RACE_SKIP's
 race:
@@ -104,7 +109,8 @@ bench-quick:
 bench-watch:
 	$(GO) run ./bench/cmd/v2bench -mode watch $(BENCHFLAGS)
 
-## bench-failover: time for v2 watchers to learn of a lost backend, the bridge vs the incident's TCP forwarder (< 10 min; bench/FAILOVER.md)
+## bench-failover: time for v2 watchers to learn of a lost backend, the bridge vs the incident's TCP forwarder (< 10 min;
+##                 bench/FAILOVER.md, and bench/failover-timeline.png: one fault drawn from the bridge's metrics)
 bench-failover:
 	V2BRIDGE_BENCH_FAILOVER=1 $(GO) test -count=1 -timeout 30m -run TestFailoverBench -v ./bench/failover/
 

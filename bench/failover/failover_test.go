@@ -56,6 +56,8 @@ const (
 	baselineCap = 60 * time.Second
 	// trialWait bounds each wait of a bridge trial.
 	trialWait = 30 * time.Second
+	// timelinePNG is the picture of one SIGSTOP fault (FAILOVER.md shows it).
+	timelinePNG = "../failover-timeline.png"
 )
 
 // result is one row of the table.
@@ -86,11 +88,11 @@ func TestFailoverBench(t *testing.T) {
 	var rows []result
 	t.Run("bridge-blackhole", func(t *testing.T) {
 		c := v2bridgetest.StartCluster(t, 3)
-		rows = append(rows, benchBridge(t, c, "blackhole (power off: no FIN, no RST)", c.Blackhole, c.Heal, trials))
+		rows = append(rows, benchBridge(t, c, "blackhole (power off: no FIN, no RST)", c.Blackhole, c.Heal, trials, ""))
 	})
 	t.Run("bridge-sigstop", func(t *testing.T) {
 		c := v2bridgetest.StartProcessCluster(t, 3)
-		rows = append(rows, benchBridge(t, c, "SIGSTOP (frozen process)", c.Freeze, c.Thaw, trials))
+		rows = append(rows, benchBridge(t, c, "SIGSTOP (frozen process)", c.Freeze, c.Thaw, trials, timelinePNG))
 	})
 	rows = append(rows, result{setup: "(b) v2 watch via TCP forwarder → etcd v2", fault: "blackhole (power off: no FIN, no RST)",
 		note: "not re-measured here (no iptables/nftables on this machine); figure measured earlier with " +
@@ -114,8 +116,9 @@ func TestFailoverBench(t *testing.T) {
 // ---- (a) the bridge ----
 
 // benchBridge runs trials outages of the member the bridge is connected to,
-// with watchers through the bridge and a writer through a healthy member.
-func benchBridge(t *testing.T, c *v2bridgetest.Cluster, fault string, breakIt, undo func(int), trials int) result {
+// with watchers through the bridge and a writer through a healthy member;
+// with png, one more outage, outside the table, drawn there (timeline).
+func benchBridge(t *testing.T, c *v2bridgetest.Cluster, fault string, breakIt, undo func(int), trials int, png string) result {
 	br := v2bridgetest.StartBridge(t, c.ProxiedEndpoints(), v2bridgetest.Options{})
 	idx := v2Index(t, br.URL)
 	var ws []*v2bridgetest.V2Watcher
@@ -140,6 +143,20 @@ func benchBridge(t *testing.T, c *v2bridgetest.Cluster, fault string, breakIt, u
 		return i
 	}
 	other := func(i int) int { return (i + 1) % len(c.Members) }
+	heal := func(bad int) {
+		undo(bad)
+		// Before the next fault: the healed member is back in the cluster
+		// (a linearizable read through it succeeds, so it reaches the
+		// leader and has caught up), and the bridge is healthy.
+		waitFor(t, fmt.Sprintf("member %d to serve again", bad), func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := clis[bad].Get(ctx, "health-probe")
+			return err == nil
+		})
+		waitFor(t, "the bridge to be healthy", br.Backend.Ready)
+		waitEvents(t, ws, 3)
+	}
 	wr := startWriter(clis, other(connected()))
 	t.Cleanup(func() { wr.halt() })
 	waitEvents(t, ws, 5)
@@ -179,18 +196,13 @@ func benchBridge(t *testing.T, c *v2bridgetest.Cluster, fault string, breakIt, u
 		t.Logf("trial %d, member %d: watches ended after %v, events again after %v", trial+1, bad,
 			slices.Max(ends).Round(time.Millisecond), slices.Max(recov).Round(time.Millisecond))
 
-		undo(bad)
-		// Before the next fault: the healed member is back in the cluster
-		// (a linearizable read through it succeeds, so it reaches the
-		// leader and has caught up), and the bridge is healthy.
-		waitFor(t, fmt.Sprintf("member %d to serve again", bad), func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_, err := clis[bad].Get(ctx, "health-probe")
-			return err == nil
-		})
-		waitFor(t, "the bridge to be healthy", br.Backend.Ready)
-		waitEvents(t, ws, 3)
+		heal(bad)
+	}
+	if png != "" {
+		bad := connected()
+		wr.through(other(bad))
+		wr.waitWrites(t, 3)
+		timeline(t, br, bad, breakIt, heal, png)
 	}
 	n := wr.halt()
 	r.lost, r.dups, r.seen = checkEvents(t, ws, func() []uint64 {
@@ -643,6 +655,10 @@ func render(rows []result, trials int, took time.Duration) string {
 - **events lost**: keys created in the backend (ground truth read from it afterwards) that a watcher never received, summed over watchers; every watcher must see every key once, in order.
 - (a): a 3-member etcd cluster in loopback, each member's client URL behind a fault proxy; the bridge with default flags through the proxies; %d flannel-like watchers (the Go v2 client in a loop) through the bridge; a writer creating a key every 25 ms through a healthy member. Each trial faults the member the bridge uses (blackhole: the proxy drops all traffic both ways; SIGSTOP: the member is a child process), then lifts the fault and waits until that member serves and the bridge is healthy again.
 - (b): the setup the bridge replaces: a real etcd v2 server (etcd 3.5, internal/v2ref), the watchers reach it through a plain TCP forwarder whose upstream connections use Go's default TCP keepalive; N watchers, each on its own connection, in one fault episode of %.0f s count as N trials. The watches are idle and in flight when the server is frozen; after %.0f s it gets SIGCONT, the stalled watches resume on their old connection, and the writer (straight to the server) resumes, so recovery comes only after the fault is lifted by hand. The kernel keeps ACKing a frozen process's TCP traffic, keepalive probes included, so TCP keepalive never fires.
-`, inFlightGrace, bridgeWatchers, baselineCap.Seconds(), baselineCap.Seconds())
+
+![One SIGSTOP fault of (a): backend up, v2 watches open, requests answered and errors per second](failover-timeline.png)
+
+The picture: one more SIGSTOP fault of (a), outside the trials, with a reader added (a GET through the bridge every %v), drawn from the bridge's own metrics sampled every %v (requests per second over the last half second, watches included: each event answers one; v2bridge_backend_up drops to 0 only while the bridge connects to the next member, a few milliseconds, too short to show). The member stays frozen until the bridge has declared it lost and serves from another one, and a second more.
+`, inFlightGrace, bridgeWatchers, baselineCap.Seconds(), baselineCap.Seconds(), timelineRead, timelineEvery)
 	return b.String()
 }
