@@ -51,6 +51,20 @@ func buildBridgeBinary() (string, func(), error) {
 	return bin, cleanup, nil
 }
 
+// gitRevision is the working directory's commit (with "+changes" when the
+// tree differs from it), or "" outside git.
+func gitRevision() string {
+	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	rev := strings.TrimSpace(string(out))
+	if err := exec.Command("git", "diff", "--quiet", "HEAD", "--", ".").Run(); err != nil {
+		rev += "+changes"
+	}
+	return rev
+}
+
 // goTool is the go command of the toolchain running the benchmark when it
 // can be found, else "go" on PATH.
 func goTool() string {

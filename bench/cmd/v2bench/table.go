@@ -63,7 +63,14 @@ func (t *table) addGoal(col, metric, unit, goal string, lowerBetter bool, v floa
 	logf("    %-12s %-60s %12s %s", col, metric, fmtNum(v), unit)
 }
 
+// note records a problem (also logged as a warning).
 func (t *table) note(format string, a ...any) {
+	t.fact(format, a...)
+	warnf(format, a...)
+}
+
+// fact records something the reader should know about the run.
+func (t *table) fact(format string, a ...any) {
 	s := fmt.Sprintf(format, a...)
 	for _, n := range t.notes {
 		if n == s {
@@ -71,7 +78,6 @@ func (t *table) note(format string, a ...any) {
 		}
 	}
 	t.notes = append(t.notes, s)
-	warnf("%s", s)
 }
 
 func (t *table) markdown() string {
