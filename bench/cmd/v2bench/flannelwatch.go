@@ -115,6 +115,8 @@ func (w *awayWatcher) run(ctx context.Context, next uint64) {
 // relist reads the subtree as flanneld does after a 401, records every
 // lease it finds, and returns the listing's X-Etcd-Index.
 func (w *awayWatcher) relist(ctx context.Context, hc *http.Client) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	code, body, hdr, err := get(ctx, hc, w.base+"/v2/keys"+w.dir+"?recursive=true")
 	if err != nil || code != http.StatusOK {
 		return 0, false

@@ -248,6 +248,9 @@ func sharedLoaded(sc *sharedConfig, bin string, etcd *instance, col, prefix stri
 	}
 	t.add(col, "bridge CPU during the churn", "cores", true, cores[0])
 	t.add(col, "etcd CPU during the churn", "cores", true, cores[1])
+	if writes > 0 {
+		t.add(col, "bridge CPU per cluster write", "µs", true, cores[0]*elapsed.Seconds()*1e6/float64(writes))
+	}
 	if cores[1] > 0 {
 		t.addGoal(col, "bridge CPU ÷ etcd CPU during the churn", "×", "≤ 0.03", true, cores[0]/cores[1])
 	}
@@ -566,7 +569,7 @@ func sharedScale(sc *sharedConfig, bin string, t *table) {
 	} {
 		t.declare(r.metric, r.unit, r.lower)
 	}
-	var baseBytes float64
+	var baseBytes, baseCPU float64
 	for _, col := range t.cols {
 		prefix := ""
 		for _, s := range sharedScopes {
@@ -619,11 +622,13 @@ func sharedScale(sc *sharedConfig, bin string, t *table) {
 		t.add(col, "etcd CPU per cluster write", "ms", true, (e1-e0)*1000/w)
 		t.add(col, "bytes etcd sent over gRPC per cluster write", "B", true, (sent1-sent0)/w)
 		if col == "none" {
-			baseBytes = (sent1 - sent0) / w
+			baseBytes, baseCPU = (sent1-sent0)/w, (e1-e0)/w
 		} else {
 			t.add(col, "… of which to the bridges, per cluster write", "B", true, (sent1-sent0)/w-baseBytes)
 			t.add(col, "… per bridge, per cluster write", "B", true, ((sent1-sent0)/w-baseBytes)/float64(len(brs)))
 			t.add(col, "v3 events sent per cluster write", "events", true, (ev1-ev0)/w)
+			t.add(col, "etcd CPU per cluster write, above the churn alone, per bridge", "µs", true,
+				((e1-e0)/w-baseCPU)*1e6/float64(len(brs)))
 			t.add(col, "bridges' CPU during the churn, summed", "cores", true, (b1-b0)/el)
 			t.add(col, "bridges' RSS, summed", "MiB", true, rss/1024)
 		}
