@@ -5,7 +5,7 @@ COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.gitCommit=$(COMMIT)
 TESTTIME ?= 20m
 
-.PHONY: all build run test race fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-failover soak vet lint golangci-lint tidy clean
+.PHONY: all build run test race fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-shared bench-failover soak vet lint golangci-lint tidy clean
 
 all: build
 
@@ -97,7 +97,7 @@ conformance:
 conformance-long:
 	CONFORMANCE_LONG=1 $(GO) test -count=1 -timeout 60m ./conformance/...
 
-## bench: v2bridge vs direct clientv3, etcd v2 and etcd's v2v3 side by side (< 10 min; bench/RESULTS.md, bench/results.jsonl)
+## bench: v2bridge vs direct clientv3, etcd v2 and etcd's v2v3 side by side, then the shared cluster (about 15 min; bench/RESULTS.md, bench/results.jsonl)
 bench:
 	$(GO) run ./bench/cmd/v2bench -mode full $(BENCHFLAGS)
 
@@ -108,6 +108,11 @@ bench-quick:
 ## bench-watch: the watch section only (idle 1,000/10,000 watchers, sustained; bench/RESULTS-watch.md)
 bench-watch:
 	$(GO) run ./bench/cmd/v2bench -mode watch $(BENCHFLAGS)
+
+## bench-shared: the shared-cluster section only: a node's bridge unscoped and scoped on an etcd 3.5 holding a
+##               Kubernetes-like registry under churn, then 50 node bridges on one etcd (bench/RESULTS-shared.md)
+bench-shared:
+	$(GO) run ./bench/cmd/v2bench -mode shared $(BENCHFLAGS)
 
 ## bench-failover: time for v2 watchers to learn of a lost backend, the bridge vs the incident's TCP forwarder (< 10 min;
 ##                 bench/FAILOVER.md, and bench/failover-timeline.png: one fault drawn from the bridge's metrics)

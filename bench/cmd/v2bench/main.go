@@ -59,6 +59,7 @@ type config struct {
 	profileDir string
 	hist       *histConfig     // nil: no history section
 	shadow     *shadowConfig   // nil: no shadow section
+	shared     *sharedConfig   // nil: no shared-cluster section
 	workloads  map[string]bool // nil: every key-value workload
 }
 
@@ -72,7 +73,7 @@ func main() {
 	}
 	cfg := &config{}
 	fs := flag.NewFlagSet("v2bench", flag.ExitOnError)
-	fs.StringVar(&cfg.mode, "mode", "full", "full (make bench), quick (make bench-quick) or watch (make bench-watch)")
+	fs.StringVar(&cfg.mode, "mode", "full", "full (make bench), quick (make bench-quick), watch (make bench-watch) or shared (make bench-shared)")
 	runs := fs.Int("runs", 0, "runs per figure (default: 3; quick: 1)")
 	systems := fs.String("systems", strings.Join(allSystems, ","), "systems to run, comma-separated")
 	fs.StringVar(&cfg.out, "out", "bench", "directory for RESULTS*.md and results*.jsonl")
@@ -81,9 +82,13 @@ func main() {
 	dur := fs.Duration("dur", 0, "override the measured time of each key-value load")
 	fs.DurationVar(&bridgeHeartbeatTimeout, "bridge-heartbeat-timeout", 0, "run the bridge with this --heartbeat-timeout (0: its default)")
 	fs.BoolVar(&bridgeWatchDetach, "bridge-watch-detach", true, "run the bridge with this --watch-detach (false: every watch waits inside net/http)")
-	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history, shadow (comma-separated)")
+	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history, shadow, shared (comma-separated)")
 	shadowRate := fs.Int("shadow-rate", 0, "override the write rate of the shadow section (writes/s)")
 	workloads := fs.String("workloads", "", "run only these key-value workloads: put-seq, put-64, cas-16, ttl-cycle-64, ... (comma-separated)")
+	bridgeBin := fs.String("bridge-bin", "", "shared section: the bridge binary to run (default: built from ./cmd/bridge)")
+	sharedNodes := fs.Int("shared-nodes", 0, "shared section: bridges of the scale run (default 50; 0 keeps it)")
+	sharedKeys := fs.Int("shared-keys", 0, "shared section: registry keys (default 100,000)")
+	sharedChurn := fs.Duration("shared-churn", 0, "shared section: how long the churn runs with one bridge (default 60s; the scale run's churn is a third of it)")
 	_ = fs.Parse(os.Args[1:])
 
 	switch cfg.mode {
@@ -95,6 +100,7 @@ func main() {
 		cfg.hist = &histConfig{revisions: 200000, stale: 50, getClients: 8, baseline: time.Second,
 			minBurst: time.Second, settle: 10 * time.Second, walkEvents: 2000, walkFor: 10 * time.Second}
 		cfg.shadow = &shadowConfig{rate: 500, dur: 10 * time.Second, keys: 50, clients: 64, settle: 40 * time.Second}
+		cfg.shared = fullShared()
 		cfg.mdName, cfg.jsonlName = "RESULTS.md", "results.jsonl"
 	case "quick":
 		cfg.runs, cfg.warm, cfg.dur = 1, 200*time.Millisecond, 600*time.Millisecond
@@ -112,6 +118,10 @@ func main() {
 		cfg.idleN = []int{1000, 10000}
 		cfg.sustained, cfg.drain = 3*time.Second, 6*time.Second
 		cfg.mdName, cfg.jsonlName = "RESULTS-watch.md", "results-watch.jsonl"
+	case "shared":
+		cfg.runs = 1
+		cfg.shared = fullShared()
+		cfg.mdName, cfg.jsonlName = "RESULTS-shared.md", "results-shared.jsonl"
 	default:
 		fatalf("unknown -mode %q", cfg.mode)
 	}
@@ -123,6 +133,18 @@ func main() {
 	}
 	if *shadowRate > 0 && cfg.shadow != nil {
 		cfg.shadow.rate = *shadowRate
+	}
+	if cfg.shared != nil {
+		cfg.shared.bridgeBin = *bridgeBin
+		if *sharedNodes > 0 {
+			cfg.shared.nodes = *sharedNodes
+		}
+		if *sharedKeys > 0 {
+			cfg.shared.keys = *sharedKeys
+		}
+		if *sharedChurn > 0 {
+			cfg.shared.churn, cfg.shared.scaleChurn = *sharedChurn, *sharedChurn/3
+		}
 	}
 	if *workloads != "" {
 		cfg.workloads = map[string]bool{}
@@ -147,6 +169,9 @@ func main() {
 		}
 		if !sec["shadow"] {
 			cfg.shadow = nil
+		}
+		if !sec["shared"] {
+			cfg.shared = nil
 		}
 		cfg.watch = cfg.watch && (sec["idle"] || sec["sustained"])
 	}
@@ -176,6 +201,9 @@ func main() {
 	if cfg.shadow != nil {
 		runShadow(cfg, res)
 	}
+	if cfg.shared != nil {
+		runShared(cfg, res)
+	}
 	elapsed := time.Since(started)
 
 	md := res.markdown(header(cfg, elapsed))
@@ -185,6 +213,13 @@ func main() {
 	}
 	logf("done in %v; wrote %s and %s", elapsed.Round(time.Second),
 		filepath.Join(cfg.out, cfg.mdName), filepath.Join(cfg.out, cfg.jsonlName))
+}
+
+// fullShared sizes the shared-cluster section of make bench and make
+// bench-shared.
+func fullShared() *sharedConfig {
+	return &sharedConfig{keys: 100000, valueSize: 2048, rate: 500, churn: 60 * time.Second, subnetGap: 6 * time.Second, away: 4 * time.Second,
+		settle: 3 * time.Second, nodes: 50, scaleKeys: 10000, scaleChurn: 20 * time.Second}
 }
 
 // profiles reports whether -profile names workload.
@@ -455,6 +490,11 @@ func header(cfg *config, elapsed time.Duration) string {
 	fmt.Fprintf(&b, "%s · %d CPUs (%s) · %s · %s/%s · %d run(s) per figure, each cell the median (<sub>(n)</sub> = runs) · took %v\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cpu, runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		cfg.runs, elapsed.Round(time.Second))
+	if !cfg.kv && !cfg.watch && cfg.hist == nil && cfg.shadow == nil {
+		// The shared-cluster section alone: its tables say what they compare.
+		b.WriteString("↑ higher is better, ↓ lower is better.\n")
+		return b.String()
+	}
 	b.WriteString("Systems, all on loopback, started by the benchmark: **v2bridge** over an embedded etcd 3.6 member " +
 		"(bridge and member in one child process, the bridge calling the member in-process as `--embedded` does); " +
 		"**direct clientv3** to that same member over gRPC; **etcd v2** = etcd 3.5 " +

@@ -32,6 +32,9 @@ type results struct {
 	vals  map[cellKey][]float64
 	na    map[cellKey]string
 	notes []string
+	// tables are sections with columns of their own, rendered after the
+	// main table.
+	tables []*table
 }
 
 func newResults() *results {
@@ -65,6 +68,14 @@ func (r *results) unsupported(workload, system, why string, metrics ...row) {
 		r.na[cellKey{workload, m.metric, system}] = why
 	}
 	logf("    %-22s %-10s n/a: %s", workload, system, why)
+}
+
+// addTable adds a section with columns of its own (rendered, and written
+// to the jsonl, after the main table).
+func (r *results) addTable(t *table) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tables = append(r.tables, t)
 }
 
 func (r *results) note(format string, a ...any) {
@@ -136,6 +147,17 @@ func (r *results) markdown(header string) string {
 	defer r.mu.Unlock()
 	var b strings.Builder
 	b.WriteString(header)
+	if len(r.rows) > 0 {
+		r.mainTable(&b)
+	}
+	for _, t := range r.tables {
+		b.WriteString(t.markdown())
+	}
+	return b.String()
+}
+
+// mainTable renders the systems side by side; r.mu is held.
+func (r *results) mainTable(b *strings.Builder) {
 	b.WriteString("\n| workload | metric | unit | v2bridge | direct clientv3 | etcd v2 | etcd v2v3 | v2bridge-ext | direct-v3-ext | v2bridge-passthrough | direct-v3-hop |")
 	for _, rc := range ratioCols {
 		b.WriteString(" " + rc.title + " |")
@@ -184,7 +206,7 @@ func (r *results) markdown(header string) string {
 		} else {
 			unit += " ↑"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", rw.workload, rw.metric, unit,
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", rw.workload, rw.metric, unit,
 			strings.Join(cells, " | "), strings.Join(ratios, " | "))
 	}
 	if len(r.notes) > 0 {
@@ -193,7 +215,6 @@ func (r *results) markdown(header string) string {
 			b.WriteString("- " + n + "\n")
 		}
 	}
-	return b.String()
 }
 
 type jsonFigure struct {
@@ -235,6 +256,9 @@ func (r *results) writeFiles(dir, mdName, jsonlName, md string) error {
 			b.Write(j)
 			b.WriteByte('\n')
 		}
+	}
+	for _, t := range r.tables {
+		b.WriteString(t.jsonl())
 	}
 	//nolint:gosec // G306: 0o644 is meant (a committed report).
 	return os.WriteFile(filepath.Join(dir, jsonlName), []byte(b.String()), 0o644)
