@@ -23,17 +23,17 @@ func sharedCluster(t *testing.T) (*v2bridgetest.Cluster, string) {
 	cl := v2bridgetest.StartCluster(t, 1)
 	v3 := cl.Client(t)
 	loadRegistry(t, v3, 300, "pod")
-	const secretValue = "k8s\x00\x0a\x8f\xff-protobuf"
-	if _, err := v3.Put(ctxT(t, 10*time.Second), "/registry/secrets/kube-system/admin-token", secretValue); err != nil {
+	const protobuf = "k8s\x00\x0a\x8f\xff-protobuf" // not UTF-8, as Kubernetes stores its objects
+	if _, err := v3.Put(ctxT(t, 10*time.Second), "/registry/secrets/kube-system/admin-token", protobuf); err != nil {
 		t.Fatal(err)
 	}
-	return cl, secretValue
+	return cl, protobuf
 }
 
 // reachesOnlyFlannel checks a bridge at u as a local process would use it:
 // flannel's keys are served, another tenant's are not there, read or
 // written (error 100), and stay as they were.
-func reachesOnlyFlannel(t *testing.T, cl *v2bridgetest.Cluster, u, secretValue string) {
+func reachesOnlyFlannel(t *testing.T, cl *v2bridgetest.Cluster, u, stored string) {
 	t.Helper()
 	if r := do(t, "PUT", u, "/v2/keys/coreos.com/network/config", form("value", `{"Network":"10.5.0.0/16"}`)); r.status != 201 && r.status != 200 {
 		t.Fatalf("PUT flannel's config: %d %s", r.status, r.body)
@@ -48,7 +48,7 @@ func reachesOnlyFlannel(t *testing.T, cl *v2bridgetest.Cluster, u, secretValue s
 		}
 	}
 	got, err := cl.Client(t).Get(ctxT(t, 10*time.Second), secret)
-	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != secretValue {
+	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != stored {
 		t.Errorf("the secret after the attempts: %v %v", got, err)
 	}
 }
@@ -60,7 +60,7 @@ func reachesOnlyFlannel(t *testing.T, cl *v2bridgetest.Cluster, u, secretValue s
 // through it. Only the settings that name this machine change: endpoints,
 // URLs, and the client certificates (the test cluster is plain HTTP).
 func TestDocumentedDeploymentsReachOnlyFlannel(t *testing.T) {
-	cl, secretValue := sharedCluster(t)
+	cl, stored := sharedCluster(t)
 	dir := t.TempDir()
 	local := func(settings map[string]any) (string, map[string]any) {
 		u := v2bridgetest.FreeURL(t)
@@ -106,7 +106,7 @@ func TestDocumentedDeploymentsReachOnlyFlannel(t *testing.T) {
 				}
 				return u, nil, []string{"--config-file", file}
 			})
-			reachesOnlyFlannel(t, cl, u, secretValue)
+			reachesOnlyFlannel(t, cl, u, stored)
 		})
 	}
 	t.Run("contrib/kubernetes", func(t *testing.T) {
@@ -118,7 +118,7 @@ func TestDocumentedDeploymentsReachOnlyFlannel(t *testing.T) {
 				"V2BRIDGE_LISTEN_METRICS_URLS="+v2bridgetest.FreeURL(t))
 			return u, e, nil
 		})
-		reachesOnlyFlannel(t, cl, u, secretValue)
+		reachesOnlyFlannel(t, cl, u, stored)
 	})
 }
 

@@ -113,8 +113,8 @@ func TestScopedBridgeOnASharedCluster(t *testing.T) {
 	big := strings.Repeat("k", 2048)
 	loadRegistry(t, v3, 2000, big)
 	const secret = "/registry/secrets/kube-system/admin-token"
-	secretValue := "k8s\x00\x0a\x8f\xff-protobuf" // not UTF-8, as Kubernetes stores it
-	if _, err := v3.Put(ctx, secret, secretValue); err != nil {
+	protobuf := "k8s\x00\x0a\x8f\xff-protobuf" // not UTF-8, as Kubernetes stores its objects
+	if _, err := v3.Put(ctx, secret, protobuf); err != nil {
 		t.Fatal(err)
 	}
 
@@ -212,7 +212,7 @@ func TestScopedBridgeOnASharedCluster(t *testing.T) {
 			t.Errorf("%s %s: %d %s\nwant 404 %s", c.method, c.path, r.status, r.body, want)
 		}
 	}
-	if got, err := v3.Get(ctx, secret); err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != secretValue {
+	if got, err := v3.Get(ctx, secret); err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != protobuf {
 		t.Errorf("the secret after the attempts: %v %v", got, err)
 	}
 
