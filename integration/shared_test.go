@@ -200,6 +200,34 @@ func TestScopedBridgeOnASharedCluster(t *testing.T) {
 		t.Errorf("the mixed transaction: %d %s\nwant 200 %s", r.status, r.body, want)
 	}
 
+	// One inside the subtree changing two keys (and one outside) shows
+	// both, each with an index of its own, in order.
+	stream := make(chan v2Answer, 4)
+	sctx, stopStream := context.WithCancel(ctx)
+	defer stopStream()
+	go readStream(sctx, u+"/v2/keys/coreos.com/network/subnets?wait=true&recursive=true&stream=true&waitIndex="+
+		strconv.FormatUint(idx+1, 10), stream)
+	txn, err = v3.Txn(ctx).Then(clientv3.OpPut("/coreos.com/network/subnets/10.5.3.0-24", "c"),
+		clientv3.OpPut("/registry/pods/default/pod-y", big), clientv3.OpDelete("/coreos.com/network/subnets/10.5.2.0-24")).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := translate.Index(txn.Header.Revision)
+	for i, want := range []string{
+		fmt.Sprintf(`{"action":"create","node":{"key":"/coreos.com/network/subnets/10.5.3.0-24","value":"c","modifiedIndex":%d,"createdIndex":%d}}`, last-1, last-1),
+		fmt.Sprintf(`{"action":"delete","node":{"key":"/coreos.com/network/subnets/10.5.2.0-24","modifiedIndex":%d,"createdIndex":%d},"prevNode":{"key":"/coreos.com/network/subnets/10.5.2.0-24","value":"from-v3","modifiedIndex":%d,"createdIndex":%d}}`, last, idx, idx, idx),
+	} {
+		select {
+		case ev := <-stream:
+			if ev.raw != want {
+				t.Errorf("event %d of the transaction inside the subtree: %s\nwant %s", i, ev.raw, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("event %d of the transaction inside the subtree never came", i)
+		}
+	}
+	stopStream()
+
 	// Another tenant's keys are out of reach, read, written or watched.
 	for _, c := range []struct{ method, path string }{
 		{"GET", secret}, {"PUT", secret}, {"DELETE", secret}, {"GET", "/registry?recursive=true"}, {"GET", "/?wait=true"},
@@ -242,7 +270,7 @@ func TestScopedBridgeOnASharedCluster(t *testing.T) {
 		t.Errorf("a re-watch on a new bridge from before the compaction: %d %s\nwant 400 %s", r.status, r.body, want)
 	}
 	list := do(t, "GET", br2.URL, "/v2/keys/coreos.com/network/subnets", form("recursive", "true"))
-	if list.status != 200 || !strings.Contains(list.body, "10.5.1.0-24") || !strings.Contains(list.body, "10.5.2.0-24") {
+	if list.status != 200 || !strings.Contains(list.body, "10.5.1.0-24") || !strings.Contains(list.body, "10.5.3.0-24") || strings.Contains(list.body, "10.5.2.0-24") {
 		t.Fatalf("re-list: %d %s", list.status, list.body)
 	}
 	go func() {
@@ -250,7 +278,7 @@ func TestScopedBridgeOnASharedCluster(t *testing.T) {
 			form("wait", "true", "recursive", "true", "waitIndex", strconv.FormatUint(respIndex(t, list)+1, 10)))
 	}()
 	churn(t, v3, 1200, big)
-	r = do(t, "DELETE", br2.URL, "/v2/keys/coreos.com/network/subnets/10.5.2.0-24", nil)
+	r = do(t, "DELETE", br2.URL, "/v2/keys/coreos.com/network/subnets/10.5.3.0-24", nil)
 	if r.status != 200 {
 		t.Fatalf("DELETE: %d %s", r.status, r.body)
 	}

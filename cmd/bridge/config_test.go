@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -170,5 +171,44 @@ func TestAdvertiseOnlySelf(t *testing.T) {
 		if cfg.advertiseOnlySelf != c.want {
 			t.Errorf("%s: advertise-only-self %v, want %v", c.name, cfg.advertiseOnlySelf, c.want)
 		}
+	}
+}
+
+// TestServePrefixList: --serve-prefix takes a comma-separated list from
+// every source; a bad element is a command-line mistake (exit status 2)
+// naming it.
+func TestServePrefixList(t *testing.T) {
+	c, err := parseConfig([]string{"--serve-prefix", "/service/pg,/coreos.com/network", "--endpoints", "http://a:2379"},
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.servePrefix != "/coreos.com/network,/service/pg" || !c.servePrefixSet || len(c.served) != 2 {
+		t.Errorf("served %q (%q, set %v)", c.served, c.servePrefix, c.servePrefixSet)
+	}
+	c, err = parseConfig([]string{"--endpoints", "http://a:2379"}, func(string) string { return "" }, io.Discard)
+	if err != nil || c.servePrefix != "/" || c.servePrefixSet {
+		t.Errorf("default: %q set %v, %v", c.servePrefix, c.servePrefixSet, err)
+	}
+	c, err = parseConfig([]string{"--endpoints", "http://a:2379"},
+		func(k string) string { return map[string]string{"V2BRIDGE_SERVE_PREFIX": "/"}[k] }, io.Discard)
+	if err != nil || c.servePrefix != "/" || !c.servePrefixSet {
+		t.Errorf("/ by name from the environment: %q set %v, %v", c.servePrefix, c.servePrefixSet, err)
+	}
+	for in, want := range map[string]string{
+		"coreos.com/network":              `--serve-prefix: prefix "coreos.com/network" is relative: want an absolute v2 path such as /coreos.com/network`,
+		"/coreos.com/network/":            `--serve-prefix: prefix "/coreos.com/network/" is not clean: want "/coreos.com/network"`,
+		"/a,,/b":                          `--serve-prefix: an empty prefix in "/a,,/b"`,
+		"/coreos.com,/coreos.com/network": `--serve-prefix: prefixes "/coreos.com" and "/coreos.com/network" overlap`,
+	} {
+		_, err := parseConfig([]string{"--serve-prefix", in}, func(string) string { return "" }, io.Discard)
+		var ue usageError
+		if err == nil || err.Error() != want || !errors.As(err, &ue) {
+			t.Errorf("--serve-prefix %q: %v, want the command-line mistake %q", in, err, want)
+		}
+	}
+	_, err = parseConfig([]string{"--serve-prefix", "/a,/b", "--v2-upstream", "http://old:2379"}, func(string) string { return "" }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "serves one subtree") {
+		t.Errorf("two prefixes with --v2-upstream: %v", err)
 	}
 }
