@@ -7,11 +7,11 @@
 // waiting request holds its connection's goroutine (grown deep by the
 // handler), the connection's buffers and a background-read goroutine. Park
 // takes such a request's HTTP/1.1 connection over (Hijack), lets it wait with
-// two small goroutines — one waiting for the answer, one for the socket to
-// become readable, which tells that the client left or sent more — writes the
-// one answer, and hands the connection back to the same http.Server, which
-// parses the client's next request as any other. Requests are only ever read
-// by net/http.
+// two small goroutines — one waiting for the answer, one for the client to
+// leave — writes the one answer, waits for the client's next request within
+// the server's idle timeout, and hands the connection back to the same
+// http.Server, which parses that request as any other. Requests are only
+// ever read by net/http.
 //
 // A Listener is what the http.Server serves: it caps the connections open at
 // once, and accepts the handed-back ones. Its ConnContext and ConnState must
@@ -21,6 +21,9 @@
 // streams, parking turned off): net/http stops watching a connection once its
 // client sends a byte behind the request, so a client that then leaves would
 // go unnoticed until the wait ended.
+//
+// Both tell a client that left from one that pipelined a request through
+// the socket's POLLRDHUP: on Linux only; elsewhere nothing is parked.
 package detach
 
 import (
@@ -50,9 +53,10 @@ type Listener struct {
 	once     sync.Once
 	wg       sync.WaitGroup // the accept goroutine, and both goroutines of every parked request
 
-	mu      sync.Mutex            // guards counted, parked and closed
+	mu      sync.Mutex            // guards counted, parked, idle and closed
 	counted map[net.Conn]struct{} // connections holding a place in sem
 	parked  map[*parked]struct{}  // requests waiting outside net/http
+	idle    map[*parked]struct{}  // their connections, answered, waiting for the next request
 	closed  bool
 }
 
@@ -66,7 +70,7 @@ type accepted struct {
 // Accept until it is closed, parked or not.
 func NewListener(l net.Listener, maxConns int) *Listener {
 	dl := &Listener{inner: l, accepted: make(chan accepted), back: make(chan net.Conn), done: make(chan struct{}),
-		counted: map[net.Conn]struct{}{}, parked: map[*parked]struct{}{}}
+		counted: map[net.Conn]struct{}{}, parked: map[*parked]struct{}{}, idle: map[*parked]struct{}{}}
 	if maxConns > 0 {
 		dl.sem = make(chan struct{}, maxConns)
 	}
@@ -131,7 +135,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 func (l *Listener) Addr() net.Addr { return l.inner.Addr() }
 
 // Close stops accepting and ends every parked wait: the request gets the
-// empty answer wait gives it and its connection is closed after it.
+// empty answer wait gives it and its connection is closed after it, as is
+// every connection waiting here for its next request.
 func (l *Listener) Close() error {
 	err := l.inner.Close()
 	l.once.Do(func() {
@@ -139,6 +144,9 @@ func (l *Listener) Close() error {
 		l.closed = true
 		close(l.done)
 		for p := range l.parked {
+			p.wake()
+		}
+		for p := range l.idle {
 			p.wake()
 		}
 		l.mu.Unlock()
@@ -200,6 +208,16 @@ func (l *Listener) release(c net.Conn) {
 	}
 }
 
+// rekey moves old's place under the cap to c, the same connection.
+func (l *Listener) rekey(old, c net.Conn) {
+	l.mu.Lock()
+	if _, ok := l.counted[old]; ok {
+		delete(l.counted, old)
+		l.counted[c] = struct{}{}
+	}
+	l.mu.Unlock()
+}
+
 func (l *Listener) closeConn(c net.Conn) {
 	_ = c.Close()
 	l.release(c)
@@ -217,6 +235,9 @@ func (l *Listener) handBack(c net.Conn) {
 
 // socket is the raw socket under c (and under its TLS, if any), or nil.
 func socket(c net.Conn) syscall.RawConn {
+	if pc, ok := c.(*prefixConn); ok {
+		c = pc.Conn
+	}
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
@@ -240,13 +261,16 @@ const (
 	left                   // the client closed its side, or the connection failed
 )
 
-// parked is a request waiting outside net/http.
+// parked is a request waiting outside net/http, then its connection waiting
+// for the client's next request.
 type parked struct {
 	l        *Listener
 	c        net.Conn
-	closing  bool          // the connection closes after the answer (said in its head)
+	rc       syscall.RawConn
+	idle     time.Duration // the http.Server's idle timeout (0: none)
+	pending  []byte        // the client's next request(s), read by net/http along with this one
 	headLost bool          // the head could not be written: the client is gone
-	gone     chan struct{} // closed by the reader when the socket becomes readable or it is woken
+	gone     chan struct{} // closed by the reader when the client leaves or it is woken
 	saw      readiness     // what the reader saw; read after gone is closed
 	done     func(bytes int, gone bool)
 }
@@ -254,15 +278,16 @@ type parked struct {
 // Park takes r's connection from net/http, before anything is written, and
 // waits for the answer outside it. The head goes out at once (w's headers, a
 // chunked body), as net/http sends a flushed head; wait runs on a goroutine
-// of its own, with a channel closed when the client leaves, sends more, or
-// the listener closes, and returns the body (nil: an empty one). Park then
-// ends the answer and hands the connection back to the http.Server for the
-// client's next request, or closes it when it cannot serve that (the client
-// left, or had sent bytes behind r that net/http read already). done, when
-// not nil, is called at the end with the body's size and whether the client
-// had gone. Park reports false, having taken nothing, for a request it cannot
-// park: not an HTTP/1.1 GET that keeps its connection, or not from a
-// Listener's socket.
+// of its own, with a channel closed when the client leaves or the listener
+// closes, and returns the body (nil: an empty one). A request the client
+// pipelined behind r does not end the wait: it is answered after r, as
+// HTTP/1.1 orders answers. Park then ends the answer and hands the
+// connection back to the http.Server for the client's next request (once
+// it comes, within the server's idle timeout), or closes it when the client
+// left. done, when not nil, is called at the end with the body's size and
+// whether the client had gone. Park reports false, having taken nothing,
+// for a request it cannot park: not an HTTP/1.1 GET that keeps its
+// connection, or not from a Listener's socket.
 func Park(w http.ResponseWriter, r *http.Request, wait func(gone <-chan struct{}) []byte, done func(bytes int, gone bool)) bool {
 	ci, _ := r.Context().Value(connKey{}).(*connInfo)
 	if ci == nil || r.Method != http.MethodGet || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close ||
@@ -282,35 +307,51 @@ func Park(w http.ResponseWriter, r *http.Request, wait func(gone <-chan struct{}
 	_ = c.SetReadDeadline(time.Time{})
 	_ = c.SetWriteDeadline(time.Now().Add(WriteTimeout))
 	l := ci.l
-	p := &parked{l: l, c: c, gone: make(chan struct{}), done: done}
+	p := &parked{l: l, c: c, rc: rc, idle: idleTimeout(r), gone: make(chan struct{}), done: done}
+	// What net/http read past r is the client's next request: it is
+	// given back to net/http with the connection, ahead of the socket.
+	if n := rw.Reader.Buffered(); n > 0 {
+		b, _ := rw.Reader.Peek(n)
+		p.pending = append(p.pending, b...)
+	}
+	if pc, ok := c.(*prefixConn); ok {
+		p.pending = append(p.pending, pc.buf...)
+		p.c = pc.Conn
+		l.rekey(pc, p.c)
+	}
 	l.mu.Lock()
-	p.closing = l.closed || rw.Reader.Buffered() > 0
-	if p.closing {
-		// Nothing to wait for: the listener is closing, or the client sent
-		// more already, which is lost with net/http's buffer. The answer
-		// ends at once, empty, and the connection closes after it.
-		close(p.gone)
-		l.wg.Add(1)
-	} else {
-		l.parked[p] = struct{}{}
-		l.wg.Add(2)
+	l.parked[p] = struct{}{}
+	if l.closed {
+		p.wake()
 	}
+	l.wg.Add(2)
 	l.mu.Unlock()
-	if _, err := c.Write(appendHead(w.Header(), p.closing)); err != nil {
+	if _, err := p.c.Write(appendHead(w.Header())); err != nil {
 		p.headLost = true
-		_ = c.Close() // the reader wakes; the waiter ends the wait at once
+		_ = p.c.Close() // the reader wakes; the waiter ends the wait at once
 	}
-	if !p.closing {
-		go p.read(rc)
-	}
+	go p.read()
 	go p.wait(wait)
 	return true
 }
 
-// read waits until the socket is readable, without reading it.
-func (p *parked) read(rc syscall.RawConn) {
+// idleTimeout is that of r's http.Server, as net/http reckons it.
+func idleTimeout(r *http.Request) time.Duration {
+	srv, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if srv == nil {
+		return 0
+	}
+	if srv.IdleTimeout != 0 {
+		return srv.IdleTimeout
+	}
+	return srv.ReadTimeout
+}
+
+// read waits until the client leaves (or the waiter wakes it), without
+// reading the socket.
+func (p *parked) read() {
 	defer p.l.wg.Done()
-	p.saw = peek(rc)
+	p.saw = peek(p.rc, true)
 	close(p.gone)
 }
 
@@ -342,18 +383,49 @@ func (p *parked) wait(wait func(<-chan struct{}) []byte) {
 	p.wake()
 	<-p.gone
 	l := p.l
+	gone := p.headLost || p.saw == left || err != nil
 	l.mu.Lock()
 	delete(l.parked, p)
+	closed := l.closed
+	if !gone && !closed && len(p.pending) == 0 {
+		// The connection waits for the client's next request here, as
+		// net/http would between requests: within the idle timeout
+		// (net/http would give a connection it is handed only the header
+		// timeout).
+		l.idle[p] = struct{}{}
+		_ = p.c.SetReadDeadline(idleDeadline(p.idle))
+	}
 	l.mu.Unlock()
-	gone := p.headLost || p.saw == left || err != nil
-	if gone || p.closing {
+	p.end(len(body), gone)
+	if gone || closed {
 		l.closeConn(p.c)
-		p.end(len(body), gone)
+		return
+	}
+	if len(p.pending) > 0 {
+		_ = p.c.SetDeadline(time.Time{})
+		c := &prefixConn{Conn: p.c, buf: p.pending}
+		l.rekey(p.c, c)
+		l.handBack(c)
+		return
+	}
+	saw := peek(p.rc, false)
+	l.mu.Lock()
+	delete(l.idle, p)
+	l.mu.Unlock()
+	if saw != sent {
+		l.closeConn(p.c) // the client left, stayed idle too long, or the listener closed
 		return
 	}
 	_ = p.c.SetDeadline(time.Time{})
-	p.end(len(body), false)
 	l.handBack(p.c)
+}
+
+// idleDeadline is the read deadline of an idle timeout d (0: none).
+func idleDeadline(d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(d)
 }
 
 func (p *parked) end(bytes int, gone bool) {
@@ -362,19 +434,53 @@ func (p *parked) end(bytes int, gone bool) {
 	}
 }
 
+// prefixConn is a handed-back connection whose client's next request
+// net/http had read already: its reads return buf first. Only one
+// goroutine reads it at a time (net/http's, or Park's after a hijack).
+type prefixConn struct {
+	net.Conn
+	buf []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.buf) > 0 {
+		n := copy(b, c.buf)
+		c.buf = c.buf[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
+
+// Handler is h for an http.Server serving a Listener: it gives r.TLS to the
+// requests of a handed-back TLS connection whose next request had been read
+// already (net/http, which knows TLS only as a *tls.Conn, sets none).
+func Handler(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil {
+			if ci, _ := r.Context().Value(connKey{}).(*connInfo); ci != nil {
+				if pc, ok := ci.c.(*prefixConn); ok {
+					if tc, ok := pc.Conn.(*tls.Conn); ok {
+						st := tc.ConnectionState()
+						r = r.WithContext(r.Context())
+						r.TLS = &st
+					}
+				}
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // headExcluded are the headers a parked answer's head writes itself.
 var headExcluded = map[string]bool{"Date": true, "Content-Length": true, "Connection": true, "Transfer-Encoding": true}
 
 // appendHead is the head of a 200 with h and a chunked body.
-func appendHead(h http.Header, closing bool) []byte {
+func appendHead(h http.Header) []byte {
 	b := &headBuf{b: make([]byte, 0, 320)}
 	b.b = append(b.b, "HTTP/1.1 200 OK\r\n"...)
 	_ = h.WriteSubset(b, headExcluded)
 	b.b = append(b.b, "Date: "...)
 	b.b = time.Now().UTC().AppendFormat(b.b, http.TimeFormat)
-	if closing {
-		b.b = append(b.b, "\r\nConnection: close"...)
-	}
 	b.b = append(b.b, "\r\nTransfer-Encoding: chunked\r\n\r\n"...)
 	return b.b
 }
@@ -384,8 +490,9 @@ type headBuf struct{ b []byte }
 func (h *headBuf) Write(p []byte) (int, error)       { h.b = append(h.b, p...); return len(p), nil }
 func (h *headBuf) WriteString(s string) (int, error) { h.b = append(h.b, s...); return len(s), nil }
 
-// Gone returns a channel closed when r's client sends anything more or closes
-// its connection while r is served inside net/http, and stop, which releases
+// Gone returns a channel closed when r's client closes its side of the
+// connection (or it fails) while r is served inside net/http, whatever the
+// client pipelined behind r, and stop, which releases
 // it (call it before the handler returns). For HTTP/2, whose client's leaving
 // cancels r's context, and for a request not from a Listener's socket, the
 // channel is nil.
@@ -415,7 +522,7 @@ func Gone(r *http.Request) (gone <-chan struct{}, stop func()) {
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
-		if peek(frc) != woken {
+		if peek(frc, true) != woken {
 			close(ch)
 		}
 	}()

@@ -14,7 +14,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -45,6 +44,9 @@ func (h *waiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/wait" {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "next "+r.URL.Path)
+		if r.TLS != nil {
+			_, _ = io.WriteString(w, " over TLS")
+		}
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -80,6 +82,12 @@ func (h *waiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // cap) until the test ends.
 func serve(t *testing.T, h http.Handler, maxConns int, tlsCfg *tls.Config) *Listener {
 	t.Helper()
+	return serveWith(t, h, maxConns, tlsCfg, &http.Server{ReadHeaderTimeout: 5 * time.Second})
+}
+
+// serveWith is serve with srv's timeouts.
+func serveWith(t *testing.T, h http.Handler, maxConns int, tlsCfg *tls.Config, srv *http.Server) *Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -88,8 +96,7 @@ func serve(t *testing.T, h http.Handler, maxConns int, tlsCfg *tls.Config) *List
 		ln = tls.NewListener(ln, tlsCfg)
 	}
 	l := NewListener(ln, maxConns)
-	srv := &http.Server{Handler: h, ConnContext: l.ConnContext, ConnState: l.ConnState,
-		ReadHeaderTimeout: 5 * time.Second}
+	srv.Handler, srv.ConnContext, srv.ConnState = Handler(h), l.ConnContext, l.ConnState
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -221,14 +228,19 @@ func TestParkedRequestAnswersAndItsConnectionServesTheNext(t *testing.T) {
 	}
 }
 
-// A client that leaves, half-closes, or sends a byte and then leaves, is
-// noticed at once, parked or waiting inside net/http; its place under the
-// connection cap is freed.
+// A client that leaves, half-closes, or sends a byte or a whole request and
+// then leaves, is noticed at once, parked or waiting inside net/http; its
+// place under the connection cap is freed.
 func TestWaitNoticesAClientThatLeaves(t *testing.T) {
 	leave := map[string]func(c *conn){
 		"close":                     func(c *conn) { _ = c.Close() },
 		"one more byte, then close": func(c *conn) { _, _ = c.Write([]byte("G")); time.Sleep(50 * time.Millisecond); _ = c.Close() },
-		"half-close":                func(c *conn) { _ = c.Conn.(*net.TCPConn).CloseWrite() },
+		"a pipelined request, then close": func(c *conn) {
+			_, _ = io.WriteString(c, "GET /piped HTTP/1.1\r\nHost: x\r\n\r\n")
+			time.Sleep(50 * time.Millisecond)
+			_ = c.Close()
+		},
+		"half-close": func(c *conn) { _ = c.Conn.(*net.TCPConn).CloseWrite() },
 	}
 	reqs := map[string]string{
 		"parked":                         waitReq,
@@ -251,12 +263,8 @@ func TestWaitNoticesAClientThatLeaves(t *testing.T) {
 					t.Fatalf("head %d", resp.StatusCode)
 				}
 				leaveFn(c)
-				// A parked wait whose client sent a byte ends as for a
-				// pipelined request (the byte is left to net/http, which
-				// then sees the close); every other ends as gone.
-				sentMore := parked && strings.HasPrefix(lname, "one more byte")
-				if e := recv(t, h.ends, "the wait to end"); e.gone == sentMore || e.bytes != 0 {
-					t.Fatalf("ended %+v, want gone=%v", e, !sentMore)
+				if e := recv(t, h.ends, "the wait to end"); e != (ended{0, true}) {
+					t.Fatalf("ended %+v, want gone", e)
 				}
 				if lname == "half-close" {
 					// The client still reads: the answer is whole.
@@ -277,44 +285,113 @@ func TestWaitNoticesAClientThatLeaves(t *testing.T) {
 	}
 }
 
-// A request pipelined behind a parked one ends the wait with an empty answer;
-// net/http then serves it on the same connection, or, when net/http had read
-// it already with the parked request, the connection closes after the empty
-// answer (clients resend what was not answered).
-func TestPipelinedRequestEndsTheWait(t *testing.T) {
-	t.Run("sent while parked", func(t *testing.T) {
-		h := newWaiter(true)
-		l := serve(t, h, 0, nil)
-		c := dial(t, l)
+// A request pipelined behind a parked one, whether net/http read it along
+// with the parked request or it came while parked, does not end the wait:
+// it is answered after the wait's answer, on the same connection, over TLS
+// too (its requests keep their TLS state).
+func TestPipelinedRequestIsAnsweredAfterTheWait(t *testing.T) {
+	const piped = "GET /piped HTTP/1.1\r\nHost: x\r\n\r\n"
+	cert := selfSigned(t)
+	for _, overTLS := range []bool{false, true} {
+		for _, along := range []bool{true, false} {
+			name := map[bool]string{true: "read along with it", false: "sent while parked"}[along]
+			t.Run(map[bool]string{false: "TCP/", true: "TLS/"}[overTLS]+name, func(t *testing.T) {
+				h := newWaiter(true)
+				var tlsCfg *tls.Config
+				if overTLS {
+					tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+				}
+				l := serve(t, h, 0, tlsCfg)
+				c := dial(t, l)
+				if overTLS {
+					pool := x509.NewCertPool()
+					pool.AddCert(cert.Leaf)
+					tc := tls.Client(c.Conn, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
+					c = &conn{Conn: tc, r: bufio.NewReader(tc)}
+				}
+				if along {
+					c.send(t, waitReq+piped)
+				} else {
+					c.send(t, waitReq)
+				}
+				if !recv(t, h.parked, "park") {
+					t.Fatal("not parked")
+				}
+				resp := c.head(t)
+				checkHead(t, resp, false)
+				waitParked(t, l, 1)
+				if !along {
+					c.send(t, piped)
+				}
+				// The wait goes on: nothing ends it but its answer.
+				select {
+				case e := <-h.ends:
+					t.Fatalf("the wait ended %+v before its answer", e)
+				case <-time.After(100 * time.Millisecond):
+				}
+				h.answers <- []byte("event")
+				if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "event" {
+					t.Fatalf("the wait's body %q %v, want %q", b, err, "event")
+				}
+				if e := recv(t, h.ends, "end"); e != (ended{5, false}) {
+					t.Fatalf("ended %+v", e)
+				}
+				want := "next /piped"
+				if overTLS {
+					want += " over TLS"
+				}
+				resp, body := c.answer(t)
+				if resp.StatusCode != 200 || body != want || resp.Close {
+					t.Fatalf("the pipelined request: %d %q close=%v, want 200 %q", resp.StatusCode, body, resp.Close, want)
+				}
+				// The connection goes on serving, parked requests too.
+				c.send(t, waitReq)
+				if !recv(t, h.parked, "park") {
+					t.Fatal("the next wait was not parked")
+				}
+				resp = c.head(t)
+				checkHead(t, resp, false)
+				h.answers <- []byte("again")
+				if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "again" {
+					t.Fatalf("the next wait's body %q %v", b, err)
+				}
+				recv(t, h.ends, "end")
+			})
+		}
+	}
+}
+
+// A connection handed back after a parked answer waits for its next request
+// as long as the server's idle timeout (not only its header timeout), and is
+// closed once that runs out.
+func TestHandedBackConnectionKeepsTheIdleTimeout(t *testing.T) {
+	h := newWaiter(true)
+	l := serveWith(t, h, 0, nil, &http.Server{ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: 3 * time.Second})
+	c := dial(t, l)
+	park := func() {
+		t.Helper()
 		c.send(t, waitReq)
 		resp := c.head(t)
-		checkHead(t, resp, false)
-		waitParked(t, l, 1)
-		c.send(t, "GET /piped HTTP/1.1\r\nHost: x\r\n\r\n")
-		if b, err := io.ReadAll(resp.Body); err != nil || len(b) != 0 {
-			t.Fatalf("the wait's body %q %v, want empty", b, err)
+		h.answers <- []byte("event")
+		if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "event" {
+			t.Fatalf("the wait's body %q %v", b, err)
 		}
-		if e := recv(t, h.ends, "end"); e != (ended{0, false}) {
-			t.Fatalf("ended %+v", e)
-		}
-		if _, body := c.answer(t); body != "next /piped" {
-			t.Fatalf("the pipelined request: %q", body)
-		}
-	})
-	t.Run("read along with it", func(t *testing.T) {
-		h := newWaiter(true)
-		l := serve(t, h, 0, nil)
-		c := dial(t, l)
-		c.send(t, waitReq+"GET /piped HTTP/1.1\r\nHost: x\r\n\r\n")
-		resp, body := c.answer(t)
-		checkHead(t, resp, true)
-		if body != "" {
-			t.Fatalf("body %q, want empty", body)
-		}
-		if _, err := c.r.ReadByte(); err != io.EOF {
-			t.Fatalf("after the answer: %v, want the connection closed", err)
-		}
-	})
+		recv(t, h.ends, "end")
+	}
+	park()
+	time.Sleep(500 * time.Millisecond) // five header timeouts
+	c.send(t, "GET /later HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, body := c.answer(t); resp.StatusCode != 200 || body != "next /later" {
+		t.Fatalf("a request after 0.5 s idle: %d %q", resp.StatusCode, body)
+	}
+	park()
+	start := time.Now()
+	if _, err := c.r.ReadByte(); err != io.EOF {
+		t.Fatalf("an idle handed-back connection: %v, want it closed", err)
+	}
+	if d := time.Since(start); d < 2*time.Second {
+		t.Fatalf("closed after %v idle, before the idle timeout (3 s)", d)
+	}
 }
 
 // Closing the listener ends every parked wait with the empty answer and
@@ -420,7 +497,7 @@ func TestTLSConnectionsServeHTTP2AndPark(t *testing.T) {
 			}
 			b, _ = io.ReadAll(resp.Body)
 			_ = resp.Body.Close()
-			if string(b) != "next /next" || resp.TLS == nil {
+			if string(b) != "next /next over TLS" || resp.TLS == nil {
 				t.Fatalf("h2=%v: the next request %q tls=%v", h2, b, resp.TLS != nil)
 			}
 		}

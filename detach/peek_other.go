@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build !unix
+//go:build !linux
 
 package detach
 
@@ -10,10 +10,11 @@ import (
 	"syscall"
 )
 
-// Elsewhere than on Unix nothing is parked, and Gone watches nothing.
+// Elsewhere than on Linux (which tells a client that left from one that
+// sent more, POLLRDHUP) nothing is parked, and Gone watches nothing.
 const canPeek = false
 
-func peek(syscall.RawConn) readiness { return woken }
+func peek(syscall.RawConn, bool) readiness { return woken }
 
 func dupFile(syscall.RawConn) (*os.File, error) {
 	return nil, errors.New("not supported on this system")

@@ -236,7 +236,7 @@ func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
 func NewHTTPServer(ln net.Listener, h http.Handler, l HTTPLimits, errorLog *log.Logger) (*http.Server, *detach.Listener) {
 	l.setDefaults()
 	dl := detach.NewListener(ln, l.MaxConnections)
-	srv := &http.Server{Handler: bodyLimits(h, l), ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
+	srv := &http.Server{Handler: bodyLimits(detach.Handler(h), l), ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
 		ErrorLog: errorLog, ConnContext: dl.ConnContext, ConnState: dl.ConnState}
 	return srv, dl
 }

@@ -58,7 +58,7 @@ func serveAsTheBridge(t *testing.T, h http.Handler) string {
 	}
 	dl := detach.NewListener(ln, 0)
 	// The header timeout of server.DefaultHTTPLimits.
-	srv := &http.Server{Handler: h, ConnContext: dl.ConnContext, ConnState: dl.ConnState, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: detach.Handler(h), ConnContext: dl.ConnContext, ConnState: dl.ConnState, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -292,13 +292,94 @@ func testWatchSendsMoreThenLeaves(t *testing.T, detached bool) {
 			if err != nil || resp.StatusCode != 200 {
 				t.Fatalf("head: %v %v", resp, err)
 			}
-			// The byte may end the watch itself (a request behind a watch
-			// ends it, with the empty answer v2 clients re-issue); if net/http's
-			// background read takes it first, the close still must.
+			// Whether net/http's background read takes the byte or it
+			// waits in the socket, the close ends the watch.
 			_, _ = c.Write([]byte("G"))
 			time.Sleep(50 * time.Millisecond) // let net/http's background read take the byte
 			_ = c.Close()
 			fw.waitCancelled(t)
+		})
+	}
+}
+
+// A request pipelined behind a watch is answered after the watch's event,
+// on the same connection, as etcd answers it: whether net/http read it along
+// with the watch or it came while the watch waited, and whether the event
+// was there at once (a watch served from history) or came later.
+func TestRequestPipelinedBehindAWatchIsAnsweredAfterIt(t *testing.T) {
+	bothWays(t, testPipelinedBehindAWatch)
+}
+
+func testPipelinedBehindAWatch(t *testing.T, detached bool) {
+	const watchReq = "GET /v2/keys/dir?wait=true&waitIndex=1&recursive=true HTTP/1.1\r\nHost: x\r\n\r\n"
+	const getReq = "GET /v2/keys/dir/b HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, tc := range []struct {
+		name        string
+		eventAtOnce bool // the watch's event is there when it is registered
+		pipeAlong   bool // the GET is sent with the watch, not after its head
+	}{
+		{"event at once, sent along", true, true},
+		{"event later, sent along", false, true},
+		{"event later, sent while waiting", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fw := newFakeWatch(5, 100)
+			ev := watchEvent("set", "/dir/a", "1", 2)
+			if tc.eventAtOnce {
+				fw.events <- ev
+			}
+			got := watchEvent("get", "/dir/b", "2", 3)
+			st := &fakeStore{watch: fw, getEv: got, meta: Meta{ClusterID: 0xbeef, RaftTerm: 3},
+				storeMeta: Meta{ClusterID: 0xbeef}}
+			url := serveAsTheBridge(t, newTestServer(t, st, func(c *Config) { c.DetachWatches = detached }))
+			c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = c.Close() }()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(c)
+			if tc.pipeAlong {
+				_, _ = io.WriteString(c, watchReq+getReq)
+			} else {
+				_, _ = io.WriteString(c, watchReq)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("the watch's head: %v", err)
+			}
+			if !tc.pipeAlong {
+				_, _ = io.WriteString(c, getReq)
+			}
+			if !tc.eventAtOnce {
+				// The watch goes on with the request behind it.
+				time.Sleep(50 * time.Millisecond)
+				if fw.isCancelled() {
+					t.Fatal("the request behind the watch ended it")
+				}
+				fw.events <- ev
+			}
+			body, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 200 || resp.Close || string(body) != eventLine(t, ev) ||
+				resp.Header.Get("X-Etcd-Index") != "5" || resp.Header.Get("X-Etcd-Cluster-Id") != "beef" {
+				t.Fatalf("the watch: %d close=%v %v %q %v, want 200, index 5, body %q",
+					resp.StatusCode, resp.Close, resp.Header, body, err, eventLine(t, ev))
+			}
+			fw.waitCancelled(t)
+			resp, err = http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("the request behind the watch got no answer: %v", err)
+			}
+			body, err = io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 200 || string(body) != eventLine(t, got) ||
+				resp.Header.Get("X-Etcd-Index") != "3" || resp.Header.Get("X-Etcd-Cluster-Id") != "beef" {
+				t.Fatalf("the request behind the watch: %d %v %q %v, want 200, index 3, body %q",
+					resp.StatusCode, resp.Header, body, err, eventLine(t, got))
+			}
+			cs := st.recorded()
+			if len(cs) != 2 || cs[0].op != "watch" || cs[1].op != "get" || cs[1].req.Path != "/dir/b" {
+				t.Fatalf("store calls %+v, want the watch then the get", cs)
+			}
 		})
 	}
 }
