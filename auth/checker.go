@@ -56,6 +56,11 @@ const (
 	maxHold      = 30 * time.Second
 	// maxFailing bounds the (user, address) pairs the limiter remembers.
 	maxFailing = 10000
+	// addrChecks bcrypt comparisons at most run at once for one client
+	// address; its other requests wait their turn, then see what those
+	// decided (a cached password, a hold-off) before any comparison of
+	// their own. Concurrent guesses thus count as sequential ones.
+	addrChecks = 1
 )
 
 // Checker decides requests.
@@ -64,12 +69,20 @@ type Checker struct {
 	macKey  []byte        // random per process: the cache never holds a password, nor its plain hash
 	hashSem chan struct{} // a slot per bcrypt comparison running
 	now     func() time.Time
+	compare func(hash, password []byte) error // bcrypt's
 	checks  *prometheus.CounterVec
 	hashDur prometheus.Histogram
 
-	mu      sync.Mutex                // guards cache and failing
+	mu      sync.Mutex                // guards cache, failing and turns
 	cache   map[credential]string     // verified credential -> the hash it verified against
 	failing map[failKey]*failureCount // wrong passwords by user and client address
+	turns   map[string]*addrTurns     // client addresses with a password to compare
+}
+
+// addrTurns are the comparisons of one client address's passwords.
+type addrTurns struct {
+	sem     chan struct{} // a slot per comparison running (addrChecks)
+	waiting int           // requests holding or awaiting a slot; at 0 the entry goes
 }
 
 // credential is a user and the HMAC of a password of theirs.
@@ -99,6 +112,7 @@ func NewChecker(cfg CheckerConfig) *Checker {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key) // never fails (crypto/rand)
 	c := &Checker{cfg: cfg, macKey: key, hashSem: make(chan struct{}, cfg.MaxHashChecks), now: time.Now,
+		compare: bcrypt.CompareHashAndPassword, turns: map[string]*addrTurns{},
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_auth_checks_total",
 			Help: "Decisions on requests' credentials by result: allow, deny, throttled (a wrong password held off), unavailable (no current auth data)."},
 			[]string{"result"}),
@@ -216,8 +230,9 @@ func clientAddr(r *http.Request) string {
 
 // password decides whether password is user's, whose stored hash is hash,
 // for a request from addr: at once if the cache says so (whatever the
-// limiter holds) or the limiter holds this user and address off; else by
-// bcrypt, in one of MaxHashChecks slots.
+// limiter holds) or the limiter holds this user and address off; else, in
+// addr's turn (addrChecks at once), by the same two, then by bcrypt in one
+// of MaxHashChecks slots.
 func (c *Checker) password(ctx context.Context, user, password, hash, addr string) (Decision, string) {
 	cred := credential{user: user}
 	m := hmac.New(sha256.New, c.macKey)
@@ -225,30 +240,24 @@ func (c *Checker) password(ctx context.Context, user, password, hash, addr strin
 	m.Sum(cred.mac[:0])
 	fk := failKey{user, addr}
 
-	c.mu.Lock()
-	verified, cached := c.cache[cred]
-	f := c.failing[fk]
-	held := f != nil && c.now().Before(f.until)
-	c.mu.Unlock()
-	if cached && subtle.ConstantTimeCompare([]byte(verified), []byte(hash)) == 1 {
-		if f != nil { // a success ends the run
-			c.mu.Lock()
-			delete(c.failing, fk)
-			c.mu.Unlock()
-		}
-		return Allow, "allow"
+	if d, why, ok := c.known(cred, fk, hash); ok {
+		return d, why
 	}
-	if held {
-		return Deny, "throttled"
+	done, ok := c.turn(ctx, addr)
+	if !ok {
+		return Unavailable, "unavailable"
 	}
-
+	defer done() // after the outcome is recorded: the next in turn sees it
+	if d, why, ok := c.known(cred, fk, hash); ok {
+		return d, why
+	}
 	select {
 	case c.hashSem <- struct{}{}:
 	case <-ctx.Done():
 		return Unavailable, "unavailable"
 	}
 	start := time.Now()
-	err := bcrypt.CompareHashAndPassword([]byte(hash), []byte(password))
+	err := c.compare([]byte(hash), []byte(password))
 	c.hashDur.Observe(time.Since(start).Seconds())
 	<-c.hashSem
 
@@ -265,6 +274,55 @@ func (c *Checker) password(ctx context.Context, user, password, hash, addr strin
 	c.failed(fk)
 	c.cfg.Logger.Debug("auth: a wrong password", zap.String("client", addr))
 	return Deny, "deny"
+}
+
+// known decides cred without bcrypt if it can: allowed if the cache holds
+// it for hash (ending fk's run of failures), refused while fk is held off.
+func (c *Checker) known(cred credential, fk failKey, hash string) (Decision, string, bool) {
+	c.mu.Lock()
+	verified, cached := c.cache[cred]
+	f := c.failing[fk]
+	held := f != nil && c.now().Before(f.until)
+	c.mu.Unlock()
+	if cached && subtle.ConstantTimeCompare([]byte(verified), []byte(hash)) == 1 {
+		if f != nil { // a success ends the run
+			c.mu.Lock()
+			delete(c.failing, fk)
+			c.mu.Unlock()
+		}
+		return Allow, "allow", true
+	}
+	if held {
+		return Deny, "throttled", true
+	}
+	return Deny, "", false
+}
+
+// turn waits for one of addr's addrChecks slots, or for ctx to end (false);
+// done gives the slot back.
+func (c *Checker) turn(ctx context.Context, addr string) (done func(), ok bool) {
+	c.mu.Lock()
+	t := c.turns[addr]
+	if t == nil {
+		t = &addrTurns{sem: make(chan struct{}, addrChecks)}
+		c.turns[addr] = t
+	}
+	t.waiting++
+	c.mu.Unlock()
+	leave := func() {
+		c.mu.Lock()
+		if t.waiting--; t.waiting == 0 {
+			delete(c.turns, addr)
+		}
+		c.mu.Unlock()
+	}
+	select {
+	case t.sem <- struct{}{}:
+		return func() { <-t.sem; leave() }, true
+	case <-ctx.Done():
+		leave()
+		return nil, false
+	}
 }
 
 // failed counts a wrong password for fk, and holds fk off past

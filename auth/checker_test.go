@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -362,6 +363,92 @@ func TestCheckerHashSlots(t *testing.T) {
 	<-c.hashSem
 	if got := c.Keys(r, "/app/a", false, false); got != Allow {
 		t.Fatalf("a free slot: %v", got)
+	}
+}
+
+// Concurrent wrong passwords from one address are compared one at a time,
+// each in turn seeing the hold-off the ones before it earned: 200 at once
+// cost as many comparisons as freeFailures+1 in a row. Meanwhile another
+// address's passwords and a cached one from the same address do not wait.
+func TestCheckerComparesOneAddressInTurn(t *testing.T) {
+	f := &fixed{st: testState(t), ok: true}
+	reg := prometheus.NewRegistry()
+	c := NewChecker(CheckerConfig{State: f.get, Registry: reg, MaxHashChecks: 4})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.now = func() time.Time { return now } // no hold runs out during the test
+	const attacker, other = "198.51.100.7", "203.0.113.5"
+	// Wrong guesses wait at the gate, in their comparison, until it opens.
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	guessing, mostGuessing, guesses := 0, 0, 0
+	c.compare = func(hash, pw []byte) error {
+		if string(pw) == "guess" {
+			mu.Lock()
+			guessing++
+			guesses++
+			mostGuessing = max(mostGuessing, guessing)
+			mu.Unlock()
+			<-gate
+			mu.Lock()
+			guessing--
+			mu.Unlock()
+		}
+		return bcrypt.CompareHashAndPassword(hash, pw)
+	}
+	if c.Keys(req("bob", "bobpw", attacker), "/", false, false) != Deny { // bob may read nothing: cached, denied
+		t.Fatal("bob allowed")
+	}
+	const n = 200
+	results := make(chan Decision, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { results <- c.Keys(req("alice", "guess", attacker), "/app/a", false, false) })
+	}
+	// With a guess held in its comparison, the real alice elsewhere is
+	// checked, and bob's cached password at the attacker's address too.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		g := guessing
+		mu.Unlock()
+		if g > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no guess compared")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	before := hashChecks(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if got := c.Keys(req("alice", "alicepw", other).WithContext(ctx), "/app/a", false, false); got != Allow {
+		t.Fatalf("alice at another address: %v", got)
+	}
+	if hashChecks(t, c) != before+1 {
+		t.Fatal("alice's password elsewhere was not compared")
+	}
+	if got := c.Keys(req("bob", "bobpw", attacker), "/", false, false); got != Deny || hashChecks(t, c) != before+1 {
+		t.Fatalf("bob's cached password: %v, compared again", got)
+	}
+	close(gate)
+	wg.Wait()
+	close(results)
+	denied := 0
+	for d := range results {
+		if d == Deny {
+			denied++
+		}
+	}
+	if denied != n || guesses != freeFailures+1 || mostGuessing != addrChecks {
+		t.Fatalf("%d of %d denied, %d guesses compared (most at once %d); want all denied, %d compared, %d at once",
+			denied, n, guesses, mostGuessing, freeFailures+1, addrChecks)
+	}
+	if got := counts(t, reg); got["throttled"] != n-freeFailures-1 || got["deny"] != freeFailures+1+2 || got["allow"] != 1 {
+		t.Fatalf("decisions %v", got)
+	}
+	if len(c.turns) != 0 {
+		t.Fatalf("%d addresses' turns left", len(c.turns))
 	}
 }
 
