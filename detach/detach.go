@@ -277,7 +277,7 @@ type parked struct {
 
 // Park takes r's connection from net/http, before anything is written, and
 // waits for the answer outside it. The head goes out at once (w's headers, a
-// chunked body), as net/http sends a flushed head; wait runs on a goroutine
+// chunked body), flushed through w; wait runs on a goroutine
 // of its own, with a channel closed when the client leaves or the listener
 // closes, and returns the body (nil: an empty one). A request the client
 // pipelined behind r does not end the wait: it is answered after r, as
@@ -298,7 +298,12 @@ func Park(w http.ResponseWriter, r *http.Request, wait func(gone <-chan struct{}
 	if rc == nil {
 		return false
 	}
-	c, rw, err := http.NewResponseController(w).Hijack()
+	// The head goes out through net/http, as a flushed head does, and
+	// through every wrapper of w on the way (one may rewrite a header as
+	// it is written); then the connection is taken.
+	ctl := http.NewResponseController(w)
+	headErr := ctl.Flush()
+	c, rw, err := ctl.Hijack()
 	if err != nil {
 		return false
 	}
@@ -326,7 +331,7 @@ func Park(w http.ResponseWriter, r *http.Request, wait func(gone <-chan struct{}
 	}
 	l.wg.Add(2)
 	l.mu.Unlock()
-	if _, err := p.c.Write(appendHead(w.Header())); err != nil {
+	if headErr != nil {
 		p.headLost = true
 		_ = p.c.Close() // the reader wakes; the waiter ends the wait at once
 	}
@@ -470,25 +475,6 @@ func Handler(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
-
-// headExcluded are the headers a parked answer's head writes itself.
-var headExcluded = map[string]bool{"Date": true, "Content-Length": true, "Connection": true, "Transfer-Encoding": true}
-
-// appendHead is the head of a 200 with h and a chunked body.
-func appendHead(h http.Header) []byte {
-	b := &headBuf{b: make([]byte, 0, 320)}
-	b.b = append(b.b, "HTTP/1.1 200 OK\r\n"...)
-	_ = h.WriteSubset(b, headExcluded)
-	b.b = append(b.b, "Date: "...)
-	b.b = time.Now().UTC().AppendFormat(b.b, http.TimeFormat)
-	b.b = append(b.b, "\r\nTransfer-Encoding: chunked\r\n\r\n"...)
-	return b.b
-}
-
-type headBuf struct{ b []byte }
-
-func (h *headBuf) Write(p []byte) (int, error)       { h.b = append(h.b, p...); return len(p), nil }
-func (h *headBuf) WriteString(s string) (int, error) { h.b = append(h.b, s...); return len(s), nil }
 
 // Gone returns a channel closed when r's client closes its side of the
 // connection (or it fails) while r is served inside net/http, whatever the
