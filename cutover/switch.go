@@ -32,6 +32,11 @@ type Backend struct {
 	// passthrough's; nil: unknown). A waitIndex at or below it was issued
 	// by this side even above a rollback's watch ceiling.
 	Index func() uint64
+	// EndWatches ends every watch the side serves, those waiting outside
+	// their handler (parked) too; their clients get the empty answer they
+	// re-issue. nil: the side's watches all wait in their handlers, which
+	// the switch ends by cancelling their requests.
+	EndWatches func(reason string)
 }
 
 // SwitchConfig configures a Switch.
@@ -88,6 +93,7 @@ type Switch struct {
 type inflightWatch struct {
 	side   Side
 	cancel context.CancelFunc
+	served chan struct{} // closed when its side's handler has returned
 }
 
 // NewSwitch is a switch in the Unknown state: it serves nothing until the
@@ -173,7 +179,10 @@ func (s *Switch) FencedWrites() int64 { return s.fenced.Load() }
 // first stops new writes and waits for those in flight to finish (each is
 // bounded by its deadline), so once Apply returns no write of the old state
 // can still land: that is what the bridge's acknowledgement promises. When
-// the side changes, every watch in flight on the old side is ended.
+// the side changes, every watch in flight on the old side is ended: its
+// request is cancelled and, once every such handler has returned (so has
+// registered or parked its watch), the old side's EndWatches ends the
+// watches that wait outside their handlers.
 func (s *Switch) Apply(ctx context.Context, st State) error {
 	s.mu.Lock()
 	prev := s.st
@@ -212,6 +221,15 @@ func (s *Switch) Apply(ctx context.Context, st State) error {
 	s.mu.Unlock()
 	for _, w := range ended {
 		w.cancel()
+	}
+	if old := s.backend(prev.Side); old != nil && prev.Side != st.Side && old.EndWatches != nil {
+		for _, w := range ended {
+			select {
+			case <-w.served:
+			case <-ctx.Done():
+			}
+		}
+		old.EndWatches("the bridge switched to the " + st.Side.String() + " side")
 	}
 	s.ceilingWarned.Store(0)
 	s.lg.Info("serving mode changed", zap.String("mode", st.Mode), zap.String("side", st.Side.String()),
@@ -451,7 +469,8 @@ func (s *Switch) serveWatch(w http.ResponseWriter, r *http.Request, st State, b 
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	iw := &inflightWatch{side: st.Side, cancel: cancel}
+	iw := &inflightWatch{side: st.Side, cancel: cancel, served: make(chan struct{})}
+	defer close(iw.served)
 	s.mu.Lock()
 	if s.st != st { // changed since it was read: an empty 200, which clients re-issue
 		s.mu.Unlock()

@@ -48,6 +48,10 @@ type Config struct {
 	// DetachWatches lets waiting one-shot HTTP/1.1 watches leave net/http
 	// while they wait (package detach); off, every watch waits inside it.
 	DetachWatches bool
+	// Parked, if set, counts the watches parked on the listeners another
+	// server serves the API on (dual mode's) for v2bridge_watches_detached;
+	// nil: those of Serve's listeners.
+	Parked func() int
 	// Auth serves /v2/auth and checks every /v2/keys request; the caller
 	// runs its Store. The bridge is not ready while the Store has no
 	// current State. nil: no auth (the auth API is not served).
@@ -177,6 +181,9 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 
 // detached is the number of watches detached now, over every listener.
 func (b *Bridge) detached() float64 {
+	if b.cfg.Parked != nil {
+		return float64(b.cfg.Parked())
+	}
 	b.mu.Lock()
 	ls := b.listeners
 	b.mu.Unlock()

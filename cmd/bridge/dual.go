@@ -146,18 +146,8 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 
 	d.mem.start()
 	defer d.mem.stop() // after shutdown, before the client closes
-	bgctx, bgcancel := context.WithCancel(context.Background())
-	var bg sync.WaitGroup // the agent and the v3 side's builder
-	bg.Add(2)
-	go func() {
-		defer bg.Done()
-		agent.Run(bgctx)
-	}()
-	go func() {
-		defer bg.Done()
-		d.buildV3(bgctx, c, bcfg, endpoints, lg, sw, &v3reg)
-	}()
-
+	// The servers start first: the v3 side counts the watches parked on
+	// their listeners.
 	hs := newHTTPServers(c, lg, lns)
 	for _, l := range lns.client {
 		lg.Info("serving in dual mode: from the side the mode record names", zap.String("url", l.url),
@@ -168,6 +158,17 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		lg.Info("serving metrics", zap.String("url", l.url))
 		hs.serve(l, sw.MetricsHandler())
 	}
+	bgctx, bgcancel := context.WithCancel(context.Background())
+	var bg sync.WaitGroup // the agent and the v3 side's builder
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		agent.Run(bgctx)
+	}()
+	go func() {
+		defer bg.Done()
+		d.buildV3(bgctx, c, bcfg, endpoints, lg, sw, &v3reg, hs.parked)
+	}()
 	shutdown := func() error {
 		// The registration goes first (a cutover stops waiting for this
 		// bridge), but only once the agent has closed the write gate and
@@ -197,7 +198,7 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 // buildV3 connects the v3 side, retrying until it answers or ctx ends, and
 // hands it to the switch.
 func (d *dualSides) buildV3(ctx context.Context, c *config, bcfg v3backend.Config, endpoints []string, lg *zap.Logger,
-	sw *cutover.Switch, v3reg *atomic.Pointer[prometheus.Registry]) {
+	sw *cutover.Switch, v3reg *atomic.Pointer[prometheus.Registry], parked func() int) {
 	backoff := time.Second
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		// A registry per attempt: a failed attempt may have registered
@@ -206,13 +207,14 @@ func (d *dualSides) buildV3(ctx context.Context, c *config, bcfg v3backend.Confi
 		dctx, cancel := context.WithTimeout(ctx, c.dialTimeout*time.Duration(len(endpoints))+time.Second)
 		br, err := server.New(dctx, server.Config{Backend: bcfg, Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
 			Members: d.mem.members(), Auth: d.auth.svc, EnablePprof: c.enablePprof, Logger: lg, Registry: reg, GRPCClientMetrics: true,
-			HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
+			DetachWatches: c.watchDetach, Parked: parked, HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
 				MaxConnections: c.maxConnections}})
 		cancel()
 		if err == nil {
 			v3reg.Store(reg)
 			d.v3.Store(br)
-			sw.SetV3(cutover.Backend{API: br.API, Probes: br.API.MetricsHandler(), Ready: br.Ready})
+			sw.SetV3(cutover.Backend{API: br.API, Probes: br.API.MetricsHandler(), Ready: br.Ready,
+				EndWatches: br.Backend.Hub().EndAll})
 			lg.Info("dual mode: the etcd v3 side is connected", zap.Strings("backend", endpoints), zap.Int("attempt", attempt))
 			if d.onV3 != nil {
 				d.onV3(br)

@@ -93,6 +93,15 @@ func (hs *httpServers) serve(l urlListener, h http.Handler) {
 	}()
 }
 
+// parked is the number of watches parked on the servers' listeners.
+func (hs *httpServers) parked() int {
+	n := 0
+	for _, l := range hs.listeners {
+		n += l.Parked()
+	}
+	return n
+}
+
 // shutdown lets the requests in flight finish within ctx, closes every
 // server and waits for their Serve goroutines.
 func (hs *httpServers) shutdown(ctx context.Context) error {
