@@ -684,14 +684,7 @@ func (w *clusterIDWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter
 
 func (s *Switch) writeV2Error(w http.ResponseWriter, st State, ve *translate.Error) {
 	s.setClusterID(w.Header(), st)
-	writeV2Error(w, ve)
-}
-
-func writeV2Error(w http.ResponseWriter, ve *translate.Error) {
-	w.Header().Set("X-Etcd-Index", strconv.FormatUint(ve.Index, 10))
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(ve.StatusCode())
-	_, _ = w.Write(ve.JSON())
+	ve.WriteResponse(w)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 )
 
 // v2 error codes, as numbered by etcd's v2error package.
@@ -96,6 +97,18 @@ func (e *Error) StatusCode() int {
 		return s
 	}
 	return http.StatusBadRequest
+}
+
+// WriteResponse answers with e as v2 does: its index in X-Etcd-Index, its
+// status and its JSON body. It returns the status.
+func (e *Error) WriteResponse(w http.ResponseWriter) int {
+	h := w.Header()
+	h.Set("X-Etcd-Index", strconv.FormatUint(e.Index, 10))
+	h.Set("Content-Type", "application/json")
+	code := e.StatusCode()
+	w.WriteHeader(code)
+	_, _ = w.Write(e.JSON())
+	return code
 }
 
 // JSON is the error body v2 writes, with its trailing newline.

@@ -229,11 +229,7 @@ func (p *Passthrough) note(h http.Header) {
 // writeError answers v2's error 300 (HTTP 500), which v2 clients retry on
 // their next endpoint.
 func (p *Passthrough) writeError(w http.ResponseWriter, err error) {
-	ve := translate.NewError(translate.EcodeRaftInternal, err.Error(), p.lastIndex.Load())
-	w.Header().Set("X-Etcd-Index", strconv.FormatUint(ve.Index, 10))
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(ve.StatusCode())
-	_, _ = w.Write(ve.JSON())
+	translate.NewError(translate.EcodeRaftInternal, err.Error(), p.lastIndex.Load()).WriteResponse(w)
 }
 
 // MetricsHandler serves only /metrics and the probes, for metrics listeners.

@@ -250,11 +250,7 @@ func writeError(w http.ResponseWriter, err error) int {
 	if !errors.As(err, &ve) {
 		ve = translate.NewError(translate.EcodeRaftInternal, err.Error(), 0)
 	}
-	w.Header().Add("X-Etcd-Index", strconv.FormatUint(ve.Index, 10))
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(ve.StatusCode())
-	_, _ = w.Write(ve.JSON())
-	return ve.StatusCode()
+	return ve.WriteResponse(w)
 }
 
 func setEventHeaders(w http.ResponseWriter, index uint64, meta Meta) {
