@@ -306,7 +306,7 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPut, http.MethodPost, http.MethodDelete:
 		s.serveWrite(w, r, st, b)
 	case http.MethodGet:
-		if isWatch(r) {
+		if translate.IsWatchRequest(r) {
 			s.serveWatch(w, r, st, b)
 			return
 		}
@@ -493,15 +493,6 @@ func (s *Switch) Watches() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.watches)
-}
-
-// isWatch is v2's rule: GET with wait=true, unless quorum=true (which makes
-// it a plain read).
-func isWatch(r *http.Request) bool {
-	q := r.URL.Query()
-	wait, _ := strconv.ParseBool(q.Get("wait"))
-	quorum, _ := strconv.ParseBool(q.Get("quorum"))
-	return wait && !quorum
 }
 
 func (s *Switch) readyz(w http.ResponseWriter) {

@@ -3,6 +3,7 @@
 package translate
 
 import (
+	"net/http"
 	"net/url"
 	"path"
 	"strconv"
@@ -138,6 +139,19 @@ func getUint64(form url.Values, key string) (uint64, error) {
 		return strconv.ParseUint(vals[0], 10, 64)
 	}
 	return 0, nil
+}
+
+// IsWatchRequest reports whether r is a v2 watch, as ParseRequest and
+// Request.IsWatch decide it before r is parsed: a GET of /v2/keys or a key
+// below it whose wait flag reads true and whose quorum flag does not (v2
+// serves wait=true&quorum=true as a plain read).
+func IsWatchRequest(r *http.Request) bool {
+	p := r.URL.Path
+	if r.Method != http.MethodGet || p != "/v2/keys" && !strings.HasPrefix(p, "/v2/keys/") {
+		return false
+	}
+	q := r.URL.Query()
+	return FlagSet(q, "wait") && !FlagSet(q, "quorum")
 }
 
 // FlagSet reports whether form sets the flag key true, as ParseRequest

@@ -3,7 +3,9 @@
 package translate
 
 import (
+	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -109,4 +111,38 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("key %q escapes the prefix", k)
 		}
 	})
+}
+
+// IsWatchRequest tells a watch from the raw request as ParseRequest and
+// Request.IsWatch decide it from the parsed one.
+func TestIsWatchRequest(t *testing.T) {
+	for _, c := range []struct {
+		method, target string
+		watch          bool
+	}{
+		{"GET", "/v2/keys/a?wait=true", true},
+		{"GET", "/v2/keys/a?wait=1&stream=true", true},
+		{"GET", "/v2/keys/a?wait=TRUE", true},
+		{"GET", "/v2/keys/a?wait=t&recursive=true&waitIndex=1", true},
+		{"GET", "/v2/keys?wait=true", true},
+		{"GET", "/v2/keys/a?wait=true&quorum=true", false}, // v2 serves a quorum wait as a plain GET
+		{"GET", "/v2/keys/a?wait=true&quorum=false", true},
+		{"GET", "/v2/keys/a", false},
+		{"GET", "/v2/keys/a?wait=false", false},
+		{"GET", "/v2/keys/a?wait=bogus", false},
+		{"HEAD", "/v2/keys/a?wait=true", false},
+		{"PUT", "/v2/keys/a?wait=true", false},
+		{"GET", "/v2/keysx?wait=true", false},
+		{"GET", "/v2/stats/store?wait=true", false},
+	} {
+		r := httptest.NewRequest(c.method, c.target, nil)
+		if got := IsWatchRequest(r); got != c.watch {
+			t.Errorf("%s %s: watch %v, want %v", c.method, c.target, got, c.watch)
+		}
+		if key, ok := strings.CutPrefix(r.URL.Path, "/v2/keys"); ok && (key == "" || key[0] == '/') {
+			if req, err := ParseRequest(c.method, key, r.URL.Query()); err == nil && req.IsWatch() != c.watch {
+				t.Errorf("%s %s: ParseRequest makes it a watch: %v", c.method, c.target, req.IsWatch())
+			}
+		}
+	}
 }

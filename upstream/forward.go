@@ -39,20 +39,6 @@ func forwarded(path string) bool {
 		path == "/version" || path == "/health"
 }
 
-// isWatch reports whether r is a v2 watch (wait=true on the keys), which
-// has no deadline of its own: the liveness of the upstream and the client
-// bound it. A quorum wait is not one: v2 serves wait=true&quorum=true as a
-// plain (linearizable) GET.
-func isWatch(r *http.Request) bool {
-	if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/v2/keys") {
-		return false
-	}
-	q := r.URL.Query()
-	wait, err := strconv.ParseBool(q.Get("wait"))
-	quorum, _ := strconv.ParseBool(q.Get("quorum"))
-	return err == nil && wait && !quorum
-}
-
 // LastIndex is the last X-Etcd-Index an upstream answered with (0: none
 // yet).
 func (p *Passthrough) LastIndex() uint64 { return p.lastIndex.Load() }
@@ -81,7 +67,9 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 		p.writeError(w, fmt.Errorf("v2 upstream %s unavailable", p.Upstream()))
 		return
 	}
-	watching := isWatch(r)
+	// A watch has no deadline of its own: the upstream's liveness and the
+	// client bound it.
+	watching := translate.IsWatchRequest(r)
 	sampled := !watching && p.cfg.Observer != nil && p.cfg.Observer.Sample(r)
 	parent := r.Context()
 	if !watching {

@@ -3,7 +3,6 @@
 package upstream
 
 import (
-	"net/http/httptest"
 	"testing"
 )
 
@@ -30,27 +29,6 @@ func TestWhatIsForwardedAndWhatIsAnsweredLocally(t *testing.T) {
 	} {
 		if got := forwarded(c.path); got != c.forwarded {
 			t.Errorf("forwarded(%q) = %v, want %v", c.path, got, c.forwarded)
-		}
-	}
-}
-
-func TestOnlyWaitingGetsOnTheKeysAreWatches(t *testing.T) {
-	for _, c := range []struct {
-		method, target string
-		watch          bool
-	}{
-		{"GET", "/v2/keys/a?wait=true", true},
-		{"GET", "/v2/keys/a?wait=1&stream=true", true},
-		{"GET", "/v2/keys/a?wait=true&quorum=true", false}, // v2 serves a quorum wait as a plain GET
-		{"GET", "/v2/keys/a?wait=true&quorum=false", true},
-		{"GET", "/v2/keys/a", false},
-		{"GET", "/v2/keys/a?wait=false", false},
-		{"GET", "/v2/keys/a?wait=bogus", false},
-		{"PUT", "/v2/keys/a?wait=true", false},
-		{"GET", "/v2/stats/store?wait=true", false},
-	} {
-		if got := isWatch(httptest.NewRequest(c.method, c.target, nil)); got != c.watch {
-			t.Errorf("%s %s: watch %v, want %v", c.method, c.target, got, c.watch)
 		}
 	}
 }

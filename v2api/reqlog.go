@@ -4,15 +4,16 @@ package v2api
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/v2bridge/v2bridge/translate"
 )
 
 // RequestLog wraps h to log every request at debug level: method, path,
-// status, duration and bytes; for a watch (wait=true) a line when it starts
+// status, duration and bytes; for a watch (translate.IsWatchRequest) a line when it starts
 // and one when it ends, with why it ended. Query strings and bodies are never
 // logged: they carry values (value=, prevValue=). When lg does not log debug
 // it returns h itself, so it costs nothing in production.
@@ -24,11 +25,11 @@ func RequestLog(h http.Handler, lg *zap.Logger) http.Handler {
 		start := time.Now()
 		rw := &loggingWriter{ResponseWriter: w}
 		q := r.URL.Query()
-		watch := strings.HasPrefix(r.URL.Path, "/v2/keys") && q.Get("wait") == "true"
+		watch := translate.IsWatchRequest(r)
 		fields := []zap.Field{zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr)}
 		if watch {
 			lg.Debug("watch started", append(fields, zap.String("waitIndex", q.Get("waitIndex")),
-				zap.Bool("recursive", q.Get("recursive") == "true"), zap.Bool("stream", q.Get("stream") == "true"))...)
+				zap.Bool("recursive", translate.FlagSet(q, "recursive")), zap.Bool("stream", translate.FlagSet(q, "stream")))...)
 			// A watch that detaches ends after the handler returns (and r's
 			// context with it: the reason comes from the detached side).
 			rw.onDetachedEnd = func(bytes int, gone bool) {
