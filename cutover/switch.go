@@ -3,11 +3,11 @@
 package cutover
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -525,18 +525,16 @@ func (s *Switch) statsSelf(w http.ResponseWriter, r *http.Request) {
 	if b == nil {
 		b = &s.cfg.Passthrough
 	}
-	rec := &captureWriter{header: http.Header{}}
+	rec := httptest.NewRecorder()
 	b.API.ServeHTTP(rec, r)
+	res := rec.Result()
 	var m map[string]any
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
-	if rec.status != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &m) != nil || m == nil {
-		for k, v := range rec.header {
+	if res.StatusCode != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &m) != nil || m == nil {
+		for k, v := range res.Header {
 			w.Header()[k] = v
 		}
-		w.WriteHeader(rec.status)
-		_, _ = w.Write(rec.body.Bytes())
+		w.WriteHeader(res.StatusCode)
+		_, _ = w.Write(rec.Body.Bytes())
 		return
 	}
 	mode := st.Mode
@@ -548,32 +546,12 @@ func (s *Switch) statsSelf(w http.ResponseWriter, r *http.Request) {
 	m["v2bridgeModeSince"] = since.UTC()
 	m["v2bridgeModeGeneration"] = st.Generation
 	m["v2bridgeWrites"] = st.Writes
-	for k, v := range rec.header {
+	for k, v := range res.Header {
 		if k != "Content-Length" {
 			w.Header()[k] = v
 		}
 	}
 	writeJSON(w, http.StatusOK, m)
-}
-
-// captureWriter keeps an answer to rewrite it.
-type captureWriter struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (c *captureWriter) Header() http.Header { return c.header }
-func (c *captureWriter) WriteHeader(code int) {
-	if c.status == 0 {
-		c.status = code
-	}
-}
-func (c *captureWriter) Write(p []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	return c.body.Write(p)
 }
 
 // MetricsHandler serves /metrics and the probes of the serving side, for

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path"
 	"strings"
@@ -283,15 +284,13 @@ func (s *Shadow) ask(ctx context.Context, q read) (*v2diff.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shadow request %s %s: %w", q.method, q.target(), err)
 	}
-	rec := &recorder{h: http.Header{}}
+	rec := httptest.NewRecorder()
 	s.api.ServeHTTP(rec, r)
 	if cctx.Err() != nil {
 		return nil, fmt.Errorf("asking the v3 side %s %s: %w", q.method, q.target(), cctx.Err())
 	}
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
-	resp := &v2diff.Response{Status: rec.status, Header: rec.h, Body: rec.body.Bytes()}
+	res := rec.Result()
+	resp := &v2diff.Response{Status: res.StatusCode, Header: res.Header, Body: rec.Body.Bytes()}
 	if q.method == http.MethodHead {
 		resp.Body = nil // an HTTP server sends no body to a HEAD
 	}
@@ -358,26 +357,4 @@ func (s *Shadow) report(method string, res result, kind, where string) {
 		}
 		ce.Write(zap.String("key", res.key), zap.String("kind", kind), zap.Strings("differences", ds))
 	}
-}
-
-// recorder is the http.ResponseWriter the v3 side answers into.
-type recorder struct {
-	h      http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.h }
-
-func (r *recorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.body.Write(b)
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
@@ -237,13 +238,13 @@ func sourceAuthEnabled(h http.Handler) func(context.Context) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		rec := &bodyRecorder{header: http.Header{}}
+		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)
 		var en struct {
 			Enabled *bool `json:"enabled"`
 		}
-		if rec.code != http.StatusOK || json.Unmarshal(rec.body, &en) != nil || en.Enabled == nil {
-			return false, &httpStatusError{code: rec.code}
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &en) != nil || en.Enabled == nil {
+			return false, &httpStatusError{code: rec.Code}
 		}
 		return *en.Enabled, nil
 	}
@@ -253,26 +254,4 @@ type httpStatusError struct{ code int }
 
 func (e *httpStatusError) Error() string {
 	return "GET /v2/auth/enable on the old server answered " + http.StatusText(e.code) + " without the flag"
-}
-
-// bodyRecorder keeps an answer made in-process.
-type bodyRecorder struct {
-	header http.Header
-	code   int
-	body   []byte
-}
-
-func (b *bodyRecorder) Header() http.Header { return b.header }
-func (b *bodyRecorder) WriteHeader(code int) {
-	if b.code == 0 {
-		b.code = code
-	}
-}
-
-func (b *bodyRecorder) Write(p []byte) (int, error) {
-	b.WriteHeader(http.StatusOK)
-	if len(b.body)+len(p) <= 1<<16 {
-		b.body = append(b.body, p...)
-	}
-	return len(p), nil
 }
