@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v2client"
 )
 
 // fakeOldServer answers what the commands ask an old v2 server: a quorum
@@ -239,16 +240,16 @@ func TestCaughtIsNoProofWhenTheCallerGivesUp(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer srv.Close()
-	src, err := NewSource([]string{srv.URL}, nil, "", 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	src.Quiet = time.Minute
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The caller gives up once the probe's watch has its headers.
-	src.hc.Transport = headersThen{src.hc.Transport, cancel}
+	c, err := v2client.New(v2client.Config{URLs: []string{srv.URL},
+		Transport: headersThen{http.DefaultTransport, cancel}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &Source{c: c, timeout: 5 * time.Second, Quiet: time.Minute}
+	defer src.Close()
 	ok, at, err := src.Caught(ctx, "/", 28)
 	if ok || err == nil {
 		t.Errorf("a probe its caller cancelled: caught %v at %d (%v); want an error", ok, at, err)

@@ -18,15 +18,13 @@ import (
 	"time"
 
 	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v2client"
 )
 
 // Source is the old v2 server, as the commands and the follower's progress
-// reporter reach it.
+// reporter reach it (through its v2client).
 type Source struct {
-	urls    []*url.URL
-	hc      *http.Client
-	user    string
-	pass    string
+	c       *v2client.Client
 	timeout time.Duration
 	// Quiet is how long a probe's watch must stay without an event to
 	// count as parked (a v2 server writes a history hit right after the
@@ -36,73 +34,25 @@ type Source struct {
 
 // NewSource reaches the old server at urls (the first that answers).
 func NewSource(urls []string, tlsc *tls.Config, user string, timeout time.Duration) (*Source, error) {
-	if len(urls) == 0 {
-		return nil, errors.New("no URL of the old v2 server")
-	}
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	s := &Source{hc: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsc, Proxy: nil,
-		ResponseHeaderTimeout: timeout}}, timeout: timeout, Quiet: time.Second}
-	for _, raw := range urls {
-		u, err := url.Parse(strings.TrimSuffix(raw, "/"))
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("bad URL of the old v2 server %q: want http://host:port", raw)
-		}
-		s.urls = append(s.urls, u)
+	c, err := v2client.New(v2client.Config{URLs: urls, TLS: tlsc, User: user, HeaderTimeout: timeout})
+	if err != nil {
+		return nil, err
 	}
-	if user != "" {
-		var ok bool
-		if s.user, s.pass, ok = strings.Cut(user, ":"); !ok {
-			return nil, errors.New("the old v2 server's user must be name:password")
-		}
-	}
-	return s, nil
+	return &Source{c: c, timeout: timeout, Quiet: time.Second}, nil
 }
 
 // String names the old server.
-func (s *Source) String() string {
-	var parts []string
-	for _, u := range s.urls {
-		parts = append(parts, u.String())
-	}
-	return strings.Join(parts, ",")
-}
+func (s *Source) String() string { return s.c.String() }
 
 // Close releases idle connections.
-func (s *Source) Close() { s.hc.CloseIdleConnections() }
+func (s *Source) Close() { s.c.Close() }
 
-// do sends one request to the first URL that answers.
+// do sends one request of the key p to the first URL that answers.
 func (s *Source) do(ctx context.Context, method, p string, q url.Values, body url.Values) (*http.Response, error) {
-	var errs []error
-	for _, base := range s.urls {
-		u := *base
-		u.Path += "/v2/keys" + p
-		u.RawQuery = q.Encode()
-		var rd io.Reader
-		if body != nil {
-			rd = strings.NewReader(body.Encode())
-		}
-		req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
-		if err != nil {
-			return nil, err
-		}
-		if body != nil {
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		}
-		if s.user != "" {
-			req.SetBasicAuth(s.user, s.pass)
-		}
-		resp, err := s.hc.Do(req)
-		if err == nil {
-			return resp, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		errs = append(errs, err)
-	}
-	return nil, fmt.Errorf("cannot reach the old v2 server %s: %w", s, errors.Join(errs...))
+	return s.c.Do(ctx, method, "/v2/keys"+p, q, body)
 }
 
 func headerIndex(h http.Header) (uint64, error) {

@@ -94,7 +94,7 @@ func (s *source) sourceAuth(ctx context.Context) (*auth.State, error) {
 			var name string
 			if json.Unmarshal(raw, &name) != nil {
 				if err := json.Unmarshal(raw, &r); err != nil {
-					return nil, fmt.Errorf("the v2 source %s: user %q: bad role %s", s.base, u.User, raw)
+					return nil, fmt.Errorf("the v2 source %s: user %q: bad role %s", s, u.User, raw)
 				}
 				name = r.Role
 			}
@@ -108,11 +108,9 @@ func (s *source) sourceAuth(ctx context.Context) (*auth.State, error) {
 // authGet reads /v2/auth/what into v; found is false when the source
 // serves no auth API (404).
 func (s *source) authGet(ctx context.Context, what string, v any) (found bool, err error) {
-	u := *s.base
-	u.Path = strings.TrimRight(s.base.Path, "/") + "/v2/auth/" + what
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	resp, body, err := s.do(ctx, s.hc, u.String())
+	resp, body, err := s.do(ctx, "/v2/auth/"+what, nil)
 	if err != nil {
 		return false, err
 	}
@@ -121,13 +119,13 @@ func (s *source) authGet(ctx context.Context, what string, v any) (found bool, e
 		return false, nil
 	case resp.StatusCode == http.StatusUnauthorized:
 		return false, fmt.Errorf("the v2 source %s refused to list its auth data (GET /v2/auth/%s: %s): "+
-			"pass --from-user root:PASSWORD", s.base, what, strings.TrimSpace(string(body)))
+			"pass --from-user root:PASSWORD", s, what, strings.TrimSpace(string(body)))
 	case resp.StatusCode != http.StatusOK:
-		return false, fmt.Errorf("the v2 source %s: GET /v2/auth/%s answered %s: %s", s.base, what, resp.Status,
+		return false, fmt.Errorf("the v2 source %s: GET /v2/auth/%s answered %s: %s", s, what, resp.Status,
 			strings.TrimSpace(string(body)))
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return false, fmt.Errorf("the v2 source %s: GET /v2/auth/%s: %w", s.base, what, err)
+		return false, fmt.Errorf("the v2 source %s: GET /v2/auth/%s: %w", s, what, err)
 	}
 	return true, nil
 }
@@ -155,7 +153,8 @@ func CopyAuth(ctx context.Context, o Options) (*AuthSummary, error) {
 		return nil, err
 	}
 	defer src.close()
-	return copyAuth(ctx, o, src, src.pass)
+	_, pass := src.c.User()
+	return copyAuth(ctx, o, src, pass)
 }
 
 // VerifyAuth compares the source's auth data with the bridges': the flag,
@@ -256,7 +255,8 @@ func copyAuth(ctx context.Context, o Options, src *source, pass string) (*AuthSu
 	if err != nil {
 		return nil, err
 	}
-	want := planAuth(from, cur, src.user, pass, o.HashCost)
+	user, _ := src.c.User()
+	want := planAuth(from, cur, user, pass, o.HashCost)
 	sum := &AuthSummary{Enabled: from.Enabled, Users: sortedKeys(from.Users), Roles: sortedKeys(from.Roles),
 		UnknownPasswords: unknownPasswords(want), DryRun: o.DryRun}
 	if len(authDiff(want, cur, true)) == 0 {

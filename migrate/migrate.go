@@ -28,7 +28,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -45,8 +44,6 @@ type Options struct {
 	// FromPrefix is the v2 directory (or file) to migrate; default "/".
 	// Nodes keep their v2 paths on the bridge.
 	FromPrefix string
-	// HTTPClient talks to the source (default: a client using SourceTLS).
-	HTTPClient *http.Client
 	SourceTLS  *tls.Config
 	// SourceUser is "name:password" for a v2 server with auth enabled.
 	SourceUser string

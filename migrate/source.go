@@ -18,10 +18,11 @@ import (
 	"time"
 
 	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v2client"
 )
 
 // ErrUnreachable matches (errors.Is) errors about a source that does not answer.
-var ErrUnreachable = errors.New("the v2 source is unreachable")
+var ErrUnreachable = v2client.ErrUnreachable
 
 // ErrNoV2API matches (errors.Is) errors about a source URL that answers HTTP
 // but does not serve the etcd v2 keys API.
@@ -36,82 +37,39 @@ type sourceError struct {
 func (e *sourceError) Error() string        { return e.msg }
 func (e *sourceError) Is(target error) bool { return target == e.kind }
 
-func unreachable(format string, args ...any) error {
-	return &sourceError{kind: ErrUnreachable, msg: fmt.Sprintf(format, args...)}
-}
-
-// source talks plain HTTP to a running v2 server, as any v2 client would.
+// source is what the migration asks of a running v2 server, through its
+// v2client.
 type source struct {
-	base       *url.URL
-	hc         *http.Client    // bounded requests
-	wc         *http.Client    // watches: bounded by their context only
-	own        *http.Transport // closed by close when the source made it
-	user, pass string
-	timeout    time.Duration
+	c       *v2client.Client
+	timeout time.Duration // of each request but watches
 }
 
 // close drops the connections to the source this process keeps open.
-func (s *source) close() {
-	if s.own != nil {
-		s.own.CloseIdleConnections()
-	}
-}
+func (s *source) close() { s.c.Close() }
 
 func newSource(o *Options) (*source, error) {
 	if o.From == "" {
 		return nil, errors.New("no source URL (--from)")
 	}
-	u, err := url.Parse(strings.TrimRight(o.From, "/"))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("bad source URL %q: want http(s)://host:port", o.From)
+	c, err := v2client.New(v2client.Config{URLs: []string{o.From}, TLS: o.SourceTLS, User: o.SourceUser})
+	if err != nil {
+		return nil, err
 	}
-	hc := o.HTTPClient
-	var own *http.Transport
-	if hc == nil {
-		own = &http.Transport{
-			Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
-			TLSClientConfig: o.SourceTLS,
-		}
-		hc = &http.Client{Transport: own}
-	}
-	wc := *hc
-	wc.Timeout = 0
-	s := &source{base: u, hc: hc, wc: &wc, own: own, timeout: o.SourceTimeout}
+	s := &source{c: c, timeout: o.SourceTimeout}
 	if s.timeout == 0 {
 		s.timeout = 2 * time.Minute
-	}
-	if o.SourceUser != "" {
-		s.user, s.pass, _ = strings.Cut(o.SourceUser, ":")
 	}
 	return s, nil
 }
 
-func (s *source) keyURL(p string, q url.Values) string {
-	u := *s.base
-	u.Path = strings.TrimRight(s.base.Path, "/") + "/v2/keys" + p
-	u.RawPath = ""
-	u.RawQuery = q.Encode()
-	return u.String()
-}
+func (s *source) String() string { return s.c.String() }
 
-func (s *source) String() string { return s.base.String() }
-
-// do sends a GET and returns the response with its body read, or an error
-// naming what is wrong with the source.
-func (s *source) do(ctx context.Context, hc *http.Client, u string) (*http.Response, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+// do sends a GET of the API path p with query q and returns the response
+// with its body read, or an error naming what is wrong with the source.
+func (s *source) do(ctx context.Context, p string, q url.Values) (*http.Response, []byte, error) {
+	resp, err := s.c.Do(ctx, http.MethodGet, p, q, nil)
 	if err != nil {
 		return nil, nil, err
-	}
-	if s.user != "" {
-		req.SetBasicAuth(s.user, s.pass)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		return nil, nil, unreachable("cannot reach the v2 source %s: %v", s.base, unwrapURLError(err))
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
@@ -119,29 +77,21 @@ func (s *source) do(ctx context.Context, hc *http.Client, u string) (*http.Respo
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		return nil, nil, unreachable("reading the answer of the v2 source %s: %v", s.base, err)
+		return nil, nil, v2client.Unreachable("reading the answer of the v2 source %s: %v", s, err)
 	}
 	return resp, body, nil
 }
 
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
 // decode interprets a /v2/keys answer: an event, a v2 error, or proof that
 // the URL serves something else.
-func (s *source) decode(u string, resp *http.Response, body []byte) (*translate.Event, uint64, error) {
+func (s *source) decode(p string, resp *http.Response, body []byte) (*translate.Event, uint64, error) {
 	idx, idxErr := strconv.ParseUint(resp.Header.Get("X-Etcd-Index"), 10, 64)
 	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
 	if isJSON && resp.StatusCode >= 400 {
 		var ve translate.Error
 		if json.Unmarshal(body, &ve) == nil && ve.Code != 0 {
 			if ve.Code == translate.EcodeUnauthorized {
-				return nil, 0, fmt.Errorf("the v2 source %s refused the request: %v (pass --from-user name:password)", s.base, &ve)
+				return nil, 0, fmt.Errorf("the v2 source %s refused the request: %v (pass --from-user name:password)", s, &ve)
 			}
 			return nil, idx, &ve
 		}
@@ -162,7 +112,7 @@ func (s *source) decode(u string, resp *http.Response, body []byte) (*translate.
 	return nil, 0, &sourceError{kind: ErrNoV2API, msg: fmt.Sprintf(
 		"%s does not serve the etcd v2 keys API: GET %s answered %s %q; the source must be an etcd v2 server "+
 			"(etcd 3.4/3.5 started with --enable-v2=true, or etcd 2.x); etcd 3.6 and later have no v2 API",
-		s.base, strings.SplitN(u, "?", 2)[0], resp.Status, snippet)}
+		s, p, resp.Status, snippet)}
 }
 
 // get reads p from the source: recursive, sorted and through quorum, so the
@@ -173,20 +123,20 @@ func (s *source) get(ctx context.Context, p string, recursive bool) (*translate.
 	if recursive {
 		q.Set("recursive", "true")
 	}
-	u := s.keyURL(p, q)
+	kp := "/v2/keys" + p
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	resp, body, err := s.do(ctx, s.hc, u)
+	resp, body, err := s.do(ctx, kp, q)
 	if err != nil {
 		return nil, 0, err
 	}
-	ev, idx, err := s.decode(u, resp, body)
+	ev, idx, err := s.decode(kp, resp, body)
 	var ve *translate.Error
 	if errors.As(err, &ve) && ve.Code == translate.EcodeKeyNotFound {
 		return nil, ve.Index, nil
 	}
 	if err == nil && ev == nil {
-		return nil, 0, &sourceError{kind: ErrNoV2API, msg: fmt.Sprintf("%s does not serve the etcd v2 keys API: GET %s answered an empty body", s.base, u)}
+		return nil, 0, &sourceError{kind: ErrNoV2API, msg: fmt.Sprintf("%s does not serve the etcd v2 keys API: GET %s answered an empty body", s, kp)}
 	}
 	if err != nil {
 		return nil, 0, err
@@ -198,12 +148,12 @@ func (s *source) get(ctx context.Context, p string, recursive bool) (*translate.
 // (nil, nil) means the server ended the watch without one: ask again.
 func (s *source) watch(ctx context.Context, root string, waitIndex uint64) (*translate.Event, error) {
 	q := url.Values{"wait": {"true"}, "recursive": {"true"}, "waitIndex": {strconv.FormatUint(waitIndex, 10)}}
-	u := s.keyURL(root, q)
-	resp, body, err := s.do(ctx, s.wc, u)
+	kp := "/v2/keys" + root
+	resp, body, err := s.do(ctx, kp, q)
 	if err != nil {
 		return nil, err
 	}
-	ev, _, err := s.decode(u, resp, body)
+	ev, _, err := s.decode(kp, resp, body)
 	return ev, err
 }
 
@@ -224,20 +174,10 @@ type eventStream struct {
 func (s *source) stream(ctx context.Context, root string, waitIndex uint64) (*eventStream, error) {
 	q := url.Values{"wait": {"true"}, "recursive": {"true"}, "stream": {"true"},
 		"waitIndex": {strconv.FormatUint(waitIndex, 10)}}
-	u := s.keyURL(root, q)
-	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	kp := "/v2/keys" + root
+	resp, err := s.c.Do(ctx, http.MethodGet, kp, q, nil)
 	if err != nil {
 		return nil, err
-	}
-	if s.user != "" {
-		req.SetBasicAuth(s.user, s.pass)
-	}
-	resp, err := s.wc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, unreachable("cannot reach the v2 source %s: %v", s.base, unwrapURLError(err))
 	}
 	idx, idxErr := strconv.ParseUint(resp.Header.Get("X-Etcd-Index"), 10, 64)
 	if resp.StatusCode != http.StatusOK || idxErr != nil ||
@@ -248,11 +188,11 @@ func (s *source) stream(ctx context.Context, root string, waitIndex uint64) (*ev
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, unreachable("reading the answer of the v2 source %s: %v", s.base, err)
+			return nil, v2client.Unreachable("reading the answer of the v2 source %s: %v", s, err)
 		}
-		_, _, err = s.decode(u, resp, body)
+		_, _, err = s.decode(kp, resp, body)
 		if err == nil { // an event in a non-200 answer: not a stream
-			err = unreachable("the v2 source %s answered a stream watch with %s", s.base, resp.Status)
+			err = v2client.Unreachable("the v2 source %s answered a stream watch with %s", s, resp.Status)
 		}
 		return nil, err
 	}
