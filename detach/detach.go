@@ -316,7 +316,7 @@ func Park(w http.ResponseWriter, r *http.Request, wait func(gone <-chan struct{}
 	// What net/http read past r is the client's next request: it is
 	// given back to net/http with the connection, ahead of the socket.
 	if n := rw.Reader.Buffered(); n > 0 {
-		b, _ := rw.Reader.Peek(n)
+		b, _ := rw.Peek(n)
 		p.pending = append(p.pending, b...)
 	}
 	if pc, ok := c.(*prefixConn); ok {
