@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -219,6 +220,13 @@ func TestBridgeServingEverythingRefusesAnotherTenantsCluster(t *testing.T) {
 	})
 	if r := do(t, "GET", url, "/v2/keys/registry/pods/default/pod-00000", nil); r.status != 200 {
 		t.Errorf("serving / by name: %d %s", r.status, r.body)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM) // its log is read once it has exited
+	select {
+	case err := <-p.done:
+		p.done <- err
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit on SIGTERM")
 	}
 	logs := p.logs.String()
 	if n := strings.Count(logs, "serving the whole key space (--serve-prefix /)"); n != 1 ||

@@ -396,6 +396,7 @@ func TestRealClientsThroughAScopedBridgeBesideAChurningRegistry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		from := last
 		pctx, stop := context.WithCancel(ctx)
 		pyOut := make(chan string, 8)
 		var wg sync.WaitGroup
@@ -407,7 +408,7 @@ import etcd
 c = etcd.Client(host="127.0.0.1", port=%s, protocol="http")
 for r in c.eternal_watch("%s", index=%d, recursive=True):
     print(r.action, r.key, r.modifiedIndex, flush=True)
-`, port, subnets, last+1)
+`, port, subnets, from+1)
 			_ = lines(pctx, exec.CommandContext(pctx, py, "-c", script), func(l string) { pyOut <- l })
 			close(pyOut)
 		}()
