@@ -24,7 +24,7 @@ import (
 )
 
 func main() {
-	run := flag.String("run", "", "run only the mutation of this name")
+	run := flag.String("run", "", "run only the mutation of this name, or those whose names match this regular expression")
 	results := flag.String("results", "", "also write the table to this file (Markdown)")
 	timeout := flag.Duration("timeout", 90*time.Second, "go test -timeout of each run; a run that hits it counts as caught by timeout")
 	baseline := flag.Bool("baseline", true, "first run each test command on the unmutated tree (it must pass)")
@@ -35,7 +35,7 @@ func main() {
 		os.Exit(2)
 	}
 	if *test != "" && *run == "" {
-		fmt.Fprintln(os.Stderr, "mutate: -test needs -run")
+		fmt.Fprintln(os.Stderr, "mutate: -test needs -run naming one mutation")
 		os.Exit(2)
 	}
 	code, err := mutate(os.Stdout, *run, *test, *results, *timeout, *baseline)
@@ -51,20 +51,15 @@ func mutate(out io.Writer, name, test, results string, timeout time.Duration, ba
 	if _, err := os.Stat("go.mod"); err != nil {
 		return 2, errors.New("run from the module root (make mutate)")
 	}
-	ms := mutations
-	if name != "" {
-		ms = nil
-		for _, m := range mutations {
-			if m.Name == name {
-				ms = append(ms, m)
-			}
+	ms, err := selectMutations(name)
+	if err != nil {
+		return 2, err
+	}
+	if test != "" {
+		if len(ms) != 1 {
+			return 2, fmt.Errorf("-test needs -run to name one mutation; %q names %d", name, len(ms))
 		}
-		if len(ms) == 0 {
-			return 2, fmt.Errorf("no mutation named %q", name)
-		}
-		if test != "" {
-			ms[0].Test = test
-		}
+		ms[0].Test = test
 	}
 	for _, m := range ms {
 		if _, err := m.apply("."); err != nil {
@@ -128,6 +123,34 @@ func mutate(out io.Writer, name, test, results string, timeout time.Duration, ba
 		return 1, fmt.Errorf("%d of %d mutations not caught", survived, len(rows))
 	}
 	return 0, nil
+}
+
+// selectMutations is the mutations name selects: all when empty, else the
+// one of that name, else those whose names match it as a regular
+// expression (MUTATE='^shadow-' runs a package's).
+func selectMutations(name string) ([]Mutation, error) {
+	if name == "" {
+		return mutations, nil
+	}
+	for _, m := range mutations {
+		if m.Name == name {
+			return []Mutation{m}, nil
+		}
+	}
+	re, err := regexp.Compile(name)
+	if err != nil {
+		return nil, fmt.Errorf("no mutation named %q, nor a regular expression: %w", name, err)
+	}
+	var ms []Mutation
+	for _, m := range mutations {
+		if re.MatchString(m.Name) {
+			ms = append(ms, m)
+		}
+	}
+	if len(ms) == 0 {
+		return nil, fmt.Errorf("no mutation named or matching %q", name)
+	}
+	return ms, nil
 }
 
 const resultsHeader = "# make mutate: the last full run\n\n" +
