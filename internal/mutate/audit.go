@@ -31,4 +31,26 @@ var auditMutations = []Mutation{
 		Replace: "\t\tif err != nil {\n\t\t} else {",
 		Test:    "go test -short -count=1 -run ^TestFailedAcceptsGiveBackTheirPlace$ ./detach/",
 	},
+	// v3backend: the mirror's reload and rewrites, expired leases' records.
+	{
+		Name: "mirror-reload-created-index-only-if-unchanged", File: "v3backend/mirror.go",
+		What: "a reload shows a key created in a several-event revision, changed while the mirror was invalid, with its revision's createdIndex",
+		Find: "\t\t\tif mk.ModRevision == kv.ModRevision {\n\t\t\t\tkv.ModIndex = mk.ModIndex\n\t\t\t}\n" +
+			"\t\t\tif mk.CreateRevision == kv.CreateRevision {\n\t\t\t\tkv.CreateIndex = mk.CreateIndex\n\t\t\t}\n\t\t}\n\t\treturn true",
+		Replace: "\t\t\tif mk.ModRevision == kv.ModRevision {\n\t\t\t\tkv.ModIndex = mk.ModIndex\n" +
+			"\t\t\t\tif mk.CreateRevision == kv.CreateRevision {\n\t\t\t\t\tkv.CreateIndex = mk.CreateIndex\n\t\t\t\t}\n\t\t\t}\n\t\t}\n\t\treturn true",
+		Test: "go test -short -count=1 -run ^TestMirrorReloadKeepsEveryKeysIndexes$ ./v3backend/",
+	},
+	{
+		Name: "mirror-rewrite-forgets-created-index", File: "v3backend/mirror.go",
+		What: "a key created in a several-event revision, then rewritten, reads with its revision's createdIndex",
+		Find: "old.CreateRevision == kv.CreateRevision && kv.CreateIndex == 0 {", Replace: "false {",
+		Test: "go test -short -count=1 -run ^TestMirrorReloadKeepsEveryKeysIndexes$ ./v3backend/",
+	},
+	{
+		Name: "expired-lease-record-at-wrong-rev-unit", File: "v3backend/leases.go",
+		What: "(make unit) an expired lease's record is looked up at the expiry's revision, where it is gone",
+		Find: "b.goneLeaseRecords(ctx, s, gone, rev-1, out)", Replace: "b.goneLeaseRecords(ctx, s, gone, rev, out)",
+		Test: "go test -short -count=1 -run ^TestAnExpiredLeasesRecordIsReadAsOfTheRevisionBefore$ ./v3backend/",
+	},
 }
