@@ -53,4 +53,35 @@ var auditMutations = []Mutation{
 		Find: "b.goneLeaseRecords(ctx, s, gone, rev-1, out)", Replace: "b.goneLeaseRecords(ctx, s, gone, rev, out)",
 		Test: "go test -short -count=1 -run ^TestAnExpiredLeasesRecordIsReadAsOfTheRevisionBefore$ ./v3backend/",
 	},
+	// cutover: the member list's filters and the registrations they read.
+	{
+		Name: "members-other-serve-prefix-listed", File: "cutover/members.go",
+		What: "/v2/members lists bridges of another --serve-prefix, which answer \"Key not found\"",
+		Find: "g.DataPrefix != l.cfg.DataPrefix || g.Served() != served ||", Replace: "g.DataPrefix != l.cfg.DataPrefix || served == \"\" ||",
+		Test: "go test -short -count=1 -run ^TestMembersListOnlyBridgesOfTheSameKeySpace$ ./cutover/",
+	},
+	{
+		Name: "members-other-data-prefix-listed", File: "cutover/members.go",
+		What: "/v2/members lists bridges of another --data-prefix",
+		Find: "g.DataPrefix != l.cfg.DataPrefix || g.Served() != served ||", Replace: "g.Served() != served ||",
+		Test: "go test -short -count=1 -run ^TestMembersListOnlyBridgesOfTheSameKeySpace$ ./cutover/",
+	},
+	{
+		Name: "members-served-not-normalised", File: "cutover/members.go",
+		What: "a bridge started with --serve-prefix \"\" does not list those with \"/\" (both: everything)",
+		Find: "served := Registration{Prefix: l.cfg.Prefix}.Served()", Replace: "served := l.cfg.Prefix",
+		Test: "go test -short -count=1 -run ^TestMembersListOnlyBridgesOfTheSameKeySpace$ ./cutover/",
+	},
+	{
+		Name: "registrar-omits-serve-prefix", File: "cutover/members.go",
+		What: "a v3-mode bridge registers without its --serve-prefix, so it is listed as serving everything",
+		Find: "DataPrefix: cfg.DataPrefix, Prefix: cfg.Prefix, Static: true}", Replace: "DataPrefix: cfg.DataPrefix, Static: true}",
+		Test: "go test -short -count=1 -run ^TestMembersListOnlyBridgesOfTheSameKeySpace$ ./cutover/",
+	},
+	{
+		Name: "agent-omits-serve-prefix", File: "cutover/agent.go",
+		What: "a dual-mode bridge registers without its --serve-prefix, so it is listed as serving everything",
+		Find: "OnlySelf: cfg.OnlySelf, Prefix: cfg.Prefix}}", Replace: "OnlySelf: cfg.OnlySelf}}",
+		Test: "go test -short -count=1 -run ^TestMembersListOnlyBridgesOfTheSameKeySpace$ ./cutover/",
+	},
 }
