@@ -84,4 +84,23 @@ var auditMutations = []Mutation{
 		Find: "OnlySelf: cfg.OnlySelf, Prefix: cfg.Prefix}}", Replace: "OnlySelf: cfg.OnlySelf}}",
 		Test: "go test -short -count=1 -run ^TestMembersListOnlyBridgesOfTheSameKeySpace$ ./cutover/",
 	},
+	// migrate: the follow loop's per-key order.
+	{
+		Name: "follow-held-event-jumps-its-key", File: "migrate/follow.go",
+		What: "migrate --follow starts a held event when any slot frees, while an earlier event on its key is in flight",
+		Find: "if held != nil && !pl.blocked(held.Node.Key) {", Replace: "if held != nil {",
+		Test: "go test -count=1 -run ^TestFollowAppliesEachKeysEventsInOrder$ ./migrate/",
+	},
+	{
+		Name: "follow-parent-not-held-by-child", File: "migrate/follow.go",
+		What: "migrate --follow deletes a directory while a write below it is in flight",
+		Find: "if under(k, key) || under(key, k) {", Replace: "if under(key, k) {",
+		Test: "go test -count=1 -run ^TestFollowAppliesEachKeysEventsInOrder$ ./migrate/",
+	},
+	{
+		Name: "follow-child-not-held-by-parent", File: "migrate/follow.go",
+		What: "migrate --follow writes below a directory while its delete is in flight",
+		Find: "if under(k, key) || under(key, k) {", Replace: "if under(k, key) {",
+		Test: "go test -count=1 -run ^TestFollowAppliesEachKeysEventsInOrder$ ./migrate/",
+	},
 }
