@@ -232,6 +232,11 @@ func runTest(goCmd, command, overlay string, timeout time.Duration) testRun {
 	cmd := exec.CommandContext(ctx, goCmd, args...) //nolint:gosec // G204: the commands are the list's own
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	cmd.WaitDelay = 10 * time.Second
+	if overlay != "" {
+		// Also for the go commands the tests run: the integration tests
+		// build the bridge binary, which must carry the bug too.
+		cmd.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -overlay="+overlay))
+	}
 	start := time.Now()
 	err = cmd.Run()
 	r := testRun{output: buf.Bytes(), took: time.Since(start)}
