@@ -115,7 +115,7 @@ func mutate(out io.Writer, name, test, results string, timeout time.Duration, ba
 	table := render(rows, start, time.Since(start))
 	_, _ = io.WriteString(out, table)
 	if results != "" {
-		if err := os.WriteFile(results, []byte(resultsHeader+table), 0o600); err != nil {
+		if err := os.WriteFile(results, []byte(resultsHeader+table+keptSection(results)), 0o600); err != nil {
 			return 2, err
 		}
 	}
@@ -156,6 +156,23 @@ func selectMutations(name string) ([]Mutation, error) {
 const resultsHeader = "# make mutate: the last full run\n\n" +
 	"Written by `make mutate` (the list is in `mutations.go`). Each row is one bug planted in one file, the\n" +
 	"tests that should catch it, and the test that did.\n\n"
+
+// leftOut heads RESULTS.md's hand-written section on the bugs planted and
+// left out of the list (each with why it is harmless), which a full run
+// keeps.
+const leftOut = "\n## Planted and left out of the list\n"
+
+// keptSection is the section of the results file from leftOut on, if any.
+func keptSection(results string) string {
+	b, err := os.ReadFile(results) //nolint:gosec // G304: the results file named on the command line
+	if err != nil {
+		return ""
+	}
+	if i := bytes.Index(b, []byte(leftOut)); i >= 0 {
+		return string(b[i:])
+	}
+	return ""
+}
 
 // apply returns the content of m's file with the mutation made; the text to
 // find must occur exactly once.
@@ -310,6 +327,7 @@ func render(rows []row, start time.Time, total time.Duration) string {
 	}
 	fmt.Fprintf(&b, "%s: %d of %d mutations caught in %s.\n\n", start.UTC().Format("2006-01-02 15:04 MST"), n, len(rows),
 		total.Round(time.Second))
+	b.WriteString(byPackage(rows))
 	b.WriteString("| mutation | file | what | result | caught by | time |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		c := r.catcher
@@ -319,5 +337,34 @@ func render(rows []row, start time.Time, total time.Duration) string {
 		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s |\n", r.m.Name, r.m.File, r.m.What, r.result, c,
 			r.took.Round(100*time.Millisecond))
 	}
+	return b.String()
+}
+
+// byPackage is the table of how many mutations each package (a file's
+// directory) had, and how many were caught.
+func byPackage(rows []row) string {
+	type count struct{ n, caught int }
+	counts := map[string]*count{}
+	var pkgs []string
+	for _, r := range rows {
+		pkg := filepath.Dir(r.m.File)
+		c := counts[pkg]
+		if c == nil {
+			c = &count{}
+			counts[pkg] = c
+			pkgs = append(pkgs, pkg)
+		}
+		c.n++
+		if r.result == caught || r.result == caughtByTimeout {
+			c.caught++
+		}
+	}
+	slices.Sort(pkgs)
+	var b strings.Builder
+	b.WriteString("| package | mutations | caught |\n|---|---|---|\n")
+	for _, p := range pkgs {
+		fmt.Fprintf(&b, "| `%s` | %d | %d |\n", p, counts[p].n, counts[p].caught)
+	}
+	b.WriteString("\n")
 	return b.String()
 }
