@@ -77,3 +77,50 @@ func TestMirrorReloadKeepsEveryKeysIndexes(t *testing.T) {
 		`{"action":"delete","node":{"key":"/d/y","modifiedIndex":12000000,"createdIndex":3999999},`+
 			`"prevNode":{"key":"/d/y","value":"y3","modifiedIndex":10000000,"createdIndex":3999999}}`)
 }
+
+// TestMirrorResumesOnlyRightAfterItsRevision: a feed may keep an
+// invalidated mirror only if it starts right after the mirror's revision;
+// one that starts later would leave the revisions between out of the copy,
+// and one that starts at or before it would apply a revision twice.
+func TestMirrorResumesOnlyRightAfterItsRevision(t *testing.T) {
+	mt := newMirrorUnderTest(t, 10)
+	l := mt.m.layout
+	mt.feed(11, put(l.DataKey("/a"), "1", 11, 11, 0))
+	lo, hi := l.WatchRange()
+	for _, from := range []int64{13, 11, 10} {
+		mt.m.invalidate()
+		if mt.m.resume(from) {
+			t.Fatalf("a mirror at revision 11 resumed a feed from %d", from)
+		}
+		if _, _, ok := mt.m.read([]translate.Read{{Key: lo, End: hi}}, false); ok {
+			t.Fatalf("after a refused resume from %d, the mirror answered a read", from)
+		}
+	}
+	if !mt.m.resume(12) {
+		t.Fatal("a mirror at revision 11 did not resume a feed from 12")
+	}
+	mt.wantGet("/a", false, `{"action":"get","node":{"key":"/a","value":"1","modifiedIndex":11000000,"createdIndex":11000000}}`, 11)
+}
+
+// TestMirrorKeepsADirectorysIndexInARevisionOfSeveral: a directory made in
+// a revision of several events (a batch of journaled writes, decoded record
+// by record) reads with its own event's index, as does the file beside it
+// and a directory the file's write made above it.
+func TestMirrorKeepsADirectorysIndexInARevisionOfSeveral(t *testing.T) {
+	mt := newMirrorUnderTest(t, 4)
+	l := mt.m.layout
+	evs := []translate.V3Event{put(l.MarkerKey("/m"), "", 5, 5, 0), put(l.MarkerKey("/p"), "", 5, 5, 0),
+		put(l.DataKey("/p/f"), "f", 5, 5, 0), put(l.DataKey("/g"), "g", 5, 5, 0)}
+	f, g := "f", "g"
+	decoded := []*translate.Event{
+		{Action: translate.ActionCreate, Node: &translate.Node{Key: "/m", Dir: true, ModifiedIndex: 4999998, CreatedIndex: 4999998}},
+		{Action: translate.ActionCreate, Node: &translate.Node{Key: "/p/f", Value: &f, ModifiedIndex: 4999999, CreatedIndex: 4999999}},
+		{Action: translate.ActionCreate, Node: &translate.Node{Key: "/g", Value: &g, ModifiedIndex: 5000000, CreatedIndex: 5000000}},
+	}
+	mt.m.apply(5, evs, decoded)
+	mt.wantGet("/", true, `{"action":"get","node":{"dir":true,"nodes":[`+
+		`{"key":"/g","value":"g","modifiedIndex":5000000,"createdIndex":5000000},`+
+		`{"key":"/m","dir":true,"modifiedIndex":4999998,"createdIndex":4999998},`+
+		`{"key":"/p","dir":true,"nodes":[{"key":"/p/f","value":"f","modifiedIndex":4999999,"createdIndex":4999999}],`+
+		`"modifiedIndex":4999999,"createdIndex":4999999}]}}`, 5)
+}
