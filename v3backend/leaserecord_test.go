@@ -6,6 +6,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,5 +127,41 @@ func TestAnExpiredLeasesRecordIsReadAsOfTheRevisionBefore(t *testing.T) {
 				t.Fatalf("revision %d decoded to\n%s\nsweeps %v; want\n%s", c.rev, got, sweeps, c.want)
 			}
 		})
+	}
+}
+
+// keptAliveLeases is a Lease API whose one lease a v3 client keeps alive:
+// each TimeToLive answers a longer TTL than the one before.
+type keptAliveLeases struct {
+	clientv3.Lease
+	ttl atomic.Int64
+}
+
+func (k *keptAliveLeases) TimeToLive(context.Context, clientv3.LeaseID, ...clientv3.LeaseOption) (*clientv3.LeaseTimeToLiveResponse, error) {
+	return &clientv3.LeaseTimeToLiveResponse{TTL: k.ttl.Add(100)}, nil
+}
+
+// TestAV3ClientsLeaseIsAskedAgainAfterABriefTrust: a key on a lease a v3
+// client keeps alive shows an expiration the bridge asked etcd for, trusted
+// for a second at most: later reads show the one the keep-alives moved.
+func TestAV3ClientsLeaseIsAskedAgainAfterABriefTrust(t *testing.T) {
+	l, err := translate.NewLayout("", "_v2bridge/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = 0x5678
+	leases := &keptAliveLeases{}
+	b := &Backend{layout: l, leases: newLeaseCache(), lg: zap.NewNop(), metrics: newMetrics(prometheus.NewRegistry())}
+	s := &session{cli: &clientv3.Client{KV: &historyKV{head: 12}, Lease: leases}, ctx: context.Background()}
+	asked := time.Now()
+	first := b.resolveLeases(context.Background(), s, []int64{id})
+	again := b.resolveLeases(context.Background(), s, []int64{id})
+	if !again[id].Equal(first[id]) && time.Since(asked) < nativeLeaseTrust {
+		t.Fatalf("asked again at once, the expiration moved from %v to %v: not taken from the cache", first[id], again[id])
+	}
+	time.Sleep(nativeLeaseTrust + 100*time.Millisecond) // past the trust, whatever the machine's load
+	later := b.resolveLeases(context.Background(), s, []int64{id})
+	if got := later[id].Sub(first[id]); got < 100*time.Second {
+		t.Fatalf("after %v, the expiration moved by %v, want by the keep-alives' 100 s or more", nativeLeaseTrust, got)
 	}
 }
