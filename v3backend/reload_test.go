@@ -3,7 +3,9 @@
 package v3backend
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -123,4 +125,36 @@ func TestMirrorKeepsADirectorysIndexInARevisionOfSeveral(t *testing.T) {
 		`{"key":"/m","dir":true,"modifiedIndex":4999998,"createdIndex":4999998},`+
 		`{"key":"/p","dir":true,"nodes":[{"key":"/p/f","value":"f","modifiedIndex":4999999,"createdIndex":4999999}],`+
 		`"modifiedIndex":4999999,"createdIndex":4999999}]}}`, 5)
+}
+
+// TestMirrorServesAReadThatNeedsItsOwnRevision: a read that needs the
+// revision the mirror is at (the last write acknowledged, the usual case
+// when writes pause) is answered from it without waiting for a later one;
+// one that needs a later revision waits for it, and an invalid mirror
+// answers nothing.
+func TestMirrorServesAReadThatNeedsItsOwnRevision(t *testing.T) {
+	mt := newMirrorUnderTest(t, 7)
+	ctx := context.Background()
+	if !mt.m.waitFor(ctx, 7, 10*time.Second, nil) {
+		t.Fatal("a mirror at revision 7 did not serve a read that needs revision 7")
+	}
+	nudged := make(chan struct{}, 1)
+	if mt.m.waitFor(ctx, 8, 50*time.Millisecond, func() { nudged <- struct{}{} }) {
+		t.Fatal("a mirror at revision 7 served a read that needs revision 8")
+	}
+	select {
+	case <-nudged:
+	default:
+		t.Fatal("a read waiting for a later revision did not ask the feed for progress")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- mt.m.waitFor(ctx, 8, 10*time.Second, nil) }()
+	mt.m.progress(8)
+	if !<-got {
+		t.Fatal("a read that needs revision 8 was not served once the mirror got there")
+	}
+	mt.m.invalidate()
+	if mt.m.waitFor(ctx, 8, 50*time.Millisecond, nil) {
+		t.Fatal("an invalid mirror served a read")
+	}
 }

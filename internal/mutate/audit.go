@@ -316,7 +316,7 @@ var auditMutations = []Mutation{
 		Name: "v3backend-mirror-wait-one-too-many", File: "v3backend/mirror.go",
 		What: "a read waits for the mirror to pass the revision it needs, not reach it",
 		Find: "ok, ch := m.valid && m.rev >= rev, m.changed", Replace: "ok, ch := m.valid && m.rev > rev, m.changed",
-		Test: "go test -count=1 -run ^TestMirrorLoadsAKeySpaceOfManyPages$ ./v3backend/",
+		Test: "go test -short -count=1 -run ^TestMirrorServesAReadThatNeedsItsOwnRevision$ ./v3backend/",
 	},
 	{
 		Name: "v3backend-native-lease-trusted-forever", File: "v3backend/leases.go",
