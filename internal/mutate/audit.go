@@ -211,6 +211,13 @@ var auditMutations = []Mutation{
 		Test: "go test -short -count=1 -run ^TestATTLWriteWhoseNodeExpiredSinceMatches$ ./shadow/",
 	},
 	{
+		Name: "shadow-read-ttl-one-way", File: "shadow/compare.go",
+		What:    "a read's v3 TTL and expiration later than the old server's are within the tolerance (only earlier ones count)",
+		Find:    "math.Abs(float64(ri-bi)) <= math.Ceil(s.cfg.TTLTolerance.Seconds())\n\tcase \"expiration\":\n\t\tr, rok := d.Ref.(string)\n\t\tb, bok := d.Bridge.(string)\n\t\tif !rok || !bok {\n\t\t\treturn false\n\t\t}\n\t\trt, err1 := time.Parse(time.RFC3339Nano, r)\n\t\tbt, err2 := time.Parse(time.RFC3339Nano, b)\n\t\treturn err1 == nil && err2 == nil && rt.Sub(bt).Abs() <= s.cfg.TTLTolerance",
+		Replace: "float64(ri-bi) <= math.Ceil(s.cfg.TTLTolerance.Seconds())\n\tcase \"expiration\":\n\t\tr, rok := d.Ref.(string)\n\t\tb, bok := d.Bridge.(string)\n\t\tif !rok || !bok {\n\t\t\treturn false\n\t\t}\n\t\trt, err1 := time.Parse(time.RFC3339Nano, r)\n\t\tbt, err2 := time.Parse(time.RFC3339Nano, b)\n\t\treturn err1 == nil && err2 == nil && rt.Sub(bt) <= s.cfg.TTLTolerance",
+		Test:    "go test -short -count=1 -run ^TestAReadsTTLIsComparedInBothDirections$ ./shadow/",
+	},
+	{
 		Name: "shadow-pending-bound-off-by-one", File: "shadow/writes.go",
 		What: "one write more than --shadow-max-pending awaits the follower",
 		Find: "if s.w.live >= s.cfg.MaxPending {", Replace: "if s.w.live > s.cfg.MaxPending {",
