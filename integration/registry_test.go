@@ -55,8 +55,8 @@ func TestMembersOfTheSameKeySpaceInEveryMode(t *testing.T) {
 	for _, u := range other {
 		waitMembers(t, u, []string{u})
 	}
-	// And they stay so: nothing else shows up later.
-	time.Sleep(time.Second)
+	// Every bridge is registered by now (each lists itself): the lists
+	// read once more still hold their group alone.
 	for _, group := range [][]string{all, network, other[:1], other[1:]} {
 		for _, u := range group {
 			if got := memberURLs(t, u); strings.Join(got, " ") != strings.Join(sorted(group), " ") {
