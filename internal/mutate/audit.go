@@ -260,6 +260,24 @@ var auditMutations = []Mutation{
 		Test: "go test -short -count=1 ./auth/",
 	},
 	{
+		Name: "auth-store-root-without-root-role", File: "auth/store.go",
+		What: "a stored root user without the root role is read as it is (v2: root always holds root)",
+		Find: "if u.User == RootName && !slices.Contains(u.Roles, RootName) {\n\t\t\tu.Roles = append(u.Roles, RootName)", Replace: "if false {\n\t\t\tu.Roles = append(u.Roles, RootName)",
+		Test: "go test -count=1 ./auth/",
+	},
+	{
+		Name: "auth-store-revoke-ungranted", File: "auth/store.go",
+		What: "revoking a role the user does not hold succeeds (v2: 409)",
+		Find: "\t\tif i < 0 {\n\t\t\treturn User{}, authErr(http.StatusConflict, \"Revoking ungranted role", Replace: "\t\tif i < -1 {\n\t\t\treturn User{}, authErr(http.StatusConflict, \"Revoking ungranted role",
+		Test: "go test -count=1 ./auth/",
+	},
+	{
+		Name: "auth-store-deletes-root-while-enabled", File: "auth/store.go",
+		What: "root is deleted while auth is enabled (v2: 403)",
+		Find: "if name == RootName && snap.st.Enabled {\n\t\t\treturn nil, nil, authErr(http.StatusForbidden, \"Cannot delete root", Replace: "if false {\n\t\t\treturn nil, nil, authErr(http.StatusForbidden, \"Cannot delete root",
+		Test: "go test -count=1 ./auth/",
+	},
+	{
 		Name: "cutover-list-ignores-deletes", File: "cutover/members.go",
 		What: "a registration that went (lease expired or revoked) stays in the member list",
 		Find: "\t\t\tif ev.Type == clientv3.EventTypeDelete {\n\t\t\t\tdelete(l.regs, string(ev.Kv.Key))\n\t\t\t} else {", Replace: "\t\t\tif ev.Type == clientv3.EventTypeDelete {\n\t\t\t} else {",
