@@ -142,7 +142,7 @@ robustness:
 		-run '^TestRobustness$$' -v ./robustness/
 
 ## mutate: plant each bug of internal/mutate/mutations.go (one file swapped with go test -overlay, the tree untouched)
-##         and run the tests that should catch it; fails if one survives. MUTATE=name runs one; a full run writes
+##         and run the tests that should catch it; fails if one survives. MUTATE=name runs one, MUTATE=regexp those matching (^shadow-); a full run writes
 ##         internal/mutate/RESULTS.md
 MUTATE ?=
 .PHONY: mutate
