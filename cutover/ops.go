@@ -19,6 +19,7 @@ import (
 
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/internal/ctxsleep"
+	"github.com/v2bridge/v2bridge/membership"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -428,24 +429,22 @@ func (o *Options) settle(ctx context.Context, dropped int, side string) error {
 
 // registrations lists the dual-mode bridges registered now (not the static
 // ones: they never serve the old server).
-func (o *Options) registrations(ctx context.Context) (map[string]Registration, error) {
+func (o *Options) registrations(ctx context.Context) (map[string]membership.Registration, error) {
 	cctx, cancel := o.call(ctx)
 	defer cancel()
-	resp, err := o.Client.Get(cctx, o.Keys.Bridges, clientv3.WithPrefix())
+	regs, _, err := membership.Read(cctx, o.Client, o.Keys.Bridges)
 	if err != nil {
 		return nil, fmt.Errorf("listing the bridges: %w", err)
 	}
-	out := map[string]Registration{}
-	for _, kv := range resp.Kvs {
-		var g Registration
-		if json.Unmarshal(kv.Value, &g) == nil && !g.Static {
-			out[strings.TrimPrefix(string(kv.Key), o.Keys.Bridges)] = g
+	for id, g := range regs {
+		if g.Static {
+			delete(regs, id)
 		}
 	}
-	return out, nil
+	return regs, nil
 }
 
-func describe(id string, g Registration) string {
+func describe(id string, g membership.Registration) string {
 	return fmt.Sprintf("%s (%s on %s, pid %d, %s)", g.Name, id, g.Host, g.PID, strings.Join(g.Advertise, ","))
 }
 
@@ -457,7 +456,7 @@ func describe(id string, g Registration) string {
 func (o *Options) waitAcks(ctx context.Context, gen uint64, timeout time.Duration, must bool) (int, int, error) {
 	deadline := o.Now().Add(timeout)
 	said := map[string]bool{}
-	unacked := map[string]Registration{} // seen, not (yet) acknowledging
+	unacked := map[string]membership.Registration{} // seen, not (yet) acknowledging
 	dropped := 0
 	for {
 		regs, err := o.registrations(ctx)
