@@ -9,9 +9,11 @@
 // The parts: the record and its rules (record.go, pure), the switching HTTP
 // handler a dual-mode bridge serves through (switch.go), the agent that
 // keeps a bridge registered and in step with the record (agent.go), and the
-// operator's commands (ops.go) with the old server's side of them
-// (source.go). The agent's registration is the bridge's entry in package
-// membership, which the commands list to wait for every bridge.
+// operator's commands (ops.go, their steps written once for both
+// directions) with the old server's side of them (source.go) and the
+// rollback's scan for writes it would discard (discarded.go). The agent's
+// registration is the bridge's entry in package membership, which the
+// commands list to wait for every bridge.
 package cutover
 
 import (
