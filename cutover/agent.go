@@ -4,16 +4,15 @@ package cutover
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/membership"
 )
 
 // Etcd is what the agent and the commands use of an etcd v3 client;
@@ -37,7 +36,8 @@ type AgentConfig struct {
 	RequestTimeout time.Duration
 	Name           string
 	Advertise      []string
-	// DataPrefix and OnlySelf go into the registration (see Registration).
+	// DataPrefix and OnlySelf go into the registration (see
+	// membership.Registration).
 	DataPrefix string
 	OnlySelf   bool
 	// Prefix is the v2 subtree the bridge serves ("/" or empty: all), which
@@ -60,9 +60,8 @@ type AgentConfig struct {
 type Agent struct {
 	cfg     AgentConfig
 	lg      *zap.Logger
-	reg     Registration
+	reg     membership.Registration
 	lease   clientv3.LeaseID
-	regKey  string
 	applied State
 	// registered says the registration is written on the lease: until it
 	// is, a cutover listing the registrations cannot see this bridge, so
@@ -92,10 +91,9 @@ func NewAgent(cfg AgentConfig) *Agent {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 5 * time.Second
 	}
-	host, _ := os.Hostname()
-	return &Agent{cfg: cfg, lg: cfg.Logger,
-		reg: Registration{Name: cfg.Name, Host: host, PID: os.Getpid(), Advertise: cfg.Advertise, Started: time.Now().UTC(),
-			DataPrefix: cfg.DataPrefix, OnlySelf: cfg.OnlySelf, Prefix: cfg.Prefix}}
+	reg := membership.Self(cfg.Name, cfg.Advertise)
+	reg.DataPrefix, reg.OnlySelf, reg.Prefix = cfg.DataPrefix, cfg.OnlySelf, cfg.Prefix
+	return &Agent{cfg: cfg, lg: cfg.Logger, reg: reg}
 }
 
 // Run keeps the bridge registered and in step until ctx ends, then removes
@@ -235,13 +233,12 @@ func (a *Agent) session(ctx context.Context) error {
 	if a.lease == 0 {
 		sent := time.Now()
 		cctx, cancel := a.call(ctx)
-		g, err := a.cfg.Client.Grant(cctx, int64((a.cfg.LeaseTTL+time.Second-1)/time.Second))
+		g, err := membership.Grant(cctx, a.cfg.Client, a.cfg.LeaseTTL)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("granting the registration's lease: %w", err)
 		}
 		a.lease, a.registered = g.ID, false
-		a.regKey = a.cfg.Keys.Bridges + strconv.FormatInt(int64(g.ID), 16)
 		a.renewedAt, a.renewedTTL = time.Time{}, 0
 		// Writes open only once the registration is written (below), but
 		// from the time the grant was sent: the lease can be no older.
@@ -267,8 +264,8 @@ func (a *Agent) session(ctx context.Context) error {
 			return err
 		}
 	}
-	a.lg.Info("registered in etcd v3", zap.String("key", a.regKey), zap.String("mode", a.applied.Mode),
-		zap.Uint64("generation", a.applied.Generation))
+	a.lg.Info("registered in etcd v3", zap.String("key", membership.Key(a.cfg.Keys.Bridges, a.lease)),
+		zap.String("mode", a.applied.Mode), zap.Uint64("generation", a.applied.Generation))
 	return a.follow(ctx, rev)
 }
 
@@ -277,17 +274,14 @@ func (a *Agent) register(ctx context.Context, modRev int64) (bool, error) {
 	if a.lease == 0 { // lost while applying: a registration without one would never go
 		return false, errLeaseGone
 	}
-	val, _ := json.Marshal(a.reg)
 	cctx, cancel := a.call(ctx)
 	defer cancel()
-	resp, err := a.cfg.Client.Txn(cctx).
-		If(clientv3.Compare(clientv3.ModRevision(a.cfg.Keys.Mode), "=", modRev)).
-		Then(clientv3.OpPut(a.regKey, string(val), clientv3.WithLease(a.lease))).
-		Commit()
+	ok, err := membership.Put(cctx, a.cfg.Client, a.cfg.Keys.Bridges, a.lease, a.reg,
+		clientv3.Compare(clientv3.ModRevision(a.cfg.Keys.Mode), "=", modRev))
 	if err != nil {
 		return false, a.leaseErr(fmt.Errorf("registering: %w", err))
 	}
-	return resp.Succeeded, nil
+	return ok, nil
 }
 
 // ack rewrites the registration with the state applied.
@@ -295,10 +289,9 @@ func (a *Agent) ack(ctx context.Context) error {
 	if a.lease == 0 {
 		return errLeaseGone
 	}
-	val, _ := json.Marshal(a.reg)
 	cctx, cancel := a.call(ctx)
 	defer cancel()
-	if _, err := a.cfg.Client.Put(cctx, a.regKey, string(val), clientv3.WithLease(a.lease)); err != nil {
+	if _, err := membership.Put(cctx, a.cfg.Client, a.cfg.Keys.Bridges, a.lease, a.reg); err != nil {
 		return a.leaseErr(fmt.Errorf("acknowledging generation %d: %w", a.reg.Generation, err))
 	}
 	return nil

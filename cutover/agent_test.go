@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/v2bridge/v2bridge/membership"
 )
 
 var testKeys = KeysFor("_v2bridge/")
@@ -54,13 +56,13 @@ func runAgent(t *testing.T, f *fakeEtcd, s *Switch, timeout time.Duration) (stop
 	return stop
 }
 
-func registration(t *testing.T, f *fakeEtcd) *Registration {
+func registration(t *testing.T, f *fakeEtcd) *membership.Registration {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for k, kv := range f.kvs {
 		if strings.HasPrefix(k, testKeys.Bridges) {
-			var g Registration
+			var g membership.Registration
 			if err := json.Unmarshal(kv.Value, &g); err != nil {
 				t.Fatal(err)
 			}

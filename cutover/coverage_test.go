@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/v2bridge/v2bridge/membership"
 )
 
 // treeServer is an old v2 server holding dirs (each listed with its
@@ -94,7 +96,7 @@ func TestCoverageNamesWhatTheCopyLeavesOut(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFakeEtcd(testKeys)
 			for i, p := range c.served {
-				b, _ := json.Marshal(Registration{Name: "b", Prefix: p})
+				b, _ := json.Marshal(membership.Registration{Name: "b", Prefix: p})
 				f.put(testKeys.Bridges+string(rune('a'+i)), string(b), 0)
 			}
 			srv := httptest.NewServer(c.tree)
@@ -123,7 +125,7 @@ func TestCoverageNamesWhatTheCopyLeavesOut(t *testing.T) {
 
 func TestCutoverRefusesAPartialCopyBeforeFencing(t *testing.T) {
 	f := newFakeEtcd(testKeys)
-	b, _ := json.Marshal(Registration{Name: "b", Mode: ModePassthrough})
+	b, _ := json.Marshal(membership.Registration{Name: "b", Mode: ModePassthrough})
 	f.put(testKeys.Bridges+"a", string(b), 0)
 	fr, _ := json.Marshal(FollowRecord{Source: "old", Prefix: "/coreos.com/network", Index: 27})
 	f.put(testKeys.Follow, string(fr), 0)
@@ -146,7 +148,7 @@ func TestCutoverRefusesAPartialCopyBeforeFencing(t *testing.T) {
 
 func TestCutoverAbortsWhenThePartialCopyShowsUpWhileFenced(t *testing.T) {
 	f := newFakeEtcd(testKeys)
-	b, _ := json.Marshal(Registration{Name: "b", Mode: ModeFencing, Generation: 9}) // acknowledges at once
+	b, _ := json.Marshal(membership.Registration{Name: "b", Mode: ModeFencing, Generation: 9}) // acknowledges at once
 	f.put(testKeys.Bridges+"a", string(b), 0)
 	fr, _ := json.Marshal(FollowRecord{Source: "old", Prefix: "/coreos.com/network", Index: 27})
 	var once sync.Once

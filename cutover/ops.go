@@ -7,18 +7,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/internal/ctxsleep"
+	"github.com/v2bridge/v2bridge/membership"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -194,6 +193,125 @@ func (o *Options) cas(ctx context.Context, modRev int64, r *Record) (int64, erro
 	return resp.Header.Revision, nil
 }
 
+// direction is what the cutover and the rollback do not share: the side
+// the authority leaves and the one it goes to. Their steps are the same,
+// written once (run).
+type direction struct {
+	cmd, undo        string // the command, and the one that undoes it
+	from, to         string // the modes of the side left and the side taking over
+	fromName, toName string // the same sides, as the log names them
+	// aborted adjusts the record an abort writes back (nil: none).
+	aborted func(*Record)
+}
+
+var (
+	cutoverDir = direction{cmd: "cutover", undo: "rollback", from: ModePassthrough, to: ModeV3,
+		fromName: "the old server", toName: "etcd v3"}
+	rollbackDir = direction{cmd: "rollback", undo: "cutover", from: ModeV3, to: ModePassthrough,
+		fromName: "etcd v3", toName: "the old server",
+		// The revision the rollback scans etcd v3 from is its fencing's.
+		aborted: func(r *Record) { r.V3Revision = 0 }}
+)
+
+// run is one run of a command: the record it last read or wrote, that
+// record's revision, and the result so far.
+type run struct {
+	o      *Options
+	d      direction
+	start  time.Time
+	rec    *Record
+	modRev int64
+	res    *Result
+}
+
+// begin reads the record and plans the command's next step under it.
+func begin(ctx context.Context, o *Options, d direction, plan func(*Record) (Step, string)) (*run, Step, string, error) {
+	o.setDefaults()
+	r := &run{o: o, d: d, start: o.Now(), res: &Result{}}
+	var err error
+	if r.rec, r.modRev, err = o.read(ctx); err != nil {
+		return nil, 0, "", err
+	}
+	step, msg := plan(r.rec)
+	return r, step, msg, nil
+}
+
+// done is the result of a command with nothing to do: msg says why.
+func (r *run) done(msg string) *Result {
+	r.o.Log(msg)
+	r.res.Record, r.res.Duration = r.rec, r.o.Now().Sub(r.start)
+	return r.res
+}
+
+// fence writes the fencing record (set adds the command's fields; detail
+// ends the log line): bridges refuse writes, and serve reads from the side
+// the authority leaves.
+func (r *run) fence(ctx context.Context, detail string, set func(*Record)) error {
+	next := Next(r.rec, ModeFencing, r.d.from, r.o.By, r.o.Now())
+	set(&next)
+	modRev, err := r.o.cas(ctx, r.modRev, &next)
+	if err != nil {
+		return err
+	}
+	r.rec, r.modRev = &next, modRev
+	r.o.logf("step 1/3: fencing: mode record generation %d written; bridges refuse writes%s", next.Generation, detail)
+	return nil
+}
+
+// fenced waits until every bridge has applied the fencing record, and for
+// the writes of those that dropped out instead to land on the side left.
+func (r *run) fenced(ctx context.Context) error {
+	n, dropped, err := r.o.waitAcks(ctx, r.rec.Generation, r.o.AckTimeout, true)
+	if err != nil {
+		return err
+	}
+	if err := r.o.settle(ctx, dropped, r.d.fromName); err != nil {
+		return err
+	}
+	r.o.logf("step 1/3: fenced: %d bridge(s) acknowledged generation %d, no write reaches %s", n, r.rec.Generation,
+		r.d.fromName)
+	return nil
+}
+
+// abort puts the record back to the side the authority was leaving, which
+// stays the authority, after a fenced step failed with cause.
+func (r *run) abort(ctx context.Context, cause error) (*Result, error) {
+	d := r.d
+	back := Next(r.rec, d.from, "", r.o.By, r.o.Now())
+	if d.aborted != nil {
+		d.aborted(&back)
+	}
+	if _, err := r.o.cas(ctx, r.modRev, &back); err != nil {
+		return nil, fmt.Errorf("%w; and putting the record back to %s failed too: %v "+
+			"(writes stay fenced: run `migrate %s` or `migrate %s` again)", cause, d.from, err, d.cmd, d.undo)
+	}
+	r.o.logf("%s aborted: mode record generation %d says %s again; writes go to %s", d.cmd, back.Generation, d.from,
+		d.fromName)
+	return nil, fmt.Errorf("%s aborted, %s stays the authority: %w", d.cmd, d.fromName, cause)
+}
+
+// switchOver writes the record that hands the authority to the side taking
+// over (set adds the command's fields), which serves from index.
+func (r *run) switchOver(ctx context.Context, index uint64, set func(*Record)) (*Result, error) {
+	next := Next(r.rec, r.d.to, "", r.o.By, r.o.Now())
+	set(&next)
+	return r.finish(ctx, next, fmt.Sprintf("step 3/3: switched: mode record generation %d says %s; %s serves from "+
+		"index %d (a waitIndex at or below it gets 401 and clients re-list)", next.Generation, r.d.to, r.d.toName, index))
+}
+
+// finish writes next, the command's last record, says line, and waits for
+// the bridges to apply it (a bridge that does not is only said).
+func (r *run) finish(ctx context.Context, next Record, line string) (*Result, error) {
+	if _, err := r.o.cas(ctx, r.modRev, &next); err != nil {
+		return nil, err
+	}
+	r.res.Changed, r.res.Record = true, &next
+	r.o.Log(line)
+	r.res.Bridges, _, _ = r.o.waitAcks(ctx, next.Generation, r.o.AckTimeout, false)
+	r.res.Duration = r.o.Now().Sub(r.start)
+	return r.res, nil
+}
+
 // Cutover moves every dual-mode bridge from the old server to etcd v3:
 // (1) fence writes and wait for every live bridge to acknowledge, (2) wait
 // until the follower has applied everything the old server holds, (3) raise
@@ -201,19 +319,13 @@ func (o *Options) cas(ctx context.Context, modRev int64, r *Record) (int64, erro
 // v3. A failure before (3) puts the record back to passthrough, so writes
 // go to the old server again. Already in v3 mode, it does nothing.
 func Cutover(ctx context.Context, o Options) (*Result, error) {
-	o.setDefaults()
-	start := o.Now()
-	res := &Result{}
-	rec, modRev, err := o.read(ctx)
+	r, step, msg, err := begin(ctx, &o, cutoverDir, PlanCutover)
 	if err != nil {
 		return nil, err
 	}
-	step, msg := PlanCutover(rec)
 	switch step {
 	case StepDone:
-		o.Log(msg)
-		res.Record, res.Duration = rec, o.Now().Sub(start)
-		return res, nil
+		return r.done(msg), nil
 	case StepConflict:
 		return nil, errors.New(msg)
 	case StepResume:
@@ -236,57 +348,30 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("the old v2 server must answer before writes are fenced: %w", err)
 		}
-		next := Next(rec, ModeFencing, ModePassthrough, o.By, o.Now())
-		next.Source, next.SourceClusterID = o.Source.String(), cid
-		if modRev, err = o.cas(ctx, modRev, &next); err != nil {
+		if err := r.fence(ctx, fmt.Sprintf(" (old server %s at index %d)", o.Source, idx), func(n *Record) {
+			n.Source, n.SourceClusterID = o.Source.String(), cid
+		}); err != nil {
 			return nil, err
 		}
-		rec = &next
-		o.logf("step 1/3: fencing: mode record generation %d written; bridges refuse writes (old server %s at index %d)",
-			rec.Generation, o.Source, idx)
 	}
-	res.Changed = true
-	abort := func(cause error) (*Result, error) {
-		back := Next(rec, ModePassthrough, "", o.By, o.Now())
-		if _, err := o.cas(ctx, modRev, &back); err != nil {
-			return nil, fmt.Errorf("%w; and putting the record back to passthrough failed too: %v "+
-				"(writes stay fenced: run `migrate cutover` or `migrate rollback` again)", cause, err)
-		}
-		o.logf("cutover aborted: mode record generation %d says passthrough again; writes go to the old server", back.Generation)
-		return nil, fmt.Errorf("cutover aborted, the old server stays the authority: %w", cause)
+	if err := r.fenced(ctx); err != nil {
+		return r.abort(ctx, err)
 	}
-	n, dropped, err := o.waitAcks(ctx, rec.Generation, o.AckTimeout, true)
+	caught, err := o.waitFollower(ctx, r.rec, 0)
 	if err != nil {
-		return abort(err)
+		return r.abort(ctx, err)
 	}
-	if err := o.settle(ctx, dropped, "the old server"); err != nil {
-		return abort(err)
+	if r.res.Auth, err = o.checkAuth(ctx, false); err != nil {
+		return r.abort(ctx, err)
 	}
-	o.logf("step 1/3: fenced: %d bridge(s) acknowledged generation %d, no write reaches the old server", n, rec.Generation)
-
-	caught, err := o.waitFollower(ctx, rec, 0)
+	c3, s2, padded, err := o.raiseV3(ctx, r.rec, caught)
 	if err != nil {
-		return abort(err)
+		return r.abort(ctx, err)
 	}
-	if res.Auth, err = o.checkAuth(ctx, false); err != nil {
-		return abort(err)
-	}
-	c3, s2, padded, err := o.raiseV3(ctx, rec, caught)
-	if err != nil {
-		return abort(err)
-	}
-	res.Padded = padded
-	next := Next(rec, ModeV3, "", o.By, o.Now())
-	next.SourceIndex, next.CutoverIndex, next.WatchFloor, next.WatchCeiling, next.V3Writes = s2, c3, c3, 0, 0
-	if _, err := o.cas(ctx, modRev, &next); err != nil {
-		return nil, err
-	}
-	res.Record = &next
-	o.logf("step 3/3: switched: mode record generation %d says v3; etcd v3 serves from index %d "+
-		"(a waitIndex at or below it gets 401 and clients re-list)", next.Generation, c3)
-	res.Bridges, _, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
-	res.Duration = o.Now().Sub(start)
-	return res, nil
+	r.res.Padded = padded
+	return r.switchOver(ctx, c3, func(n *Record) {
+		n.SourceIndex, n.CutoverIndex, n.WatchFloor, n.WatchCeiling, n.V3Writes = s2, c3, c3, 0, 0
+	})
 }
 
 // Rollback moves every dual-mode bridge back to the old server while it is
@@ -295,35 +380,23 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 // for the bridges, raise the old server's index past every v3 index, switch
 // to passthrough. Already in passthrough mode, it does nothing.
 func Rollback(ctx context.Context, o Options) (*Result, error) {
-	o.setDefaults()
-	start := o.Now()
-	res := &Result{}
-	rec, modRev, err := o.read(ctx)
+	r, step, msg, err := begin(ctx, &o, rollbackDir, PlanRollback)
 	if err != nil {
 		return nil, err
 	}
-	step, msg := PlanRollback(rec)
 	switch step {
 	case StepDone:
-		o.Log(msg)
-		res.Record, res.Duration = rec, o.Now().Sub(start)
-		return res, nil
+		return r.done(msg), nil
 	case StepRestore:
 		o.Log(msg)
-		next := Next(rec, ModePassthrough, "", o.By, o.Now())
-		if _, err := o.cas(ctx, modRev, &next); err != nil {
-			return nil, err
-		}
-		res.Changed, res.Record = true, &next
-		o.logf("switched: mode record generation %d says passthrough", next.Generation)
-		res.Bridges, _, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
-		res.Duration = o.Now().Sub(start)
-		return res, nil
+		next := Next(r.rec, ModePassthrough, "", o.By, o.Now())
+		return r.finish(ctx, next, fmt.Sprintf("switched: mode record generation %d says passthrough", next.Generation))
 	case StepFence, StepResume:
 	}
-	since := modRev // the v3 record's own revision
+	res := r.res
+	since := r.modRev // the v3 record's own revision
 	if step == StepResume {
-		since = rec.V3Revision
+		since = r.rec.V3Revision
 		o.Log(msg)
 	}
 	first, err := o.v3ChangesSince(ctx, since)
@@ -342,44 +415,24 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 			"once, as it is now (the old server keeps its own)", writes), first)
 	}
 	if step == StepFence {
-		next := Next(rec, ModeFencing, ModeV3, o.By, o.Now())
-		next.V3Revision, next.V3Writes = since, writes
-		if modRev, err = o.cas(ctx, modRev, &next); err != nil {
+		if err := r.fence(ctx, "", func(n *Record) { n.V3Revision, n.V3Writes = since, writes }); err != nil {
 			return nil, err
 		}
-		rec = &next
-		o.logf("step 1/3: fencing: mode record generation %d written; bridges refuse writes", rec.Generation)
 	}
-	res.Changed = true
-	abort := func(cause error) (*Result, error) {
-		back := Next(rec, ModeV3, "", o.By, o.Now())
-		back.V3Revision = 0
-		if _, err := o.cas(ctx, modRev, &back); err != nil {
-			return nil, fmt.Errorf("%w; and putting the record back to v3 failed too: %v "+
-				"(writes stay fenced: run `migrate rollback` or `migrate cutover` again)", cause, err)
-		}
-		o.logf("rollback aborted: mode record generation %d says v3 again; writes go to etcd v3", back.Generation)
-		return nil, fmt.Errorf("rollback aborted, etcd v3 stays the authority: %w", cause)
+	if err := r.fenced(ctx); err != nil {
+		return r.abort(ctx, err)
 	}
-	n, dropped, err := o.waitAcks(ctx, rec.Generation, o.AckTimeout, true)
-	if err != nil {
-		return abort(err)
-	}
-	if err := o.settle(ctx, dropped, "etcd v3"); err != nil {
-		return abort(err)
-	}
-	o.logf("step 1/3: fenced: %d bridge(s) acknowledged generation %d, no write reaches etcd v3", n, rec.Generation)
 	// The first scan ran before the fence: a write that landed between
 	// the two would be lost without a word. Fenced, nothing more lands.
 	again, err := o.v3ChangesSince(ctx, since)
 	more := newer(first, again)
 	switch {
 	case err != nil && !o.Force:
-		return abort(fmt.Errorf("cannot tell whether etcd v3 was written since the cutover (%v); "+
+		return r.abort(ctx, fmt.Errorf("cannot tell whether etcd v3 was written since the cutover (%v); "+
 			"rollback with --force discards any such writes", err))
 	case len(more) > 0 && !o.Force:
 		o.listDiscarded("written through etcd v3 while the rollback fenced", more)
-		return abort(fmt.Errorf("%d write(s) were made through etcd v3 while the rollback fenced (%s); they are not "+
+		return r.abort(ctx, fmt.Errorf("%d write(s) were made through etcd v3 while the rollback fenced (%s); they are not "+
 			"copied back to the old server: rollback with --force discards them", len(more), names(more)))
 	case err != nil:
 		o.logf("--force: cannot tell whether etcd v3 was written while fencing (%v); discarding any such writes", err)
@@ -389,22 +442,14 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 	if err == nil {
 		res.V3Writes, res.Discarded = len(again), again
 	}
-	s2, ceiling, padded, err := o.raiseSource(ctx, rec)
+	s2, ceiling, padded, err := o.raiseSource(ctx, r.rec)
 	if err != nil {
-		return abort(err)
+		return r.abort(ctx, err)
 	}
 	res.Padded = padded
-	next := Next(rec, ModePassthrough, "", o.By, o.Now())
-	next.RollbackIndex, next.WatchFloor, next.WatchCeiling, next.V3Revision = s2, s2, ceiling, 0
-	if _, err := o.cas(ctx, modRev, &next); err != nil {
-		return nil, err
-	}
-	res.Record = &next
-	o.logf("step 3/3: switched: mode record generation %d says passthrough; the old server serves from index %d "+
-		"(a waitIndex at or below it gets 401 and clients re-list)", next.Generation, s2)
-	res.Bridges, _, _ = o.waitAcks(ctx, next.Generation, o.AckTimeout, false)
-	res.Duration = o.Now().Sub(start)
-	return res, nil
+	return r.switchOver(ctx, s2, func(n *Record) {
+		n.RollbackIndex, n.WatchFloor, n.WatchCeiling, n.V3Revision = s2, s2, ceiling, 0
+	})
 }
 
 // maxSettle bounds how long a command waits for writes of bridges that
@@ -428,24 +473,22 @@ func (o *Options) settle(ctx context.Context, dropped int, side string) error {
 
 // registrations lists the dual-mode bridges registered now (not the static
 // ones: they never serve the old server).
-func (o *Options) registrations(ctx context.Context) (map[string]Registration, error) {
+func (o *Options) registrations(ctx context.Context) (map[string]membership.Registration, error) {
 	cctx, cancel := o.call(ctx)
 	defer cancel()
-	resp, err := o.Client.Get(cctx, o.Keys.Bridges, clientv3.WithPrefix())
+	regs, _, err := membership.Read(cctx, o.Client, o.Keys.Bridges)
 	if err != nil {
 		return nil, fmt.Errorf("listing the bridges: %w", err)
 	}
-	out := map[string]Registration{}
-	for _, kv := range resp.Kvs {
-		var g Registration
-		if json.Unmarshal(kv.Value, &g) == nil && !g.Static {
-			out[strings.TrimPrefix(string(kv.Key), o.Keys.Bridges)] = g
+	for id, g := range regs {
+		if g.Static {
+			delete(regs, id)
 		}
 	}
-	return out, nil
+	return regs, nil
 }
 
-func describe(id string, g Registration) string {
+func describe(id string, g membership.Registration) string {
 	return fmt.Sprintf("%s (%s on %s, pid %d, %s)", g.Name, id, g.Host, g.PID, strings.Join(g.Advertise, ","))
 }
 
@@ -457,7 +500,7 @@ func describe(id string, g Registration) string {
 func (o *Options) waitAcks(ctx context.Context, gen uint64, timeout time.Duration, must bool) (int, int, error) {
 	deadline := o.Now().Add(timeout)
 	said := map[string]bool{}
-	unacked := map[string]Registration{} // seen, not (yet) acknowledging
+	unacked := map[string]membership.Registration{} // seen, not (yet) acknowledging
 	dropped := 0
 	for {
 		regs, err := o.registrations(ctx)
@@ -759,237 +802,4 @@ feed:
 		return done, errs[0]
 	}
 	return done, ctx.Err()
-}
-
-// listDiscarded logs head, then every node of ds on a line of its own.
-func (o *Options) listDiscarded(head string, ds []Discarded) {
-	o.Log(head + ":")
-	for _, d := range ds {
-		o.Log("  " + d.String())
-	}
-}
-
-// names are the first few paths of ds, for an error message.
-func names(ds []Discarded) string {
-	const few = 5
-	var ps []string
-	for i, d := range ds {
-		if i == few {
-			ps = append(ps, fmt.Sprintf("and %d more", len(ds)-few))
-			break
-		}
-		ps = append(ps, d.Path)
-	}
-	return strings.Join(ps, ", ")
-}
-
-// newer are the nodes of again that first does not hold as they are now.
-func newer(first, again []Discarded) []Discarded {
-	seen := map[Discarded]bool{}
-	for _, d := range first {
-		seen[d] = true
-	}
-	var out []Discarded
-	for _, d := range again {
-		if !seen[d] {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-// listChanged sorts the changed nodes by path, leaving out a directory
-// with a changed file below it.
-func listChanged(changed map[string]*Discarded) []Discarded {
-	fileBelow := map[string]bool{}
-	for p, d := range changed {
-		if d.Dir || d.Auth {
-			continue
-		}
-		for q := path.Dir(p); ; q = path.Dir(q) {
-			fileBelow[q] = true
-			if q == "/" {
-				break
-			}
-		}
-	}
-	out := make([]Discarded, 0, len(changed))
-	for p, d := range changed {
-		if !d.Dir || !fileBelow[p] {
-			out = append(out, *d)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Auth != out[j].Auth {
-			return !out[i].Auth // the data's nodes first
-		}
-		return out[i].Path < out[j].Path
-	})
-	return out
-}
-
-// Discarded is a v2 node a client changed through etcd v3 since the cutover,
-// as it is now: what a forced rollback loses.
-type Discarded struct {
-	Path    string `json:"path"`
-	Dir     bool   `json:"dir,omitempty"`
-	Deleted bool   `json:"deleted,omitempty"`
-	Value   string `json:"value,omitempty"` // of a file still there
-	// Auth: Path is a user, role or the enabled flag, by its URL in the
-	// v2 auth API.
-	Auth bool `json:"auth,omitempty"`
-}
-
-func (d Discarded) String() string {
-	switch {
-	case d.Auth && d.Deleted:
-		return d.Path + " (auth data, deleted)"
-	case d.Auth:
-		return d.Path + " (auth data)"
-	case d.Dir && d.Deleted:
-		return d.Path + " (directory, deleted)"
-	case d.Dir:
-		return d.Path + " (directory)"
-	case d.Deleted:
-		return d.Path + " (deleted)"
-	}
-	return fmt.Sprintf("%s = %q", d.Path, d.Value)
-}
-
-// authPath names a key of the auth data by its URL in the v2 auth API.
-func (o *Options) authPath(key string) (string, bool) {
-	if o.Auth.Prefix == "" || !strings.HasPrefix(key, o.Auth.Prefix) {
-		return "", false
-	}
-	rest := key[len(o.Auth.Prefix):]
-	if rest == "enabled" {
-		return "/v2/auth/enable", true
-	}
-	kind, name, ok := strings.Cut(rest, "/")
-	if !ok || name == "" || strings.Contains(name, "/") {
-		return "", false // another key space's
-	}
-	switch kind {
-	case "u":
-		return "/v2/auth/users/" + name, true
-	case "r":
-		return "/v2/auth/roles/" + name, true
-	}
-	return "", false
-}
-
-// v3WritesSince counts the v2 nodes (files, and directories with no such
-// file below them) that clients changed in etcd v3 after revision rev, and
-// names them; see v3ChangesSince.
-func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, error) {
-	ds, err := o.v3ChangesSince(ctx, rev)
-	paths := make([]string, len(ds))
-	for i, d := range ds {
-		paths[i] = d.String()
-	}
-	return len(ds), paths, err
-}
-
-// v3ChangesSince lists, each once, in path order, with its last value, every
-// v2 node whose data key or directory marker clients changed in etcd v3
-// after revision rev; a directory only when no file below it is listed (a
-// file's write creates its ancestors' markers). Changes no client made are
-// left out: lease expiries (a deleted key that carried a lease, in a
-// revision without a bridge's journal record), which the old server has of
-// its own, and the sweeps that remove what was below an expired directory
-// (a revision whose journal record is a sweep). A refresh is a client's
-// write: the old server would let the key expire.
-func (o *Options) v3ChangesSince(ctx context.Context, rev int64) ([]Discarded, error) {
-	cctx, cancel := o.call(ctx)
-	resp, err := o.Client.Get(cctx, o.Keys.Mode, clientv3.WithCountOnly())
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("reading the current revision: %w", err)
-	}
-	cur := resp.Header.Revision
-	if cur <= rev {
-		return nil, nil
-	}
-	start, end := o.Layout.WatchRange()
-	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
-	defer wcancel()
-	wch := o.Client.Watch(wctx, start, clientv3.WithRange(end), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
-	changed := map[string]*Discarded{}
-	// Progress requests make a watch with nothing more to send say how
-	// far it has read.
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var wr clientv3.WatchResponse
-		select {
-		case <-tick.C:
-			_ = o.Client.RequestProgress(wctx)
-			continue
-		case r, ok := <-wch:
-			if !ok {
-				return nil, fmt.Errorf("scanning etcd v3 history from revision %d: %w", rev+1, wctx.Err())
-			}
-			wr = r
-		}
-		if err := wr.Err(); err != nil {
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				return nil, fmt.Errorf("etcd v3 history since the cutover (revision %d) was compacted", rev+1)
-			}
-			return nil, fmt.Errorf("scanning etcd v3 history: %w", err)
-		}
-		byRev := map[int64]bool{} // revisions with a bridge journal record
-		revEvents := map[int64][]translate.V3Event{}
-		for _, ev := range wr.Events {
-			if o.Layout.IsJournalKey(string(ev.Kv.Key)) {
-				byRev[ev.Kv.ModRevision] = true
-			}
-			te := translate.V3Event{Delete: ev.Type == clientv3.EventTypeDelete,
-				KV: translate.KV{Key: string(ev.Kv.Key), Value: ev.Kv.Value, ModRevision: ev.Kv.ModRevision}}
-			revEvents[ev.Kv.ModRevision] = append(revEvents[ev.Kv.ModRevision], te)
-		}
-		sweeps := map[int64]bool{}
-		for r, evs := range revEvents {
-			if byRev[r] && o.Layout.IsSweep(evs) {
-				sweeps[r] = true
-			}
-		}
-		top := wr.Header.Revision
-		for _, ev := range wr.Events {
-			if sweeps[ev.Kv.ModRevision] {
-				continue // a directory's TTL ran out: no client's write
-			}
-			key := string(ev.Kv.Key)
-			if p, ok := o.authPath(key); ok {
-				// Keyed apart from a data node of the same path; never a
-				// value: a user's holds its password hash.
-				changed["auth "+p] = &Discarded{Path: p, Auth: true, Deleted: ev.Type == clientv3.EventTypeDelete}
-				continue
-			}
-			p, ok := o.Layout.PathOfData(key)
-			dir := false
-			if !ok {
-				if p, ok = o.Layout.PathOfMarker(key); !ok {
-					continue
-				}
-				dir = true
-			}
-			if ev.Type == clientv3.EventTypeDelete && ev.PrevKv != nil && ev.PrevKv.Lease != 0 && !byRev[ev.Kv.ModRevision] {
-				continue // an expiry, which the old server has of its own
-			}
-			d := Discarded{Path: p, Dir: dir, Deleted: ev.Type == clientv3.EventTypeDelete}
-			if !dir && !d.Deleted {
-				d.Value = string(ev.Kv.Value)
-			}
-			if old := changed[p]; dir && old != nil && !old.Dir {
-				continue // the file's own change says more
-			}
-			changed[p] = &d
-		}
-		if n := len(wr.Events); n > 0 {
-			top = wr.Events[n-1].Kv.ModRevision
-		}
-		if top >= cur {
-			return listChanged(changed), nil
-		}
-	}
 }

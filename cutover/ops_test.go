@@ -16,6 +16,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/v2bridge/v2bridge/membership"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2client"
 )
@@ -183,7 +184,7 @@ func TestCutoverWaitsForWritesOfABridgeThatDroppedOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, _ := json.Marshal(Registration{Name: "gone", Mode: ModePassthrough})
+	reg, _ := json.Marshal(membership.Registration{Name: "gone", Mode: ModePassthrough})
 	f.put(testKeys.Bridges+strconv.FormatInt(int64(g.ID), 16), string(reg), int64(g.ID))
 	fr, _ := json.Marshal(FollowRecord{Prefix: "/", Index: 27, ClusterID: "cafe"})
 	f.put(testKeys.Follow, string(fr), 0)

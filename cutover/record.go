@@ -9,10 +9,11 @@
 // The parts: the record and its rules (record.go, pure), the switching HTTP
 // handler a dual-mode bridge serves through (switch.go), the agent that
 // keeps a bridge registered and in step with the record (agent.go), and the
-// operator's commands (ops.go) with the old server's side of them
-// (source.go). The same registrations are every bridge's membership
-// (members.go): a bridge serving etcd v3 alone registers with a Registrar,
-// and every bridge lists the others for /v2/members from a MemberList.
+// operator's commands (ops.go, their steps written once for both
+// directions) with the old server's side of them (source.go) and the
+// rollback's scan for writes it would discard (discarded.go). The agent's
+// registration is the bridge's entry in package membership, which the
+// commands list to wait for every bridge.
 package cutover
 
 import (
@@ -20,6 +21,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/v2bridge/v2bridge/membership"
 )
 
 // Modes a record can name.
@@ -247,49 +250,11 @@ func Next(r *Record, mode, from, by string, at time.Time) Record {
 	return n
 }
 
-// Registration is a bridge's entry under Keys.Bridges, on a lease: what
-// /v2/members lists (MemberList) and, in dual mode, the bridge's
-// acknowledgement of the record it applied. It vanishes with the lease when
-// the bridge dies or loses etcd v3 for the lease's TTL.
-type Registration struct {
-	Name       string    `json:"name"`
-	Host       string    `json:"host"`
-	PID        int       `json:"pid"`
-	Advertise  []string  `json:"advertise,omitempty"`
-	Started    time.Time `json:"started"`
-	Mode       string    `json:"mode"`       // of the record applied
-	Generation uint64    `json:"generation"` // of the record applied
-	Since      time.Time `json:"since"`      // when the bridge entered that side
-	// DataPrefix is the bridge's --data-prefix: bridges list only those
-	// serving the same key space.
-	DataPrefix string `json:"dataPrefix,omitempty"`
-	// OnlySelf: the bridge advertises only itself (node-local), and no
-	// other bridge lists it.
-	OnlySelf bool `json:"onlySelf,omitempty"`
-	// Static: a bridge without --v2-upstream, serving etcd v3 whatever the
-	// mode record says; the cutover and rollback do not wait for it.
-	Static bool `json:"static,omitempty"`
-	// Prefix is the v2 subtree the bridge serves (--serve-prefix); empty
-	// (a bridge that does not say) is the whole tree.
-	Prefix string `json:"prefix,omitempty"`
-}
-
-// Served is the v2 subtree the bridge serves.
-func (g Registration) Served() string {
-	if g.Prefix == "" {
-		return "/"
-	}
-	return g.Prefix
-}
-
 // Covers reports whether a copy of the v2 subtree copied holds every path
 // of the subtree served (copied is served or one of its ancestors).
 func Covers(copied, served string) bool {
 	return copied == "/" || copied == served || strings.HasPrefix(served, copied+"/")
 }
-
-// Acked reports whether a bridge registered as g has applied generation gen.
-func (g Registration) Acked(gen uint64) bool { return g.Generation >= gen }
 
 // FollowRecord is what `migrate --follow` writes at Keys.Follow: how far it
 // applied the old server's events.
@@ -305,7 +270,7 @@ type FollowRecord struct {
 // Keys are the v3 keys of the switch, under the bridges' meta prefix.
 type Keys struct {
 	Mode    string // the mode record
-	Bridges string // prefix of the registrations, one per bridge
+	Bridges string // prefix of the registrations, one per bridge (membership.Bridges)
 	Follow  string // the follower's progress
 	Pad     string // rewritten to raise the v3 revision past the old index
 }
@@ -313,6 +278,6 @@ type Keys struct {
 // KeysFor are the keys under metaPrefix. None starts with a tag of the
 // bridge's bookkeeping (markers, sequences, leases, journal, TTL records).
 func KeysFor(metaPrefix string) Keys {
-	return Keys{Mode: metaPrefix + "mode", Bridges: metaPrefix + "bridges/",
+	return Keys{Mode: metaPrefix + "mode", Bridges: membership.Bridges(metaPrefix),
 		Follow: metaPrefix + "migrate/follow", Pad: metaPrefix + "migrate/pad"}
 }

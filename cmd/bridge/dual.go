@@ -36,7 +36,7 @@ type dualSides struct {
 	v3     atomic.Pointer[server.Bridge]
 	shadow lateObserver
 	// mem lists the other bridges for both sides (nil: the bridge alone).
-	mem  *membership
+	mem  *bridgeMembers
 	auth *bridgeAuth // the v3 side's auth
 	// onV3 is called once, with the v3 side, when it is connected.
 	onV3 func(*server.Bridge)
@@ -106,7 +106,7 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	d := &dualSides{mem: newMembership(c, cli, layout, lg, false), // the agent registers the bridge
+	d := &dualSides{mem: newBridgeMembers(c, cli, layout, lg, false), // the agent registers the bridge
 		auth: newAuth(c, cli, layout, lg, reg)}
 	d.auth.start()
 	defer d.auth.stop() // after shutdown, before the client closes

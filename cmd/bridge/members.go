@@ -9,35 +9,35 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/v2bridge/v2bridge/cutover"
+	"github.com/v2bridge/v2bridge/membership"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
-// membership is a bridge's part in the member list of its key space: the
+// bridgeMembers is a bridge's part in the member list of its key space: the
 // list of the registered bridges /v2/members serves, and, for a bridge
 // without --v2-upstream, its own registration (a dual-mode bridge's agent
 // registers it). With --advertise-only-self there is none: the bridge
 // advertises itself alone, as a node-local bridge must.
-type membership struct {
-	list      *cutover.MemberList
-	registrar *cutover.Registrar // nil in dual mode
+type bridgeMembers struct {
+	list      *membership.MemberList
+	registrar *membership.Registrar // nil in dual mode
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // the list's and the registrar's goroutines
 }
 
-// newMembership is the membership of a bridge over cli, or nil with
+// newBridgeMembers is the bridgeMembers of a bridge over cli, or nil with
 // --advertise-only-self; register says whether it registers itself.
-func newMembership(c *config, cli *clientv3.Client, layout translate.Layout, lg *zap.Logger, register bool) *membership {
+func newBridgeMembers(c *config, cli *clientv3.Client, layout translate.Layout, lg *zap.Logger, register bool) *bridgeMembers {
 	if c.advertiseOnlySelf {
 		return nil
 	}
-	keys := cutover.KeysFor(layout.MetaPrefix)
-	m := &membership{list: cutover.NewMemberList(cutover.MemberListConfig{Client: cli, Keys: keys,
+	bridges := membership.Bridges(layout.MetaPrefix)
+	m := &bridgeMembers{list: membership.NewMemberList(membership.MemberListConfig{Client: cli, Bridges: bridges,
 		DataPrefix: layout.DataPrefix, Prefix: c.servePrefix, RequestTimeout: c.requestTimeout,
 		Logger: lg.Named("members")})}
 	if register {
-		m.registrar = cutover.NewRegistrar(cutover.RegistrarConfig{Client: cli, KV: cli, Keys: keys,
+		m.registrar = membership.NewRegistrar(membership.RegistrarConfig{Client: cli, KV: cli, Bridges: bridges,
 			TTL: c.modeLeaseTTL, RequestTimeout: c.requestTimeout, Name: c.name,
 			Advertise: splitList(c.advertiseClientURLs), DataPrefix: layout.DataPrefix, Prefix: c.servePrefix,
 			Logger: lg.Named("members")})
@@ -46,7 +46,7 @@ func newMembership(c *config, cli *clientv3.Client, layout translate.Layout, lg 
 }
 
 // members is what /v2/members lists besides the bridge (nil: nothing).
-func (m *membership) members() v2api.Members {
+func (m *bridgeMembers) members() v2api.Members {
 	if m == nil {
 		return nil
 	}
@@ -54,7 +54,7 @@ func (m *membership) members() v2api.Members {
 }
 
 // start runs the list and the registration until stop.
-func (m *membership) start() {
+func (m *bridgeMembers) start() {
 	if m == nil {
 		return
 	}
@@ -76,7 +76,7 @@ func (m *membership) start() {
 
 // stop revokes the registration (the bridge leaves every list at once) and
 // waits for the goroutines.
-func (m *membership) stop() {
+func (m *bridgeMembers) stop() {
 	if m == nil || m.cancel == nil {
 		return
 	}

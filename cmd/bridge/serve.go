@@ -95,7 +95,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 			return err
 		}
 	}
-	mem := newMembership(c, cli, layout, lg, true)
+	mem := newBridgeMembers(c, cli, layout, lg, true)
 	au := newAuth(c, cli, layout, lg, reg)
 	au.start()
 	defer au.stop()

@@ -307,8 +307,8 @@ var mutations = []Mutation{
 	{
 		Name: "agent-never-acknowledges", File: "cutover/agent.go",
 		What:    "a bridge's agent applies mode records but never acknowledges them",
-		Find:    "\tif _, err := a.cfg.Client.Put(cctx, a.regKey, string(val), clientv3.WithLease(a.lease)); err != nil {",
-		Replace: "\tif _, err := a.cfg.Client.Get(cctx, a.regKey+string(val)); err != nil {",
+		Find:    "\tif _, err := membership.Put(cctx, a.cfg.Client, a.cfg.Keys.Bridges, a.lease, a.reg); err != nil {",
+		Replace: "\tif _, err := a.cfg.Client.Get(cctx, membership.Key(a.cfg.Keys.Bridges, a.lease)); err != nil {",
 		Test:    "go test -short -count=1 -run ^TestAgentKeepsItsSideWhenTheRecordIsDeleted$ ./cutover/",
 	},
 	{

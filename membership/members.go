@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package cutover
+package membership
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,9 +21,9 @@ import (
 
 // RegistrarConfig configures a Registrar.
 type RegistrarConfig struct {
-	Client clientv3.Lease
-	KV     clientv3.KV
-	Keys   Keys
+	Client  clientv3.Lease
+	KV      clientv3.KV
+	Bridges string // the registrations' key prefix (Bridges)
 	// TTL of the registration's lease: a bridge that dies leaves the
 	// member lists within it.
 	TTL            time.Duration
@@ -37,16 +36,20 @@ type RegistrarConfig struct {
 }
 
 // Registrar keeps a bridge without --v2-upstream registered under
-// Keys.Bridges (as a Static registration, which the cutover does not wait
-// for), so the other bridges list it. A dual-mode bridge's Agent registers
-// it instead.
+// Bridges (as a Static registration, which the cutover does not wait for),
+// so the other bridges list it. A dual-mode bridge's agent registers it
+// instead.
 //
 // Every field belongs to the goroutine that calls Run.
 type Registrar struct {
 	cfg   RegistrarConfig
-	val   string
+	reg   Registration
 	lease clientv3.LeaseID
 }
+
+// staticMode is a static registration's Mode: the mode record's "v3", the
+// side such a bridge serves whatever the record says.
+const staticMode = "v3"
 
 // NewRegistrar is a registrar for cfg; Run starts it.
 func NewRegistrar(cfg RegistrarConfig) *Registrar {
@@ -57,10 +60,9 @@ func NewRegistrar(cfg RegistrarConfig) *Registrar {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 5 * time.Second
 	}
-	host, _ := os.Hostname()
-	val, _ := json.Marshal(Registration{Name: cfg.Name, Host: host, PID: os.Getpid(), Advertise: cfg.Advertise,
-		Started: time.Now().UTC(), Mode: ModeV3, DataPrefix: cfg.DataPrefix, Prefix: cfg.Prefix, Static: true})
-	return &Registrar{cfg: cfg, val: string(val)}
+	reg := Self(cfg.Name, cfg.Advertise)
+	reg.Mode, reg.DataPrefix, reg.Prefix, reg.Static = staticMode, cfg.DataPrefix, cfg.Prefix, true
+	return &Registrar{cfg: cfg, reg: reg}
 }
 
 // Run keeps the registration on a lease renewed every quarter TTL until ctx
@@ -97,16 +99,16 @@ func (r *Registrar) step(ctx context.Context) error {
 		}
 		return nil
 	}
-	g, err := r.cfg.Client.Grant(cctx, int64((r.cfg.TTL+time.Second-1)/time.Second))
+	g, err := Grant(cctx, r.cfg.Client, r.cfg.TTL)
 	if err != nil {
 		return fmt.Errorf("granting a lease: %w", err)
 	}
-	key := r.cfg.Keys.Bridges + strconv.FormatInt(int64(g.ID), 16)
-	if _, err := r.cfg.KV.Put(cctx, key, r.val, clientv3.WithLease(g.ID)); err != nil {
+	if _, err := Put(cctx, r.cfg.KV, r.cfg.Bridges, g.ID, r.reg); err != nil {
 		return fmt.Errorf("registering: %w", err) // the lease expires on its own
 	}
 	r.lease = g.ID
-	r.cfg.Logger.Info("registered in etcd v3 as a member", zap.String("key", key), zap.Duration("ttl", r.cfg.TTL))
+	r.cfg.Logger.Info("registered in etcd v3 as a member", zap.String("key", Key(r.cfg.Bridges, g.ID)),
+		zap.Duration("ttl", r.cfg.TTL))
 	return nil
 }
 
@@ -128,7 +130,7 @@ type MemberListConfig struct {
 		clientv3.KV
 		clientv3.Watcher
 	}
-	Keys Keys
+	Bridges string // the registrations' key prefix (Bridges)
 	// DataPrefix and Prefix: only bridges serving this key space, and this
 	// v2 subtree of it (--serve-prefix), are listed.
 	DataPrefix     string
@@ -137,14 +139,14 @@ type MemberListConfig struct {
 	Logger         *zap.Logger
 }
 
-// MemberList is the registrations under Keys.Bridges, kept by a watch: the
+// MemberList is the registrations under Bridges, kept by a watch: the
 // v2api.Members of /v2/members. While etcd v3 is out of reach it keeps the
 // last list it read.
 type MemberList struct {
 	cfg MemberListConfig
 
 	mu   sync.Mutex              // guards regs
-	regs map[string]Registration // by key
+	regs map[string]Registration // by ID (Key)
 }
 
 // NewMemberList is an empty list for cfg; Run fills it.
@@ -188,14 +190,10 @@ func (l *MemberList) Run(ctx context.Context) {
 // fails.
 func (l *MemberList) follow(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
-	resp, err := l.cfg.Client.Get(cctx, l.cfg.Keys.Bridges, clientv3.WithPrefix())
+	regs, rev, err := Read(cctx, l.cfg.Client, l.cfg.Bridges)
 	cancel()
 	if err != nil {
 		return err
-	}
-	regs := map[string]Registration{}
-	for _, kv := range resp.Kvs {
-		l.decode(regs, string(kv.Key), kv.Value)
 	}
 	l.mu.Lock()
 	l.regs = regs
@@ -204,7 +202,7 @@ func (l *MemberList) follow(ctx context.Context) error {
 	// instead of keeping it silent.
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer wcancel()
-	wch := l.cfg.Client.Watch(wctx, l.cfg.Keys.Bridges, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	wch := l.cfg.Client.Watch(wctx, l.cfg.Bridges, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
@@ -221,24 +219,25 @@ func (l *MemberList) follow(ctx context.Context) error {
 		}
 		l.mu.Lock()
 		for _, ev := range wr.Events {
+			id := strings.TrimPrefix(string(ev.Kv.Key), l.cfg.Bridges)
 			if ev.Type == clientv3.EventTypeDelete {
-				delete(l.regs, string(ev.Kv.Key))
+				delete(l.regs, id)
 			} else {
-				l.decode(l.regs, string(ev.Kv.Key), ev.Kv.Value)
+				l.decode(id, ev.Kv.Value)
 			}
 		}
 		l.mu.Unlock()
 	}
 }
 
-// decode puts the registration at key into regs; one that does not decode
-// is left out.
-func (l *MemberList) decode(regs map[string]Registration, key string, val []byte) {
+// decode puts the registration of bridge id into the list (l.mu held); one
+// that does not decode is left out.
+func (l *MemberList) decode(id string, val []byte) {
 	var g Registration
 	if err := json.Unmarshal(val, &g); err != nil {
-		l.cfg.Logger.Debug("ignoring a registration that does not decode", zap.String("key", key), zap.Error(err))
-		delete(regs, key)
+		l.cfg.Logger.Debug("ignoring a registration that does not decode", zap.String("id", id), zap.Error(err))
+		delete(l.regs, id)
 		return
 	}
-	regs[key] = g
+	l.regs[id] = g
 }
