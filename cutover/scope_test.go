@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/v2bridge/v2bridge/membership"
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
@@ -61,7 +62,7 @@ func TestMembersListOnlyBridgesOfTheSameKeySpace(t *testing.T) {
 			f(ctx)
 		}()
 	}
-	lists := map[string]*MemberList{}
+	lists := map[string]*membership.MemberList{}
 	for _, b := range bridges {
 		if b.dual {
 			s, _, _ := newBareSwitch(t)
@@ -69,11 +70,11 @@ func TestMembersListOnlyBridgesOfTheSameKeySpace(t *testing.T) {
 				RequestTimeout: time.Second, Name: b.name, Advertise: []string{b.url}, DataPrefix: b.data,
 				Prefix: b.served}).Run)
 		} else {
-			run(NewRegistrar(RegistrarConfig{Client: f, KV: f, Keys: testKeys, TTL: 10 * time.Second,
+			run(membership.NewRegistrar(membership.RegistrarConfig{Client: f, KV: f, Bridges: testKeys.Bridges, TTL: 10 * time.Second,
 				RequestTimeout: time.Second, Name: b.name, Advertise: []string{b.url}, DataPrefix: b.data,
 				Prefix: b.served}).Run)
 		}
-		l := NewMemberList(MemberListConfig{Client: f, Keys: testKeys, DataPrefix: b.data, Prefix: b.served,
+		l := membership.NewMemberList(membership.MemberListConfig{Client: f, Bridges: testKeys.Bridges, DataPrefix: b.data, Prefix: b.served,
 			RequestTimeout: time.Second})
 		lists[b.name] = l
 		run(l.Run)
