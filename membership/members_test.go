@@ -163,7 +163,7 @@ func TestRegistrarRegistersRenewsAndRevokes(t *testing.T) {
 	}
 	cli := v2bridgetest.StartCluster(t, 1).MemberClient(t, 0)
 	leases := &countingLease{Lease: cli.Lease}
-	r := membership.NewRegistrar(membership.RegistrarConfig{Client: leases, KV: cli, Bridges: bridges, TTL: 2 * time.Second,
+	r := membership.NewRegistrar(membership.RegistrarConfig{Client: leases, KV: cli, Bridges: bridges, TTL: 5 * time.Second,
 		RequestTimeout: time.Second, Name: "b1", Advertise: []string{"http://b1:2379"}, DataPrefix: "/x"})
 	l := membership.NewMemberList(membership.MemberListConfig{Client: cli, Bridges: bridges, DataPrefix: "/x"})
 	run(t, l.Run)
@@ -187,10 +187,10 @@ func TestRegistrarRegistersRenewsAndRevokes(t *testing.T) {
 	}
 	lease := leaseOf(t, id)
 	ttl, err := cli.TimeToLive(context.Background(), lease)
-	if err != nil || ttl.GrantedTTL != 2 {
-		t.Fatalf("the registration's lease: %+v, %v; want a TTL of 2 s", ttl, err)
+	if err != nil || ttl.GrantedTTL != 5 {
+		t.Fatalf("the registration's lease: %+v, %v; want a TTL of 5 s", ttl, err)
 	}
-	// Renewed every quarter TTL (0.5 s).
+	// Renewed every quarter TTL (1.25 s).
 	deadline := time.Now().Add(10 * time.Second)
 	for leases.renewals.Load() < 2 {
 		if time.Now().After(deadline) {
@@ -216,12 +216,17 @@ func TestRegistrarRegistersRenewsAndRevokes(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // poll
 	}
 	waitMembers(t, l, []v2api.Member{self})
-	// Stopped: revoked at once, not left to expire.
+	// Stopped: revoked at once, not left to expire (which would take
+	// 3.75 s at least: the last renewal is at most a quarter TTL old).
+	stopped := time.Now()
 	stopRegistrar()
-	waitMembers(t, l, nil)
 	if regs := read(t, cli); len(regs) != 0 {
 		t.Fatalf("registrations %+v left after the registrar stopped", regs)
 	}
+	if d := time.Since(stopped); d > 2500*time.Millisecond {
+		t.Errorf("the registration went %v after the registrar stopped: expired, not revoked", d)
+	}
+	waitMembers(t, l, nil)
 	if ttl, err := cli.TimeToLive(context.Background(), leaseOf(t, id)); err != nil || ttl.TTL != -1 {
 		t.Fatalf("the lease after the registrar stopped: %+v, %v; want it revoked", ttl, err)
 	}
