@@ -148,15 +148,15 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 	defer d.mem.stop() // after shutdown, before the client closes
 	// The servers start first: the v3 side counts the watches parked on
 	// their listeners.
-	hs := newHTTPServers(c, lg, lns)
+	hs, errc := newHTTPServers(c, lg, lns)
 	for _, l := range lns.client {
 		lg.Info("serving in dual mode: from the side the mode record names", zap.String("url", l.url),
 			zap.Strings("v2-upstream", splitList(c.v2Upstream)), zap.Strings("backend", endpoints))
-		hs.serve(l, v2api.RequestLog(v2api.ServedOnly(c.served, sw), lg.Named("request")))
+		hs.Serve(l.ln, v2api.RequestLog(v2api.ServedOnly(c.served, sw), lg.Named("request")), errc)
 	}
 	for _, l := range lns.metrics {
 		lg.Info("serving metrics", zap.String("url", l.url))
-		hs.serve(l, sw.MetricsHandler())
+		hs.Serve(l.ln, sw.MetricsHandler(), errc)
 	}
 	bgctx, bgcancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup // the agent and the v3 side's builder
@@ -167,7 +167,7 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 	}()
 	go func() {
 		defer bg.Done()
-		d.buildV3(bgctx, c, bcfg, endpoints, lg, sw, &v3reg, hs.parked)
+		d.buildV3(bgctx, c, bcfg, endpoints, lg, sw, &v3reg, hs.Parked)
 	}()
 	shutdown := func() error {
 		// The registration goes first (a cutover stops waiting for this
@@ -186,13 +186,13 @@ func serveDual(ctx context.Context, c *config, lg *zap.Logger, lns *listeners, l
 		if br := d.v3.Load(); br != nil {
 			br.Backend.Hub().EndAll("bridge shutting down")
 		}
-		errs := []error{hs.shutdown(sctx)}
+		errs := []error{hs.Shutdown(sctx)}
 		if br := d.v3.Load(); br != nil {
 			errs = append(errs, br.Close(sctx))
 		}
 		return errors.Join(errs...)
 	}
-	return runUntilDone(ctx, lg, sw.Ready, hs.errc, shutdown)
+	return server.Run(ctx, lg, sw.Ready, errc, shutdown)
 }
 
 // buildV3 connects the v3 side, retrying until it answers or ctx ends, and

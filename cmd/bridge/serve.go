@@ -130,7 +130,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		lg.Info("serving metrics", zap.String("url", l.url))
 		br.Serve(l.ln, br.API.MetricsHandler(), errc)
 	}
-	return runUntilDone(ctx, lg, br.Ready, errc, shutdown)
+	return server.Run(ctx, lg, br.Ready, errc, shutdown)
 }
 
 // interruptedOr is err, a failure to start, unless ctx ended meanwhile: a
@@ -168,30 +168,6 @@ func warnEmbedded(lg *zap.Logger, c *config) {
 	lg.Warn("serving a PRIVATE EMBEDDED etcd, not a cluster: its data lives only in --data-dir; "+
 		"give --endpoints to serve a real etcd v3 cluster",
 		zap.String("reason", why), zap.String("data-dir", c.dataDir), zap.String("client-url", c.embeddedClientURLs))
-}
-
-// runUntilDone tells systemd when the bridge is ready, then waits for the
-// end (a signal: ctx, or a listener failing: errc) and shuts down.
-func runUntilDone(ctx context.Context, lg *zap.Logger, ready func() bool, errc <-chan error, shutdown func() error) error {
-	nctx, ncancel := context.WithCancel(ctx)
-	notified := make(chan struct{})
-	go func() {
-		defer close(notified)
-		notifyReady(nctx, ready, lg)
-	}()
-	defer func() {
-		ncancel()
-		<-notified
-	}()
-	select {
-	case <-ctx.Done():
-		lg.Info("shutting down")
-		notifyStopping(lg)
-	case err := <-errc:
-		_ = shutdown()
-		return err
-	}
-	return shutdown()
 }
 
 // checkForeign looks, for a bridge serving the whole tree of a cluster it
