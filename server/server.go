@@ -124,9 +124,9 @@ type Bridge struct {
 	API      *v2api.Server
 	Registry *prometheus.Registry
 
-	cfg  Config
-	lg   *zap.Logger
-	http *Servers // those Serve started
+	cfg       Config
+	lg        *zap.Logger
+	http      *Servers // those Serve started
 	closeOnce sync.Once
 }
 

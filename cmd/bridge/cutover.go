@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/v2bridge/v2bridge/assemble"
 	"io"
 	"os"
 	"os/signal"
@@ -170,7 +171,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	cli, err := newControlClient(&c, bcfg, lg)
+	cli, err := assemble.ControlClient(bcfg, lg)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/v2bridge/v2bridge/assemble"
 	"net"
 	"net/url"
 	"os"
@@ -14,16 +15,9 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 )
 
-// urlListener is an open listener and the URL it was opened for.
-type urlListener struct {
-	url string
-	ln  net.Listener
-}
-
 // listeners are the bridge's open listeners, before they serve.
 type listeners struct {
-	client, metrics []urlListener
-	served          bool // from then on the HTTP servers own and close them
+	client, metrics []assemble.Listener
 }
 
 // openListeners opens every listen URL, and checks that the embedded etcd's
@@ -32,14 +26,14 @@ type listeners struct {
 func openListeners(c *config) (*listeners, error) {
 	l := &listeners{}
 	tlsInfo := serverTLS(c)
-	open := func(urls string) ([]urlListener, error) {
-		var out []urlListener
+	open := func(urls string) ([]assemble.Listener, error) {
+		var out []assemble.Listener
 		for _, u := range splitList(urls) {
 			ln, err := listen(u, tlsInfo)
 			if err != nil {
 				return out, err
 			}
-			out = append(out, urlListener{u, ln})
+			out = append(out, assemble.Listener{URL: u, Ln: ln})
 		}
 		return out, nil
 	}
@@ -51,19 +45,16 @@ func openListeners(c *config) (*listeners, error) {
 		err = checkFree(c.embeddedClientURLs, c.embeddedPeerURLs)
 	}
 	if err != nil {
-		l.closeUnserved()
+		l.close()
 		return nil, err
 	}
 	return l, nil
 }
 
-// closeUnserved closes the listeners if serving never began.
-func (l *listeners) closeUnserved() {
-	if l.served {
-		return
-	}
+// close closes the listeners, which never served.
+func (l *listeners) close() {
 	for _, ul := range append(l.client, l.metrics...) {
-		_ = ul.ln.Close()
+		_ = ul.Ln.Close()
 	}
 }
 

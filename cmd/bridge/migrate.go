@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/v2bridge/v2bridge/assemble"
 	"io"
 	"net/url"
 	"os"
@@ -528,7 +529,7 @@ func (r *migrateRun) watchMode(ctx context.Context, c *config, endpoints []strin
 	if err != nil {
 		return err
 	}
-	cli, err := newControlClient(c, bcfg, lg)
+	cli, err := assemble.ControlClient(bcfg, lg)
 	if err != nil {
 		return err
 	}

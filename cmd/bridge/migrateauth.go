@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/v2bridge/v2bridge/assemble"
 	"io"
 	"strings"
 	"sync"
@@ -45,7 +46,7 @@ func openAuthStore(ctx context.Context, c *config, endpoints []string, layout tr
 	if err != nil {
 		return nil, err
 	}
-	cli, err := newControlClient(c, bcfg, lg)
+	cli, err := assemble.ControlClient(bcfg, lg)
 	if err != nil {
 		return nil, err
 	}

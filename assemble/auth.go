@@ -1,16 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package assemble
 
 import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/auth"
-	"github.com/v2bridge/v2bridge/translate"
 )
 
 // bridgeAuth is a bridge's v2 auth: the Store following its key space's
@@ -22,13 +20,13 @@ type bridgeAuth struct {
 	done   chan struct{} // closed when the Store's goroutine ends
 }
 
-// newAuth is the auth of a bridge serving layout's key space over cli; its
-// metrics go to reg.
-func newAuth(c *config, cli *clientv3.Client, layout translate.Layout, lg *zap.Logger, reg prometheus.Registerer) *bridgeAuth {
-	lg = lg.Named("auth")
+// newAuth is the auth of a bridge serving its layout's key space over cli;
+// its metrics go to reg.
+func newAuth(c *Config, cli *clientv3.Client, reg prometheus.Registerer) *bridgeAuth {
+	lg, layout := c.Logger.Named("auth"), c.Layout
 	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
-		RequestTimeout: c.requestTimeout, Logger: lg})
-	ck := auth.NewChecker(auth.CheckerConfig{State: st.State, Await: st.Current, ClientCertAuth: c.clientCertAuth, Logger: lg, Registry: reg})
+		RequestTimeout: c.RequestTimeout, Logger: lg})
+	ck := auth.NewChecker(auth.CheckerConfig{State: st.State, Await: st.Current, ClientCertAuth: c.ClientCertAuth, Logger: lg, Registry: reg})
 	return &bridgeAuth{svc: &auth.Service{Store: st, Checker: ck}}
 }
 
