@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/v2bridge/v2bridge/assemble"
 	"io"
 	"os"
 	"os/signal"
@@ -19,6 +18,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/v2bridge/v2bridge/assemble"
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"

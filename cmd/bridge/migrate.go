@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/v2bridge/v2bridge/assemble"
 	"io"
 	"net/url"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/assemble"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/shadow"

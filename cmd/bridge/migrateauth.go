@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/v2bridge/v2bridge/assemble"
 	"io"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/assemble"
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/translate"

@@ -6,11 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/v2bridge/v2bridge/assemble"
 
 	"go.etcd.io/etcd/client/pkg/v3/srv"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/assemble"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v3backend"
