@@ -4,11 +4,16 @@ package assemble
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/v3backend"
 )
 
 // bridgeAuth is a bridge's v2 auth: the Store following its key space's
@@ -47,4 +52,49 @@ func (a *bridgeAuth) stop() {
 	}
 	a.cancel()
 	<-a.done
+}
+
+// AuthStore is an auth.Store of the commands, its follower running on a
+// control client of its own.
+type AuthStore struct {
+	*auth.Store
+	cli    *clientv3.Client
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the store's Run
+}
+
+// Close stops the follower, waits for it and closes the client.
+func (s *AuthStore) Close() {
+	s.cancel()
+	s.wg.Wait()
+	_ = s.cli.Close()
+}
+
+// OpenAuthStore starts an auth.Store for the key space of bcfg's layout
+// (over a client of its own, as a bridge's) and waits until it has read the
+// auth data, within timeout.
+func OpenAuthStore(ctx context.Context, bcfg v3backend.Config, timeout time.Duration, lg *zap.Logger) (*AuthStore, error) {
+	cli, err := ControlClient(bcfg, lg)
+	if err != nil {
+		return nil, err
+	}
+	layout := bcfg.Layout
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
+		RequestTimeout: timeout, Logger: lg.Named("auth")})
+	rctx, cancel := context.WithCancel(context.Background())
+	s := &AuthStore{Store: st, cli: cli, cancel: cancel}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		st.Run(rctx)
+	}()
+	if _, ok := st.Current(ctx, timeout); !ok {
+		s.Close()
+		err := ctx.Err()
+		if err == nil {
+			err = context.DeadlineExceeded
+		}
+		return nil, fmt.Errorf("reading the bridges' users and roles from etcd v3: %w", err)
+	}
+	return s, nil
 }

@@ -184,11 +184,11 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		AllowUnknownPasswords: cf.allowUnknownPasswords,
 		Log:                   func(s string) { _, _ = fmt.Fprintln(steps, s) }}
 	if cmd == "cutover" {
-		as, err := openAuthStore(ctx, &c, endpoints, layout, lg)
+		as, err := assemble.OpenAuthStore(ctx, bcfg, c.requestTimeout, lg)
 		if err != nil {
 			return fmt.Errorf("migrate %s: %w", cmd, err)
 		}
-		defer as.close()
+		defer as.Close()
 		o.CopyAuth = copyAuthFunc(migrate.Options{SourceTLS: srcTLS, SourceUser: cf.fromUser, SourceTimeout: cf.fromTimeout,
 			Auth: as}, splitList(cf.from))
 	}

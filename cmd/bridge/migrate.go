@@ -283,11 +283,15 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	defer func() { _ = be.Close() }()
 	r.o.Target = be
-	as, err := openAuthStore(ctx, &c, endpoints, layout, lg)
+	bcfg, err := backendConfig(&c, endpoints, layout)
+	if err != nil {
+		return err
+	}
+	as, err := assemble.OpenAuthStore(ctx, bcfg, c.requestTimeout, lg)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
-	defer as.close()
+	defer as.Close()
 	r.o.Auth = as
 	if cmd == "migrate" && !r.mf.dryRun {
 		if err := r.watchMode(ctx, &c, endpoints, layout, lg); err != nil {
