@@ -5,7 +5,6 @@ package assemble
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,9 +19,8 @@ import (
 // users and roles in etcd v3, over the control client, and the Checker of
 // requests.
 type bridgeAuth struct {
-	svc    *auth.Service
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the Store's goroutine ends
+	svc  *auth.Service
+	halt func() // ends the Store's goroutine and waits for it (nil: not started)
 }
 
 // newAuth is the auth of a bridge serving its layout's key space over cli;
@@ -36,37 +34,41 @@ func newAuth(c *Config, cli *clientv3.Client, reg prometheus.Registerer) *bridge
 }
 
 // start runs the Store until stop.
-func (a *bridgeAuth) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	a.cancel, a.done = cancel, make(chan struct{})
-	go func() {
-		defer close(a.done)
-		a.svc.Run(ctx)
-	}()
-}
+func (a *bridgeAuth) start() { a.halt = runStore(a.svc.Store) }
 
 // stop ends the Store's goroutine and waits for it.
 func (a *bridgeAuth) stop() {
-	if a.cancel == nil {
-		return
+	if a.halt != nil {
+		a.halt()
 	}
-	a.cancel()
-	<-a.done
+}
+
+// runStore runs st, following the auth data, until halt, which waits for
+// it.
+func runStore(st *auth.Store) (halt func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // AuthStore is an auth.Store of the commands, its follower running on a
 // control client of its own.
 type AuthStore struct {
 	*auth.Store
-	cli    *clientv3.Client
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the store's Run
+	cli  *clientv3.Client
+	halt func() // ends the Store's goroutine and waits for it
 }
 
 // Close stops the follower, waits for it and closes the client.
 func (s *AuthStore) Close() {
-	s.cancel()
-	s.wg.Wait()
+	s.halt()
 	_ = s.cli.Close()
 }
 
@@ -81,13 +83,7 @@ func OpenAuthStore(ctx context.Context, bcfg v3backend.Config, timeout time.Dura
 	layout := bcfg.Layout
 	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
 		RequestTimeout: timeout, Logger: lg.Named("auth")})
-	rctx, cancel := context.WithCancel(context.Background())
-	s := &AuthStore{Store: st, cli: cli, cancel: cancel}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		st.Run(rctx)
-	}()
+	s := &AuthStore{Store: st, cli: cli, halt: runStore(st)}
 	if _, ok := st.Current(ctx, timeout); !ok {
 		s.Close()
 		err := ctx.Err()
