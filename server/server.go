@@ -124,14 +124,10 @@ type Bridge struct {
 	API      *v2api.Server
 	Registry *prometheus.Registry
 
-	cfg Config
-	lg  *zap.Logger
-
-	mu        sync.Mutex // guards servers, listeners and closed
-	servers   []*http.Server
-	listeners []*detach.Listener // one per Serve: where its detached watches wait
-	closed    bool
-	wg        sync.WaitGroup // one per Serve goroutine
+	cfg       Config
+	lg        *zap.Logger
+	http      *Servers // those Serve started
+	closeOnce sync.Once
 }
 
 // New connects the backend (waiting at most until ctx ends) and builds the
@@ -173,7 +169,7 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 	api := v2api.New(v2api.Config{Store: Store{B: be, Auth: cfg.Auth}, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
 		Logger: cfg.Logger.Named("v2api"), Registry: reg, Gatherer: reg, EnablePprof: cfg.EnablePprof,
 		DetachWatches: cfg.DetachWatches, Members: cfg.Members, Auth: a})
-	b := &Bridge{Backend: be, API: api, Registry: reg, cfg: cfg, lg: cfg.Logger}
+	b := &Bridge{Backend: be, API: api, Registry: reg, cfg: cfg, lg: cfg.Logger, http: NewServers(cfg.HTTP, cfg.Logger)}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "v2bridge_watches_detached",
 		Help: "v2 watches waiting on detached connections, outside net/http."}, b.detached))
 	return b, nil
@@ -184,14 +180,7 @@ func (b *Bridge) detached() float64 {
 	if b.cfg.Parked != nil {
 		return float64(b.cfg.Parked())
 	}
-	b.mu.Lock()
-	ls := b.listeners
-	b.mu.Unlock()
-	n := 0
-	for _, l := range ls {
-		n += l.Parked()
-	}
-	return float64(n)
+	return float64(b.http.Parked())
 }
 
 // Ready reports what /readyz does: the backend answers, the hub's shared
@@ -217,25 +206,7 @@ func (b *Bridge) WaitReady(ctx context.Context) error {
 // errors other than a normal close go to errc when it is not nil. ln may be a
 // TLS listener: its connections reach net/http as they are, so HTTP/2 is
 // served where ALPN chose it.
-func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		_ = ln.Close()
-		return
-	}
-	srv, dl := NewHTTPServer(ln, h, b.cfg.HTTP, zap.NewStdLog(b.lg.Named("http")))
-	b.servers = append(b.servers, srv)
-	b.listeners = append(b.listeners, dl)
-	b.wg.Add(1)
-	b.mu.Unlock()
-	go func() {
-		defer b.wg.Done()
-		if err := srv.Serve(dl); err != nil && !errors.Is(err, http.ErrServerClosed) && errc != nil {
-			errc <- err
-		}
-	}()
-}
+func (b *Bridge) Serve(ln net.Listener, h http.Handler, errc chan<- error) { b.http.Serve(ln, h, errc) }
 
 // NewHTTPServer builds the HTTP server of h on ln within the limits l
 // (defaults for zero values); the caller runs srv.Serve(dl), and after
@@ -287,26 +258,12 @@ func bodyLimits(h http.Handler, l HTTPLimits) http.Handler {
 // Close ends every v2 watch (clients re-issue them), lets in-flight requests
 // finish until ctx ends, and closes the backend.
 func (b *Bridge) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil
-	}
-	b.closed = true
-	servers, listeners := b.servers, b.listeners
-	b.mu.Unlock()
-	b.Backend.Hub().EndAll("bridge shutting down")
-	var errs []error
-	for _, srv := range servers {
-		errs = append(errs, srv.Shutdown(ctx))
-	}
-	b.wg.Wait()
-	for _, l := range listeners {
-		_ = l.Close() // Serve has closed it; a Serve that failed early may not have
-		errs = append(errs, l.Wait(ctx))
-	}
-	errs = append(errs, b.Backend.Close())
-	return errors.Join(errs...)
+	var err error
+	b.closeOnce.Do(func() {
+		b.Backend.Hub().EndAll("bridge shutting down")
+		err = errors.Join(b.http.Shutdown(ctx), b.Backend.Close())
+	})
+	return err
 }
 
 // Store adapts a backend to the HTTP layer's Store interface.

@@ -18,6 +18,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/v2bridge/v2bridge/assemble"
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
@@ -170,7 +171,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	cli, err := newControlClient(&c, bcfg, lg)
+	cli, err := assemble.ControlClient(bcfg, lg)
 	if err != nil {
 		return err
 	}
@@ -183,11 +184,11 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		AllowUnknownPasswords: cf.allowUnknownPasswords,
 		Log:                   func(s string) { _, _ = fmt.Fprintln(steps, s) }}
 	if cmd == "cutover" {
-		as, err := openAuthStore(ctx, &c, endpoints, layout, lg)
+		as, err := assemble.OpenAuthStore(ctx, bcfg, c.requestTimeout, lg)
 		if err != nil {
 			return fmt.Errorf("migrate %s: %w", cmd, err)
 		}
-		defer as.close()
+		defer as.Close()
 		o.CopyAuth = copyAuthFunc(migrate.Options{SourceTLS: srcTLS, SourceUser: cf.fromUser, SourceTimeout: cf.fromTimeout,
 			Auth: as}, splitList(cf.from))
 	}

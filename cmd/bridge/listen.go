@@ -4,26 +4,16 @@ package main
 
 import (
 	"crypto/tls"
-	"errors"
-	"fmt"
-	"net"
-	"net/url"
-	"os"
-	"syscall"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
-)
 
-// urlListener is an open listener and the URL it was opened for.
-type urlListener struct {
-	url string
-	ln  net.Listener
-}
+	"github.com/v2bridge/v2bridge/assemble"
+	"github.com/v2bridge/v2bridge/server"
+)
 
 // listeners are the bridge's open listeners, before they serve.
 type listeners struct {
-	client, metrics []urlListener
-	served          bool // from then on the HTTP servers own and close them
+	client, metrics []assemble.Listener
 }
 
 // openListeners opens every listen URL, and checks that the embedded etcd's
@@ -32,14 +22,14 @@ type listeners struct {
 func openListeners(c *config) (*listeners, error) {
 	l := &listeners{}
 	tlsInfo := serverTLS(c)
-	open := func(urls string) ([]urlListener, error) {
-		var out []urlListener
+	open := func(urls string) ([]assemble.Listener, error) {
+		var out []assemble.Listener
 		for _, u := range splitList(urls) {
-			ln, err := listen(u, tlsInfo)
+			ln, err := server.Listen(u, tlsInfo)
 			if err != nil {
 				return out, err
 			}
-			out = append(out, urlListener{u, ln})
+			out = append(out, assemble.Listener{URL: u, Ln: ln})
 		}
 		return out, nil
 	}
@@ -48,40 +38,20 @@ func openListeners(c *config) (*listeners, error) {
 		l.metrics, err = open(c.listenMetricsURLs)
 	}
 	if err == nil && c.embeddedMode != "" {
-		err = checkFree(c.embeddedClientURLs, c.embeddedPeerURLs)
+		err = server.CheckFree(c.embeddedClientURLs, c.embeddedPeerURLs)
 	}
 	if err != nil {
-		l.closeUnserved()
+		l.close()
 		return nil, err
 	}
 	return l, nil
 }
 
-// closeUnserved closes the listeners if serving never began.
-func (l *listeners) closeUnserved() {
-	if l.served {
-		return
-	}
+// close closes the listeners, which never served.
+func (l *listeners) close() {
 	for _, ul := range append(l.client, l.metrics...) {
-		_ = ul.ln.Close()
+		_ = ul.Ln.Close()
 	}
-}
-
-// checkFree fails if a URL's port is taken; the embedded etcd opens its own
-// listeners, and reports a taken port only after many lines of startup logs.
-func checkFree(urls ...string) error {
-	for _, u := range urls {
-		pu, err := url.Parse(u)
-		if err != nil {
-			return fmt.Errorf("bad embedded URL %q: %w", u, err)
-		}
-		ln, err := net.Listen("tcp", pu.Host)
-		if err != nil {
-			return listenError(u, err)
-		}
-		_ = ln.Close()
-	}
-	return nil
 }
 
 // serverTLS is the served-side TLS of https listeners. etcd's transport
@@ -97,35 +67,4 @@ func serverTLS(c *config) *transport.TLSInfo {
 		ti.MinVersion = tls.VersionTLS13
 	}
 	return ti
-}
-
-// listen opens one listen URL: http://host:port, https://host:port or
-// unix:///path.
-func listen(u string, ti *transport.TLSInfo) (net.Listener, error) {
-	pu, err := url.Parse(u)
-	if err != nil {
-		return nil, err
-	}
-	var ln net.Listener
-	switch pu.Scheme {
-	case "unix":
-		_ = os.Remove(pu.Path) // a stale socket from an earlier run
-		ln, err = net.Listen("unix", pu.Path)
-	case "https":
-		ln, err = transport.NewListenerWithOpts(pu.Host, "https", transport.WithTLSInfo(ti))
-	default:
-		ln, err = net.Listen("tcp", pu.Host)
-	}
-	if err != nil {
-		return nil, listenError(u, err)
-	}
-	return ln, nil
-}
-
-// listenError names the URL and, for the common case, the likely cause.
-func listenError(u string, err error) error {
-	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("cannot listen on %s: address already in use (is another v2bridge or etcd running?)", u)
-	}
-	return fmt.Errorf("cannot listen on %s: %w", u, err)
 }

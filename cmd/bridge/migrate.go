@@ -21,6 +21,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/assemble"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/shadow"
@@ -282,11 +283,15 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	defer func() { _ = be.Close() }()
 	r.o.Target = be
-	as, err := openAuthStore(ctx, &c, endpoints, layout, lg)
+	bcfg, err := backendConfig(&c, endpoints, layout)
+	if err != nil {
+		return err
+	}
+	as, err := assemble.OpenAuthStore(ctx, bcfg, c.requestTimeout, lg)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
-	defer as.close()
+	defer as.Close()
 	r.o.Auth = as
 	if cmd == "migrate" && !r.mf.dryRun {
 		if err := r.watchMode(ctx, &c, endpoints, layout, lg); err != nil {
@@ -528,7 +533,7 @@ func (r *migrateRun) watchMode(ctx context.Context, c *config, endpoints []strin
 	if err != nil {
 		return err
 	}
-	cli, err := newControlClient(c, bcfg, lg)
+	cli, err := assemble.ControlClient(bcfg, lg)
 	if err != nil {
 		return err
 	}

@@ -3,85 +3,17 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
-	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/migrate"
-	"github.com/v2bridge/v2bridge/translate"
 )
 
 // authFollowInterval is how often `migrate --follow` reads the old server's
 // auth data again: v2 has no watch on it.
 const authFollowInterval = 5 * time.Second
-
-// runningAuthStore is an auth.Store of the commands, its follower running.
-type runningAuthStore struct {
-	*auth.Store
-	cli    *clientv3.Client
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the store's Run
-}
-
-// close stops the follower, waits for it and closes the client.
-func (s *runningAuthStore) close() {
-	s.cancel()
-	s.wg.Wait()
-	_ = s.cli.Close()
-}
-
-// openAuthStore starts an auth.Store for layout's key space (a client of
-// its own, as the server's) and waits until it has read the auth data
-// (within the request timeout).
-func openAuthStore(ctx context.Context, c *config, endpoints []string, layout translate.Layout, lg *zap.Logger) (*runningAuthStore, error) {
-	bcfg, err := backendConfig(c, endpoints, layout)
-	if err != nil {
-		return nil, err
-	}
-	cli, err := newControlClient(c, bcfg, lg)
-	if err != nil {
-		return nil, err
-	}
-	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
-		RequestTimeout: c.requestTimeout, Logger: lg.Named("auth")})
-	rctx, cancel := context.WithCancel(context.Background())
-	s := &runningAuthStore{Store: st, cli: cli, cancel: cancel}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		st.Run(rctx)
-	}()
-	if err := waitAuthState(ctx, st, c.requestTimeout); err != nil {
-		s.close()
-		return nil, err
-	}
-	return s, nil
-}
-
-// waitAuthState waits until st has a current State.
-func waitAuthState(ctx context.Context, st *auth.Store, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if _, ok := st.State(); ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("reading the bridges' users and roles from etcd v3: %w", ctx.Err())
-		case <-t.C:
-		}
-	}
-}
 
 // printAuthSummary is migrate's line about the auth data.
 func printAuthSummary(w io.Writer, s *migrate.AuthSummary) {

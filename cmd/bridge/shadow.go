@@ -11,15 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/cutover"
-	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/shadow"
 	"github.com/v2bridge/v2bridge/translate"
-	"github.com/v2bridge/v2bridge/upstream"
 )
 
 // checkShadow validates the --shadow-* settings.
@@ -36,43 +33,6 @@ func (c *config) checkShadow() error {
 	return nil
 }
 
-// startShadow builds the shadow comparison of a passthrough bridge against
-// its v3 side br (built with server.New from the same settings): give obs to
-// upstream.Config.Observer, and call stop once the passthrough is closed. obs
-// is nil when --shadow-sample-rate is 0. On a client of their own, the
-// shadow watches the follower's changes and progress, and the bridge's
-// counters go to a leased record in the v3 cluster, where `v2bridge verify`
-// reads them.
-func startShadow(c *config, br *server.Bridge, lg *zap.Logger, reg prometheus.Registerer) (obs upstream.Observer, stop func(), err error) {
-	if c.shadowSampleRate == 0 {
-		return nil, func() {}, nil
-	}
-	layout := br.Backend.Layout()
-	cli, err := newV3Client(c, br.Backend.Endpoints(), layout)
-	if err != nil {
-		return nil, nil, err
-	}
-	sh, err := shadow.New(shadow.Config{Store: server.Store{B: br.Backend}, SampleRate: c.shadowSampleRate,
-		Prefix: c.shadowPrefix, Queue: c.shadowQueue,
-		Feed:     &shadow.V3Feed{Client: cli, Layout: layout, Timeout: c.requestTimeout},
-		Recorder: shadow.NewV3Recorder(cli, layout, c.name, 0), Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs),
-		Logger: lg.Named("shadow"), Registry: reg})
-	if err != nil {
-		_ = cli.Close()
-		return nil, nil, err
-	}
-	if !cutover.Covers(c.shadowPrefix, c.servePrefix) {
-		lg.Warn("--shadow-prefix compares only part of what this bridge serves: keys outside it are never checked",
-			zap.String("shadow-prefix", c.shadowPrefix), zap.String("serve-prefix", c.servePrefix))
-	}
-	lg.Info("shadow comparison with etcd v3", zap.Float64("sample-rate", c.shadowSampleRate),
-		zap.String("prefix", c.shadowPrefix), zap.Int("queue", c.shadowQueue))
-	return sh, func() {
-		sh.Close()
-		_ = cli.Close()
-	}, nil
-}
-
 // newV3Client is a plain v3 client of the cluster the settings name, with
 // the backend's TLS, auth and dial timeout.
 func newV3Client(c *config, endpoints []string, layout translate.Layout) (*clientv3.Client, error) {
@@ -87,12 +47,6 @@ func newV3Client(c *config, endpoints []string, layout translate.Layout) (*clien
 		return nil, fmt.Errorf("connecting to the etcd v3 cluster at %s: %w", strings.Join(endpoints, ","), err)
 	}
 	return cli, nil
-}
-
-// readShadow reads the bridges' shadow records for `v2bridge verify`.
-func readShadow(ctx context.Context, c *config, endpoints []string, layout translate.Layout) ([]shadow.Record, error) {
-	recs, _, err := readShadowAndFollowed(ctx, c, endpoints, layout)
-	return recs, err
 }
 
 // readShadowAndFollowed reads the bridges' shadow records, and the prefix

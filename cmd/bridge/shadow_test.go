@@ -3,22 +3,9 @@
 package main
 
 import (
-	"context"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
-	"github.com/v2bridge/v2bridge/server"
-	"github.com/v2bridge/v2bridge/shadow"
-	"github.com/v2bridge/v2bridge/translate"
-	"github.com/v2bridge/v2bridge/upstream"
-	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 
 func TestShadowSettings(t *testing.T) {
@@ -44,90 +31,5 @@ func TestShadowSettings(t *testing.T) {
 				t.Fatalf("error %v, want one mentioning %q", err, c.want)
 			}
 		})
-	}
-}
-
-// TestStartShadowObservesForThePassthrough: the wiring builds a shadow over
-// a v3-mode bridge's store, which a passthrough then feeds, and publishes
-// the bridge's record in v3.
-func TestStartShadowObservesForThePassthrough(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs an etcd member")
-	}
-	cl := v2bridgetest.StartCluster(t, 1)
-	c, err := parseConfig([]string{"--endpoints", strings.Join(cl.Endpoints(), ","), "--name", "wired"},
-		func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layout, err := translate.NewLayout(c.dataPrefix, c.metaPrefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bcfg, err := backendConfig(c, cl.Endpoints(), layout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	br, err := server.New(ctx, server.Config{Backend: bcfg, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = br.Close(context.Background()) }()
-
-	off := *c
-	off.shadowSampleRate = 0
-	if obs, stop, err := startShadow(&off, br, zap.NewNop(), nil); obs != nil || err != nil {
-		t.Fatalf("--shadow-sample-rate 0: %v %v", obs, err)
-	} else {
-		stop()
-	}
-
-	reg := prometheus.NewRegistry()
-	obs, stop, err := startShadow(c, br, zap.NewNop(), reg)
-	if err != nil || obs == nil {
-		t.Fatalf("startShadow: %v %v", obs, err)
-	}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Path == "/health" {
-			_, _ = io.WriteString(w, `{"health":"true"}`)
-			return
-		}
-		w.Header().Set("X-Etcd-Index", "3")
-		w.Header().Set("X-Etcd-Cluster-Id", "1")
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = io.WriteString(w, `{"errorCode":100,"message":"Key not found","cause":"/k","index":3}`+"\n")
-	}))
-	defer up.Close()
-	p, err := upstream.New(upstream.Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond, Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, httptest.NewRequest("GET", "/v2/keys/k", nil))
-	if rec.Code != http.StatusNotFound {
-		t.Fatalf("GET through the passthrough: %d %s", rec.Code, rec.Body)
-	}
-	sh := obs.(*shadow.Shadow)
-	deadline := time.Now().Add(10 * time.Second)
-	for sh.Stats().Reads != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("not compared: %+v", sh.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	p.Close()
-	stop() // publishes the last record
-	recs, err := readShadow(ctx, c, cl.Endpoints(), layout)
-	if err != nil || len(recs) != 1 || recs[0].Name != "wired" || recs[0].Counts.Reads != 1 || recs[0].Counts.Diverged() != 0 {
-		t.Fatalf("records %+v %v", recs, err)
-	}
-	if mfs, err := reg.Gather(); err != nil || len(mfs) == 0 || !strings.HasPrefix(mfs[0].GetName(), "v2bridge_shadow_") {
-		t.Errorf("metrics %v %v", mfs, err)
 	}
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package assemble
 
 import (
 	"math"
@@ -14,8 +14,7 @@ import (
 
 // registerBridgeInfo adds the process's constant facts: which build runs, and
 // whether it serves a private embedded store (a dashboard should show that).
-func registerBridgeInfo(reg prometheus.Registerer, embedded bool) {
-	ver, commit := buildVersion()
+func registerBridgeInfo(reg prometheus.Registerer, ver, commit string, embedded bool) {
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "v2bridge_build_info",
 		Help:        "Always 1; the labels say which build of v2bridge runs.",

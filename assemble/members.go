@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package assemble
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/membership"
-	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
@@ -28,18 +27,19 @@ type bridgeMembers struct {
 
 // newBridgeMembers is the bridgeMembers of a bridge over cli, or nil with
 // --advertise-only-self; register says whether it registers itself.
-func newBridgeMembers(c *config, cli *clientv3.Client, layout translate.Layout, lg *zap.Logger, register bool) *bridgeMembers {
-	if c.advertiseOnlySelf {
+func newBridgeMembers(c *Config, cli *clientv3.Client, lg *zap.Logger, register bool) *bridgeMembers {
+	layout := c.Layout
+	if c.AdvertiseOnlySelf {
 		return nil
 	}
 	bridges := membership.Bridges(layout.MetaPrefix)
 	m := &bridgeMembers{list: membership.NewMemberList(membership.MemberListConfig{Client: cli, Bridges: bridges,
-		DataPrefix: layout.DataPrefix, Prefix: c.servePrefix, RequestTimeout: c.requestTimeout,
+		DataPrefix: layout.DataPrefix, Prefix: c.ServePrefix, RequestTimeout: c.RequestTimeout,
 		Logger: lg.Named("members")})}
 	if register {
 		m.registrar = membership.NewRegistrar(membership.RegistrarConfig{Client: cli, KV: cli, Bridges: bridges,
-			TTL: c.modeLeaseTTL, RequestTimeout: c.requestTimeout, Name: c.name,
-			Advertise: splitList(c.advertiseClientURLs), DataPrefix: layout.DataPrefix, Prefix: c.servePrefix,
+			TTL: c.ModeLeaseTTL, RequestTimeout: c.RequestTimeout, Name: c.Name,
+			Advertise: c.AdvertiseURLs, DataPrefix: layout.DataPrefix, Prefix: c.ServePrefix,
 			Logger: lg.Named("members")})
 	}
 	return m

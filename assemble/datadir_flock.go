@@ -2,7 +2,7 @@
 
 //go:build linux || darwin || dragonfly || freebsd || netbsd || openbsd
 
-package main
+package assemble
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package auth
 
 import (
 	"context"
@@ -16,26 +16,24 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-
-	"github.com/v2bridge/v2bridge/auth"
 )
 
 // learnQueue bounds the passwords waiting to be learned; more are dropped
 // (the user's next request offers its password again).
 const learnQueue = 16
 
-// learnStore is what the learner needs of the auth.Store.
+// learnStore is what the Learner needs of the Store.
 type learnStore interface {
-	State() (*auth.State, bool)
+	State() (*State, bool)
 	Learn(ctx context.Context, name, password string) (changed bool, err error)
 }
 
-// learner adopts, in dual mode, the passwords the old v2 server accepts:
+// Learner adopts, in dual mode, the passwords the old v2 server accepts:
 // the v2 auth API never shows hashes, so a password is known to etcd v3
 // once a request the old server let through has carried it. It works
 // beside the request path: a request is never slowed or failed by it, and
 // credentials are never logged.
-type learner struct {
+type Learner struct {
 	store learnStore
 	// sourceAuthOn asks the old server whether auth is enabled now: with
 	// auth off, v2 accepts any password, so none is learned.
@@ -44,7 +42,7 @@ type learner struct {
 	lg           *zap.Logger
 	results      *prometheus.CounterVec // by result, never by name
 	key          []byte                 // of the HMAC that stands for a password in memory
-	queue        chan credential
+	queue        chan learnCredential
 	wg           sync.WaitGroup // the worker
 
 	mu      sync.Mutex        // guards learned, pending, stopped and sending on queue
@@ -61,16 +59,16 @@ type learnt struct {
 	hash string
 }
 
-type credential struct {
+type learnCredential struct {
 	user, password string
 	mac            [32]byte
 }
 
-// newLearner starts a learner's worker; stop ends it.
-func newLearner(st learnStore, sourceAuthOn func(context.Context) (bool, error), timeout time.Duration,
-	lg *zap.Logger, reg prometheus.Registerer) *learner {
-	l := &learner{store: st, sourceAuthOn: sourceAuthOn, timeout: timeout, lg: lg,
-		key: make([]byte, 32), queue: make(chan credential, learnQueue),
+// NewLearner starts a learner's worker; Stop ends it.
+func NewLearner(st learnStore, sourceAuthOn func(context.Context) (bool, error), timeout time.Duration,
+	lg *zap.Logger, reg prometheus.Registerer) *Learner {
+	l := &Learner{store: st, sourceAuthOn: sourceAuthOn, timeout: timeout, lg: lg,
+		key: make([]byte, 32), queue: make(chan learnCredential, learnQueue),
 		learned: map[string]learnt{}, pending: map[string]bool{}}
 	_, _ = rand.Read(l.key) // never fails (crypto/rand)
 	l.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_auth_learned_total",
@@ -85,9 +83,9 @@ func newLearner(st learnStore, sourceAuthOn func(context.Context) (bool, error),
 	return l
 }
 
-// stop ends the worker once the queue is drained; later offers are
+// Stop ends the worker once the queue is drained; later offers are
 // ignored.
-func (l *learner) stop() {
+func (l *Learner) Stop() {
 	l.mu.Lock()
 	if !l.stopped {
 		l.stopped = true
@@ -97,10 +95,10 @@ func (l *learner) stop() {
 	l.wg.Wait()
 }
 
-// wrap is h, offering the credentials of each keys or users/roles request
+// Wrap is h, offering the credentials of each keys or users/roles request
 // it answers with success. Other answers prove nothing: v2 answers a
 // request it cannot parse before it checks the credentials.
-func (l *learner) wrap(h http.Handler) http.Handler {
+func (l *Learner) Wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user, pw, ok := r.BasicAuth()
 		if !ok || user == "" || !checkedByV2(r.URL.Path) {
@@ -125,7 +123,7 @@ func checkedByV2(p string) bool {
 
 // offer queues a password to learn unless it was learned already or one of
 // the user's is on its way; it never waits.
-func (l *learner) offer(user, password string) {
+func (l *Learner) offer(user, password string) {
 	m := hmac.New(sha256.New, l.key)
 	m.Write([]byte(user))
 	m.Write([]byte{0})
@@ -143,14 +141,14 @@ func (l *learner) offer(user, password string) {
 		return
 	}
 	select {
-	case l.queue <- credential{user: user, password: password, mac: mac}:
+	case l.queue <- learnCredential{user: user, password: password, mac: mac}:
 		l.pending[user] = true
 	default:
 		l.results.WithLabelValues("dropped").Inc()
 	}
 }
 
-func (l *learner) run() {
+func (l *Learner) run() {
 	defer l.wg.Done()
 	for c := range l.queue {
 		result := l.learn(c)
@@ -168,7 +166,7 @@ func (l *learner) run() {
 
 // learn stores c's password if auth is on on both sides and the user is
 // known, and says what came of it.
-func (l *learner) learn(c credential) string {
+func (l *Learner) learn(c learnCredential) string {
 	st, ok := l.store.State()
 	if !ok || !st.Enabled {
 		return "skipped" // the copy of the old server's flag says auth is off
@@ -230,9 +228,9 @@ func (w *statusWatcher) Flush() {
 // Unwrap lets http.ResponseController reach the connection underneath.
 func (w *statusWatcher) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// sourceAuthEnabled asks the old server, through h (the passthrough),
+// OldServerAuthEnabled asks the old server, through h (the passthrough),
 // whether auth is enabled: GET /v2/auth/enable, open to all in v2.
-func sourceAuthEnabled(h http.Handler) func(context.Context) (bool, error) {
+func OldServerAuthEnabled(h http.Handler) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
 		r, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v2/auth/enable", nil)
 		if err != nil {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package auth
 
 import (
 	"context"
@@ -15,18 +15,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
-
-	"github.com/v2bridge/v2bridge/auth"
 )
 
 // fakeLearnStore records what it is asked to learn.
 type fakeLearnStore struct {
 	mu      sync.Mutex // guards st and learned
-	st      *auth.State
+	st      *State
 	learned []string // user:password, in order
 }
 
-func (f *fakeLearnStore) State() (*auth.State, bool) {
+func (f *fakeLearnStore) State() (*State, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.st, f.st != nil
@@ -45,7 +43,7 @@ func (f *fakeLearnStore) setHash(name, hash string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := *f.st
-	st.Users = map[string]auth.User{}
+	st.Users = map[string]User{}
 	for k, v := range f.st.Users {
 		st.Users[k] = v
 	}
@@ -62,15 +60,15 @@ func (f *fakeLearnStore) calls() []string {
 }
 
 func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
-	st := &fakeLearnStore{st: &auth.State{Enabled: true, Users: map[string]auth.User{"alice": {User: "alice"}, "root": {User: "root"}}}}
+	st := &fakeLearnStore{st: &State{Enabled: true, Users: map[string]User{"alice": {User: "alice"}, "root": {User: "root"}}}}
 	var sourceOn atomic.Bool
 	sourceOn.Store(true)
 	var asked atomic.Int64
-	l := newLearner(st, func(context.Context) (bool, error) { asked.Add(1); return sourceOn.Load(), nil },
+	l := NewLearner(st, func(context.Context) (bool, error) { asked.Add(1); return sourceOn.Load(), nil },
 		5*time.Second, zap.NewNop(), nil)
-	defer l.stop()
+	defer l.Stop()
 	// The old server answers with the status the query names.
-	h := l.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code, _ := strconv.Atoi(r.URL.Query().Get("status"))
 		w.WriteHeader(code)
 	}))
@@ -133,7 +131,7 @@ func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
 
 	// With etcd v3's copy of the flag off, nothing is learned nor asked.
 	st.mu.Lock()
-	st.st = &auth.State{Users: st.st.Users}
+	st.st = &State{Users: st.st.Users}
 	st.mu.Unlock()
 	sourceOn.Store(true)
 	send("/v2/keys/a?status=200", "alice", "third")
@@ -145,18 +143,18 @@ func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
 
 func TestLearnerNeverWaits(t *testing.T) {
 	block := make(chan struct{})
-	st := &fakeLearnStore{st: &auth.State{Enabled: true, Users: map[string]auth.User{}}}
+	st := &fakeLearnStore{st: &State{Enabled: true, Users: map[string]User{}}}
 	for i := range 2 * learnQueue {
-		st.st.Users["u"+strconv.Itoa(i)] = auth.User{}
+		st.st.Users["u"+strconv.Itoa(i)] = User{}
 	}
-	l := newLearner(st, func(ctx context.Context) (bool, error) {
+	l := NewLearner(st, func(ctx context.Context) (bool, error) {
 		select {
 		case <-block:
 		case <-ctx.Done():
 		}
 		return true, nil
 	}, 30*time.Second, zap.NewNop(), nil)
-	h := l.wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+	h := l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
 	start := time.Now()
 	for i := range 2 * learnQueue {
 		r := httptest.NewRequest("GET", "/v2/keys/a", nil)
@@ -170,7 +168,7 @@ func TestLearnerNeverWaits(t *testing.T) {
 		t.Errorf("dropped %v offers, want at least %d", n, learnQueue-1)
 	}
 	close(block)
-	l.stop()
+	l.Stop()
 	if n := len(st.calls()); n < learnQueue || n > learnQueue+1 {
 		t.Errorf("learned %d, want the queue's %d (and the one in flight)", n, learnQueue)
 	}

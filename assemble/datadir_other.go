@@ -2,7 +2,7 @@
 
 //go:build !(linux || darwin || dragonfly || freebsd || netbsd || openbsd)
 
-package main
+package assemble
 
 // lockDataDir does nothing where the standard library has no flock: a
 // second bridge on the same --data-dir waits for etcd's database lock there.
