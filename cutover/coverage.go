@@ -30,8 +30,10 @@ func (o *Options) checkCoverage(ctx context.Context, copied string) error {
 	}
 	served := map[string][]string{} // served prefix -> bridges serving it
 	for id, g := range regs {
-		if !Covers(copied, g.Served()) {
-			served[g.Served()] = append(served[g.Served()], describe(id, g))
+		for _, p := range strings.Split(g.Served(), ",") { // a v3-mode bridge may serve several
+			if !Covers(copied, p) {
+				served[p] = append(served[p], describe(id, g))
+			}
 		}
 	}
 	if len(served) == 0 {

@@ -134,3 +134,20 @@ func TestAVanishedRecordKeepsTheSideAndFencesWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestCovers: a copy covers a served subtree at or below it, never a
+// sibling that shares its name's start.
+func TestCovers(t *testing.T) {
+	for _, c := range []struct {
+		copied, served string
+		want           bool
+	}{
+		{"/", "/", true}, {"/", "/coreos.com/network", true},
+		{"/app", "/app", true}, {"/app", "/app/x", true},
+		{"/app", "/apple", false}, {"/app", "/ap", false}, {"/app/x", "/app", false}, {"/app", "/", false},
+	} {
+		if got := Covers(c.copied, c.served); got != c.want {
+			t.Errorf("Covers(%q, %q) = %v, want %v", c.copied, c.served, got, c.want)
+		}
+	}
+}

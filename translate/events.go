@@ -147,17 +147,14 @@ func (l Layout) decodeBatch(rev int64, evs []V3Event, ls Leases, now time.Time) 
 }
 
 // slotOf reports whether e is a change the write j records makes: a data
-// key or marker at or below its node, or the marker of a directory above
-// it created with it. (A batch's writes change disjoint keys, and never
-// create one directory twice.)
+// key or marker at or below its node. (A batch's writes change disjoint
+// keys. The markers a write creates above its node are left to the changes
+// decoded by rule, which make no event of them.)
 func (l Layout) slotOf(j *Journal, e V3Event) bool {
 	q, ok := l.PathOfData(e.KV.Key)
 	if !ok {
 		if q, ok = l.PathOfMarker(e.KV.Key); !ok {
 			return false
-		}
-		if !e.Delete && strings.HasPrefix(j.Node.Key, childPath(q)) {
-			return true
 		}
 	}
 	return Within(j.Node.Key, q)

@@ -154,7 +154,7 @@ func selectMutations(name string) ([]Mutation, error) {
 }
 
 const resultsHeader = "# make mutate: the last full run\n\n" +
-	"Written by `make mutate` (the list is in `mutations.go` and `audit.go`). Each row is one bug planted in one file, the\n" +
+	"Written by `make mutate` (the list is in `mutations.go`, `audit.go` and `scope.go`). Each row is one bug planted in one file, the\n" +
 	"tests that should catch it, and the test that did.\n\n"
 
 // leftOut heads RESULTS.md's hand-written section on the bugs planted and
