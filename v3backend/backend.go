@@ -206,6 +206,8 @@ type Backend struct {
 	// a heartbeat that times out while other requests are answered is a
 	// busy member, not a dead one.
 	lastAnswer atomic.Int64
+	// lag tells the monitor how late this process ran during a heartbeat.
+	lag lagMeter
 	// ctx ends at Close; stop ends it.
 	ctx  context.Context
 	stop context.CancelFunc
@@ -229,6 +231,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.ctx, b.stop = context.WithCancel(context.Background())
 	b.closeCh = b.ctx.Done()
 	b.metrics = newMetrics(cfg.Registry)
+	b.lag = pacedMeter{pace: heartbeatPace(cfg.HeartbeatTimeout)}
 	b.leases = newLeaseCache()
 	b.pool = newLeasePool()
 	b.mirror = newMirror(cfg.Layout)

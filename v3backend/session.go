@@ -239,14 +239,19 @@ func (b *Backend) Endpoint() string {
 // session is lost (by the heartbeat, or by the hub when its watch fails),
 // reconnects.
 //
-// Detection with the defaults (one health check a second, each with a 1 s
-// deadline, two misses in a row): the first check after the fault starts
-// within a second of it and times out a second later; the next one starts
-// at once (its tick is due) and times out another second later. So a member
-// that stops answering is declared lost 2 to 3 s after the fault (2.1 to
-// 2.9 s measured at the v2 watchers by the liveness tests: blackhole and
-// SIGSTOP), and the v2 watches end with it; a member without a leader, 1 to
-// 2 s after it noticed that it has none.
+// Detection: the first check after the fault starts within an interval of
+// it; a check that times out is followed at once by the next (its tick is
+// due when the interval is at most the timeout), so a member that stops
+// answering is declared lost an interval plus HeartbeatFailures timeouts
+// after the fault at most (see Config); a member without a leader, within
+// HeartbeatFailures intervals of noticing that it has none.
+//
+// A check that times out while this process itself ran late (see lagMeter)
+// is excused: a bridge starved of CPU (a CPU limit, GC, a busy node) cannot
+// tell whether the member answered. It neither counts nor forgives a miss,
+// and v2bridge_backend_heartbeat_misses_excused_total counts it. Excuses
+// end once the member has been silent for excuseLimit heartbeats: a bridge
+// starved for good still notices a dead member.
 func (b *Backend) monitor() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.cfg.HeartbeatInterval)
@@ -271,10 +276,8 @@ func (b *Backend) monitor() {
 			continue
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
 		start := time.Now()
-		err := b.health(ctx, s.cli)
-		cancel()
+		late, err := b.check(s)
 		if err == nil {
 			b.metrics.heartbeat.Observe(time.Since(start).Seconds())
 			s.lastOK.Store(time.Now().UnixNano())
@@ -284,20 +287,101 @@ func (b *Backend) monitor() {
 		if s.ctx.Err() != nil {
 			continue // lost meanwhile
 		}
-		if status.Code(err) == codes.DeadlineExceeded && b.lastAnswer.Load() > start.UnixNano() {
-			// The member answered other requests while this check waited:
-			// it is overloaded (or this process is starved of CPU), not
-			// gone. A dead, frozen or cut-off member answers nothing.
-			b.lg.Debug("heartbeat slow but the backend answers", zap.String("endpoint", s.endpoint))
-			continue
+		if status.Code(err) == codes.DeadlineExceeded {
+			if b.lastAnswer.Load() > start.UnixNano() {
+				// The member answered other requests while this check
+				// waited: it is overloaded, not gone. A dead, frozen or
+				// cut-off member answers nothing.
+				b.lg.Debug("heartbeat slow but the backend answers", zap.String("endpoint", s.endpoint))
+				continue
+			}
+			if b.excused(s, late) {
+				b.metrics.excused.Inc()
+				b.lg.Debug("heartbeat timed out while the bridge ran late: excused", zap.String("endpoint", s.endpoint),
+					zap.Duration("late", late))
+				continue
+			}
 		}
 		misses++
 		b.metrics.heartbeatMisses.Inc()
-		b.lg.Debug("heartbeat missed", zap.String("endpoint", s.endpoint), zap.Int("misses", misses), zap.Error(err))
+		b.lg.Debug("heartbeat missed", zap.String("endpoint", s.endpoint), zap.Int("misses", misses),
+			zap.Duration("late", late), zap.Error(err))
 		if misses >= b.cfg.HeartbeatFailures {
 			b.lose(s, fmt.Sprintf("%d heartbeats missed: %v", misses, err))
 		}
 	}
+}
+
+const (
+	// lateShare: a timed-out check is excused when this process ran late
+	// by more than this share of the timeout while it was in flight.
+	lateShare = 4 // a quarter
+	// excuseLimit: no check is excused once the member has been silent
+	// for this many heartbeats (interval plus timeout each).
+	excuseLimit = 10
+)
+
+// excused reports whether a check on s that timed out while this process
+// ran late by late says nothing of the member.
+func (b *Backend) excused(s *session, late time.Duration) bool {
+	silent := time.Since(time.Unix(0, s.lastOK.Load()))
+	return late > b.cfg.HeartbeatTimeout/lateShare &&
+		silent < excuseLimit*(b.cfg.HeartbeatInterval+b.cfg.HeartbeatTimeout)
+}
+
+// check runs one heartbeat on s, bounded by the heartbeat timeout, and
+// reports how late this process ran while it was in flight.
+func (b *Backend) check(s *session) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
+	defer cancel()
+	var err error
+	done := make(chan struct{})
+	go func() { // waited for below; the deadline bounds it
+		defer close(done)
+		err = b.health(ctx, s.cli)
+	}()
+	late := b.lag.wait(done)
+	return late, err
+}
+
+// A lagMeter tells how late this process runs.
+type lagMeter interface {
+	// wait returns once done is closed, with how much later than asked
+	// this process's timers fired meanwhile, summed.
+	wait(done <-chan struct{}) time.Duration
+}
+
+// pacedMeter is the lagMeter of a running bridge: while it waits, it
+// wakes every pace and adds up how late each wake-up came. A process that
+// gets no CPU (throttled by a CPU limit, stopped by the garbage collector,
+// descheduled on a busy node) wakes late by as long as it was held, and so
+// cannot have read a member's answer either; a silent member leaves the
+// wake-ups on time.
+type pacedMeter struct{ pace time.Duration }
+
+func (m pacedMeter) wait(done <-chan struct{}) time.Duration {
+	var late time.Duration
+	due := time.Now().Add(m.pace)
+	t := time.NewTimer(m.pace)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return late + max(time.Since(due), 0)
+		case <-t.C:
+			now := time.Now()
+			late += max(now.Sub(due), 0)
+			due = now.Add(m.pace)
+			t.Reset(m.pace)
+		}
+	}
+}
+
+// heartbeatPace is how often a pacedMeter wakes during a heartbeat of the
+// given timeout: fine enough to see a CPU limit's throttling (periods of
+// 100 ms), coarse enough to cost nothing.
+func heartbeatPace(timeout time.Duration) time.Duration {
+	return min(max(timeout/20, 5*time.Millisecond), 25*time.Millisecond)
 }
 
 // reconnect connects again after session lost (nil at start) ended: at
