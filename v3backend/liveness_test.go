@@ -281,7 +281,7 @@ func (f *fakeLag) wait(done <-chan struct{}) time.Duration {
 }
 
 // TestALateBridgeExcusesItsMisses: checks that time out while the bridge
-// itself ran late (by more than a quarter of the timeout) count as no miss
+// itself was held (for more than a quarter of the timeout) count as no miss
 // and are counted as excused; once it runs on time again, the silent member
 // is declared lost after HeartbeatFailures misses.
 func TestALateBridgeExcusesItsMisses(t *testing.T) {

@@ -246,8 +246,8 @@ func (b *Backend) Endpoint() string {
 // after the fault at most (see Config); a member without a leader, within
 // HeartbeatFailures intervals of noticing that it has none.
 //
-// A check that times out while this process itself ran late (see lagMeter)
-// is excused: a bridge starved of CPU (a CPU limit, GC, a busy node) cannot
+// A check that times out while this process itself was held for more than
+// a quarter of the timeout (see lagMeter) is excused: a bridge starved of CPU (a CPU limit, GC, a busy node) cannot
 // tell whether the member answered. It neither counts nor forgives a miss,
 // and v2bridge_backend_heartbeat_misses_excused_total counts it. Excuses
 // end once the member has been silent for excuseLimit heartbeats: a bridge
@@ -313,8 +313,8 @@ func (b *Backend) monitor() {
 }
 
 const (
-	// lateShare: a timed-out check is excused when this process ran late
-	// by more than this share of the timeout while it was in flight.
+	// lateShare: a timed-out check is excused when this process was held
+	// for more than this share of the timeout while it was in flight.
 	lateShare = 4 // a quarter
 	// excuseLimit: no check is excused once the member has been silent
 	// for this many heartbeats (interval plus timeout each).
@@ -322,7 +322,7 @@ const (
 )
 
 // excused reports whether a check on s that timed out while this process
-// ran late by late says nothing of the member.
+// was held for late says nothing of the member.
 func (b *Backend) excused(s *session, late time.Duration) bool {
 	silent := time.Since(time.Unix(0, s.lastOK.Load()))
 	return late > b.cfg.HeartbeatTimeout/lateShare &&
@@ -330,7 +330,7 @@ func (b *Backend) excused(s *session, late time.Duration) bool {
 }
 
 // check runs one heartbeat on s, bounded by the heartbeat timeout, and
-// reports how late this process ran while it was in flight.
+// reports the longest this process was held while it was in flight.
 func (b *Backend) check(s *session) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
 	defer cancel()
@@ -346,17 +346,18 @@ func (b *Backend) check(s *session) (time.Duration, error) {
 
 // A lagMeter tells how late this process runs.
 type lagMeter interface {
-	// wait returns once done is closed, with how much later than asked
-	// this process's timers fired meanwhile, summed.
+	// wait returns once done is closed, with the longest this process's
+	// timers fired late meanwhile: the longest it was held.
 	wait(done <-chan struct{}) time.Duration
 }
 
 // pacedMeter is the lagMeter of a running bridge: while it waits, it
-// wakes every pace and adds up how late each wake-up came. A process that
-// gets no CPU (throttled by a CPU limit, stopped by the garbage collector,
-// descheduled on a busy node) wakes late by as long as it was held, and so
-// cannot have read a member's answer either; a silent member leaves the
-// wake-ups on time.
+// wakes every pace and keeps the longest any wake-up came late. A process
+// held that long (a CPU limit's throttling, a stop, a pause of its VM, a
+// node too busy to schedule it) could not read a member's answer
+// meanwhile either; a silent member leaves the wake-ups on time. The
+// longest delay, not their sum: a process woken a few milliseconds late
+// each time, on a busy machine, still reads an answer within milliseconds.
 type pacedMeter struct{ pace time.Duration }
 
 func (m pacedMeter) wait(done <-chan struct{}) time.Duration {
@@ -367,10 +368,10 @@ func (m pacedMeter) wait(done <-chan struct{}) time.Duration {
 	for {
 		select {
 		case <-done:
-			return late + max(time.Since(due), 0)
+			return max(late, time.Since(due))
 		case <-t.C:
 			now := time.Now()
-			late += max(now.Sub(due), 0)
+			late = max(late, now.Sub(due))
 			due = now.Add(m.pace)
 			t.Reset(m.pace)
 		}
@@ -378,8 +379,9 @@ func (m pacedMeter) wait(done <-chan struct{}) time.Duration {
 }
 
 // heartbeatPace is how often a pacedMeter wakes during a heartbeat of the
-// given timeout: fine enough to see a CPU limit's throttling (periods of
-// 100 ms), coarse enough to cost nothing.
+// given timeout: a hold shows as a wake-up late by the hold less at most
+// a pace, small beside a quarter of the timeout; at most 40 wake-ups a
+// second, and only while a check is in flight.
 func heartbeatPace(timeout time.Duration) time.Duration {
 	return min(max(timeout/20, 5*time.Millisecond), 25*time.Millisecond)
 }
