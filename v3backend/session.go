@@ -64,8 +64,10 @@ func (b *Backend) dial(ctx context.Context, endpoint string) (*clientv3.Client, 
 // call, this one included) before answering: a member that has no leader,
 // such as one cut off from its peers, fails the heartbeat as well, which is
 // sooner than etcd cancels require-leader watches (three election
-// timeouts). A leader election in a healthy cluster leaves a follower
-// without a leader for well under a second, less than the misses needed.
+// timeouts). A leader moved leaves the followers without one for
+// milliseconds, fewer than the misses need (the leader-move test: no miss
+// at all); a cluster whose leader died has none until an election ends, and
+// a member that reports so for HeartbeatFailures checks in a row is left.
 func (b *Backend) health(ctx context.Context, cli *clientv3.Client) error {
 	if m := b.cfg.Member; m != nil {
 		select {
