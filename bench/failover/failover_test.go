@@ -185,7 +185,7 @@ func TestFailoverBench(t *testing.T) {
 	fmt.Println(md)
 	out := "../FAILOVER.md"
 	if old, err := os.ReadFile(out); err == nil {
-		// The sections written by hand (false losses) follow the table.
+		// The sections written by hand (notes, false losses) follow the table.
 		if i := strings.Index(string(old), "\n"+keptFrom); i >= 0 {
 			md += string(old[i:])
 		}
@@ -198,7 +198,7 @@ func TestFailoverBench(t *testing.T) {
 
 // keptFrom starts the part of FAILOVER.md written by hand, which a run
 // keeps.
-const keptFrom = "## False losses"
+const keptFrom = "## Notes"
 
 // ---- (a) the bridge ----
 
