@@ -249,10 +249,11 @@ func (b *Backend) Endpoint() string {
 // HeartbeatFailures intervals of noticing that it has none.
 //
 // A check that times out while this process itself was held for more than
-// a quarter of the timeout (see lagMeter) is excused: a bridge starved of CPU (a CPU limit, GC, a busy node) cannot
-// tell whether the member answered. It neither counts nor forgives a miss,
-// and v2bridge_backend_heartbeat_misses_excused_total counts it. Excuses
-// end once the member has been silent for excuseLimit heartbeats: a bridge
+// a quarter of the timeout (see lagMeter) is excused: a bridge starved of
+// CPU (a CPU limit, a stop, a busy node) cannot tell whether the member
+// answered. It neither counts nor forgives a miss, and
+// v2bridge_backend_heartbeat_misses_excused_total counts it. Excuses end
+// once the member has been silent for excuseLimit heartbeats: a bridge
 // starved for good still notices a dead member.
 func (b *Backend) monitor() {
 	defer b.wg.Done()
@@ -382,8 +383,8 @@ func (m pacedMeter) wait(done <-chan struct{}) time.Duration {
 
 // heartbeatPace is how often a pacedMeter wakes during a heartbeat of the
 // given timeout: a hold shows as a wake-up late by the hold less at most
-// a pace, small beside a quarter of the timeout; at most 40 wake-ups a
-// second, and only while a check is in flight.
+// a pace, small beside a quarter of the timeout; 40 wake-ups a second at
+// the default timeout, and only while a check is in flight.
 func heartbeatPace(timeout time.Duration) time.Duration {
 	return min(max(timeout/20, 5*time.Millisecond), 25*time.Millisecond)
 }
