@@ -174,20 +174,20 @@ func cpuCgroup(t *testing.T, share float64) (procs, stat string) {
 	if b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil && strings.Contains(string(b), "cpu") {
 		dir = filepath.Join("/sys/fs/cgroup", name)
 		limit = func() error {
-			return os.WriteFile(filepath.Join(dir, "cpu.max"), []byte(quota+" "+strconv.Itoa(period)), 0o644)
+			return os.WriteFile(filepath.Join(dir, "cpu.max"), []byte(quota+" "+strconv.Itoa(period)), 0o600)
 		}
 	} else if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"); err == nil {
 		dir = filepath.Join("/sys/fs/cgroup/cpu", name)
 		limit = func() error {
-			if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte(strconv.Itoa(period)), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte(strconv.Itoa(period)), 0o600); err != nil {
 				return err
 			}
-			return os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(quota), 0o644)
+			return os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(quota), 0o600)
 		}
 	} else {
 		t.Skip("no cgroup cpu controller (v2 cpu.max or v1 cpu.cfs_quota_us)")
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o750); err != nil {
 		t.Skipf("cannot make a cgroup: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Rmdir(dir) }) // after the process in it is gone
