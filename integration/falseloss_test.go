@@ -12,6 +12,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/client/v2"
 
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 	"github.com/v2bridge/v2bridge/v3backend"
@@ -372,5 +375,127 @@ func TestLivenessFalsePositiveBridgeStarved(t *testing.T) {
 		scrapeMetric(t, p.URL, "v2bridge_backend_heartbeat_seconds_count"))
 	if losses != 0 {
 		t.Errorf("a starved bridge declared its answering member lost %v times; its log:\n%s", losses, p.Log())
+	}
+}
+
+// defragEnv sets the size, in MiB, of the database
+// TestLivenessFalsePositiveDefrag fills and defragments; unset, the test is
+// skipped (it writes that much to disk and takes minutes).
+const defragEnv = "V2BRIDGE_TEST_DEFRAG_MB"
+
+// TestLivenessFalsePositiveDefrag: the bridge's member holds a database of
+// V2BRIDGE_TEST_DEFRAG_MB MiB of live values (outside the bridge's data
+// prefix) and is defragmented while the bridge serves watchers and a v2
+// writer: the defrag stalls the member's storage for as long as it copies
+// the database, but no loss is declared and every write reaches every
+// watcher once, in order.
+func TestLivenessFalsePositiveDefrag(t *testing.T) {
+	mb, err := strconv.Atoi(os.Getenv(defragEnv))
+	if err != nil || mb < 1 {
+		t.Skipf("writes a large database: %s=1024 to run it", defragEnv)
+	}
+	c := v2bridgetest.StartProcessCluster(t, 1)
+	cli := c.MemberClient(t, 0)
+	value := strings.Repeat("x", 1<<20)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(mb); i = next.Add(1) - 1 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				_, err := cli.Put(ctx, fmt.Sprintf("/fill/%06d", i), value)
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatalf("filling the database: %v", err)
+	}
+	st, err := cli.Status(ctxT(t, 30*time.Second), c.Members[0].ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	o := heartbeatOptions(t)
+	o.DataPrefix = "/v2" // the bridge's copy leaves /fill out
+	br := v2bridgetest.StartBridge(t, c.ProxiedEndpoints(), o)
+	kapi := v2client(t, br.URL)
+	g, err := kapi.Get(ctxT(t, 30*time.Second), "/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []*v2bridgetest.V2Watcher
+	for i := 0; i < 3; i++ {
+		w, err := v2bridgetest.StartV2Watcher([]string{br.URL}, "/d", g.Index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		ws = append(ws, w)
+	}
+	// A v2 writer through the bridge, a new key each time; a write the
+	// stall outlasts is retried until it is known to exist (PrevNoExist).
+	stop := make(chan struct{})
+	written := make(chan int)
+	go func() {
+		n := 0
+		defer func() { written <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := kapi.Set(ctx, fmt.Sprintf("/d/k%06d", n), "v", &client.SetOptions{PrevExist: client.PrevNoExist})
+			cancel()
+			var cerr client.Error
+			if err == nil || (errors.As(err, &cerr) && cerr.Code == client.ErrorCodeNodeExist) {
+				n++
+			}
+		}
+	}()
+	hb0 := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds")
+	t0 := time.Now()
+	if _, err := cli.Defragment(ctxT(t, 10*time.Minute), c.Members[0].ClientURL); err != nil {
+		t.Fatalf("defrag: %v", err)
+	}
+	took := time.Since(t0)
+	hb := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds") - hb0
+	time.Sleep(time.Second) // writes after the defrag
+	close(stop)
+	n := <-written
+
+	ctx := ctxT(t, time.Minute)
+	for i, w := range ws {
+		if !w.WaitFor(ctx, func(evs []v2bridgetest.WatchedEvent) bool { return len(evs) >= n }) {
+			t.Errorf("watcher %d: %d events, want %d", i, len(w.Events()), n)
+			continue
+		}
+		var prev uint64
+		for j, e := range w.Events() {
+			if want := fmt.Sprintf("/d/k%06d", j); e.Key != want || e.Index <= prev {
+				t.Errorf("watcher %d: event %d is %s at %d, want %s after %d", i, j, e.Key, e.Index, want, prev)
+				break
+			}
+			prev = e.Index
+		}
+	}
+	losses := metricValue(t, br.Registry, "v2bridge_backend_losses_total")
+	t.Logf("defrag of a %d MiB database (%d MiB of values) took %v; %d writes; %v heartbeats answered meanwhile; "+
+		"%v losses, %v misses, %v excused", st.DbSize>>20, mb, took.Round(time.Millisecond), n, hb, losses,
+		metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_total"),
+		metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_excused_total"))
+	if losses != 0 {
+		t.Errorf("a member in a defrag was declared lost %v times", losses)
 	}
 }
