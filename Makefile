@@ -123,7 +123,8 @@ bench-failover:
 ##       v2 writers, v3 multi-key transactions and flannel-like watchers through the bridge binary while etcd members are
 ##       blackholed, frozen and lose leadership, and the bridge restarts; fails on any event lost or duplicated, a stuck
 ##       watch or a leak. Summary on stdout and in soak/SOAK.md. Not part of make test; it ends itself by
-##       SOAK_DURATION + 10 min whatever wedges (hence no go test timeout).
+##       SOAK_DURATION + 10 min whatever wedges (hence no go test timeout). The bridge gets V2BRIDGE_HEARTBEAT_*
+##       from the environment (V2BRIDGE_HEARTBEAT_INTERVAL=1s make soak), no other V2BRIDGE_* variable.
 SOAK_DURATION ?= 3m
 SOAK_RACE ?=
 soak:

@@ -13,7 +13,8 @@ import (
 
 // TestBinaryServesPassthroughWithDefaultLiveness runs the bridge binary in
 // passthrough mode, set from the environment, with the default heartbeat
-// (1s, 1s, 2 misses), and times how long a blackholed upstream keeps a watch.
+// (300ms, 500ms, 2 misses), and times how long a blackholed upstream keeps
+// a watch.
 func TestBinaryServesPassthroughWithDefaultLiveness(t *testing.T) {
 	ref := v2ref.StartT(t, v2ref.Options{})
 	proxy := v2bridgetest.StartTCPProxy(t, ref.URL)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,9 +120,10 @@ func startBridgeProc(bin, dir, url string, flags []string) (*bridgeProc, error) 
 	return p, nil
 }
 
-// childEnv is this process's environment without V2BRIDGE_* variables:
-// the binary refuses those it does not know, and settings of the shell that
-// runs the soak must not reach the bridge.
+// childEnv is this process's environment without V2BRIDGE_* variables
+// (the binary refuses those it does not know, and settings of the shell that
+// runs the soak must not reach the bridge) but the liveness settings,
+// V2BRIDGE_HEARTBEAT_*, which the soak passes on (livenessEnv).
 func childEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -129,6 +131,20 @@ func childEnv() []string {
 			env = append(env, kv)
 		}
 	}
+	return append(env, livenessEnv()...)
+}
+
+// livenessEnv is the V2BRIDGE_HEARTBEAT_* variables of this process's
+// environment, which set the bridge's heartbeat (--heartbeat-interval,
+// --heartbeat-timeout, --heartbeat-failures), sorted.
+func livenessEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "V2BRIDGE_HEARTBEAT_") {
+			env = append(env, kv)
+		}
+	}
+	slices.Sort(env)
 	return env
 }
 

@@ -59,9 +59,9 @@ const (
 	historyEvents = 10000
 
 	// livenessBound is how long the bridge may take to end a watch fed by a
-	// member that went silent (two missed 1 s heartbeats of 1 s each, and
-	// the tick in between); a watch request open longer than it plus
-	// stuckSlack, with events owed, is stuck.
+	// member that went silent (1 to 1.3 s with the default heartbeat; 2 to
+	// 3 s with a 1 s one, V2BRIDGE_HEARTBEAT_*); a watch request open
+	// longer than it plus stuckSlack, with events owed, is stuck.
 	livenessBound = 4 * time.Second
 	stuckSlack    = 6 * time.Second
 	// stallAfter: a watcher that delivered nothing for this long while

@@ -183,6 +183,11 @@ func (s *summary) render() string {
 	p("`make soak SOAK_DURATION=%v` — %s, %s/%s, %d CPUs, race detector %s, seed %d (`V2BRIDGE_TEST_SOAK_SEED`). "+
 		"Chaos phase %v, whole run %v.\n\n", s.duration, time.Now().UTC().Format("2006-01-02"), runtime.GOOS,
 		runtime.GOARCH, runtime.NumCPU(), race, s.seed, s.chaosTook.Round(time.Second), s.took.Round(time.Second))
+	if env := livenessEnv(); len(env) > 0 {
+		p("The bridge's heartbeat: `%s` (the rest its defaults).\n\n", strings.Join(env, " "))
+	} else {
+		p("The bridge's heartbeat: its defaults.\n\n")
+	}
 	if f := s.failures(); len(f) == 0 {
 		p("**PASS**\n\n")
 	} else {

@@ -9,8 +9,12 @@ package v3backend
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,6 +121,13 @@ func (f *fakeMember) stats() (served int, deadlines []time.Duration) {
 // without the watch hub (which would need a member's watch and ranges).
 func newMonitored(t *testing.T, cfg Config, eps ...string) *Backend {
 	t.Helper()
+	return newMonitoredLag(t, cfg, nil, eps...)
+}
+
+// newMonitoredLag is newMonitored with the monitor told how late the
+// bridge runs by lag (nil: measured, as New does).
+func newMonitoredLag(t *testing.T, cfg Config, lag lagMeter, eps ...string) *Backend {
+	t.Helper()
 	layout, err := translate.NewLayout("", "_v2bridge/")
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +135,10 @@ func newMonitored(t *testing.T, cfg Config, eps ...string) *Backend {
 	cfg.Endpoints, cfg.Layout, cfg.Logger = eps, layout, zap.NewNop()
 	cfg.setDefaults()
 	b := &Backend{cfg: cfg, layout: layout, lg: cfg.Logger, sessCh: make(chan struct{}), eps: eps,
-		metrics: newMetrics(nil)}
+		metrics: newMetrics(nil), lag: lag}
+	if lag == nil {
+		b.lag = pacedMeter{pace: heartbeatPace(cfg.HeartbeatTimeout)}
+	}
 	b.ctx, b.stop = context.WithCancel(context.Background())
 	b.closeCh = b.ctx.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -255,5 +269,100 @@ func TestAHungHeartbeatIsAMissAfterItsTimeout(t *testing.T) {
 	if !b.Up() || counterValue(t, b.metrics.losses) != 1 || histogramCount(t, b.metrics.recoverSeconds) != 1 {
 		t.Fatalf("after the move: up %v, %v losses, %d recoveries", b.Up(), counterValue(t, b.metrics.losses),
 			histogramCount(t, b.metrics.recoverSeconds))
+	}
+}
+
+// fakeLag is a lagMeter that says the bridge ran as late as it is told.
+type fakeLag struct{ late atomic.Int64 }
+
+func (f *fakeLag) wait(done <-chan struct{}) time.Duration {
+	<-done
+	return time.Duration(f.late.Load())
+}
+
+// TestALateBridgeExcusesItsMisses: checks that time out while the bridge
+// itself was held (for more than a quarter of the timeout) count as no miss
+// and are counted as excused; once it runs on time again, the silent member
+// is declared lost after HeartbeatFailures misses.
+func TestALateBridgeExcusesItsMisses(t *testing.T) {
+	// A timeout long enough that the excuses, which end after ten
+	// heartbeats of silence (over 10 s here), outlast the test's wait on a
+	// loaded machine.
+	const timeout = time.Second
+	m := startFakeMember(t, serving)
+	lag := &fakeLag{}
+	b := newMonitoredLag(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
+		HeartbeatFailures: 2}, lag, m.ep)
+
+	lag.late.Store(int64(timeout/4 + time.Millisecond))
+	m.set(hanging, 0)
+	waitUntil(t, "two misses excused", func() bool { return counterValue(t, b.metrics.excused) >= 2 })
+	if misses, losses := counterValue(t, b.metrics.heartbeatMisses), counterValue(t, b.metrics.losses); misses != 0 ||
+		losses != 0 || !b.Up() {
+		t.Fatalf("while the bridge ran late: %v misses, %v losses, up %v; want 0, 0, up", misses, losses, b.Up())
+	}
+
+	lag.late.Store(int64(timeout / 4)) // on time enough: not more than a quarter late
+	excused := counterValue(t, b.metrics.excused)
+	waitUntil(t, "the silent member is declared lost", func() bool { return counterValue(t, b.metrics.losses) == 1 })
+	if got := counterValue(t, b.metrics.heartbeatMisses); got != 2 {
+		t.Fatalf("%v misses counted, want 2", got)
+	}
+	// The check in flight when the bridge came back on time may have been
+	// excused still; none after it.
+	if got := counterValue(t, b.metrics.excused); got > excused+1 {
+		t.Fatalf("%v misses excused after the bridge ran on time, want at most 1", got-excused)
+	}
+	if b.Up() {
+		t.Fatal("up after the loss, with the only member hung")
+	}
+}
+
+// TestExcusesEndAfterTenHeartbeatsOfSilence: a bridge that runs late for
+// good still declares a silent member lost, once it has been silent for ten
+// heartbeats (interval plus timeout each), never sooner.
+func TestExcusesEndAfterTenHeartbeatsOfSilence(t *testing.T) {
+	const interval, timeout = 10 * time.Millisecond, 100 * time.Millisecond
+	m := startFakeMember(t, serving)
+	lag := &fakeLag{}
+	lag.late.Store(int64(timeout))
+	b := newMonitoredLag(t, Config{HeartbeatInterval: interval, HeartbeatTimeout: timeout, HeartbeatFailures: 2},
+		lag, m.ep)
+
+	start := time.Now()
+	m.set(hanging, 0)
+	waitUntil(t, "the silent member is declared lost", func() bool { return counterValue(t, b.metrics.losses) == 1 })
+	if took, limit := time.Since(start), excuseLimit*(interval+timeout); took < limit {
+		t.Fatalf("declared lost %v after it hung, sooner than the %v of silence excuses last", took, limit)
+	}
+	if got := counterValue(t, b.metrics.heartbeatMisses); got != 2 {
+		t.Fatalf("%v misses counted, want 2", got)
+	}
+	if got := counterValue(t, b.metrics.excused); got < 1 {
+		t.Fatalf("%v misses excused, want some", got)
+	}
+}
+
+// TestPacedMeterSeesTheProcessHeld: the meter reports at least the time
+// this process was held (here stopped with SIGSTOP for 300 ms by a child
+// process, then resumed) while it waited.
+func TestPacedMeterSeesTheProcessHeld(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	const held = 300 * time.Millisecond
+	done := make(chan struct{})
+	got := make(chan time.Duration, 1)
+	go func() { got <- pacedMeter{pace: 10 * time.Millisecond}.wait(done) }()
+	cmd := exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep %g; kill -CONT %d", os.Getpid(),
+		held.Seconds(), os.Getpid()))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	close(done)
+	// The stop lands a little after the child starts, and the meter may
+	// have been mid-step (up to its pace) when it did.
+	if late := <-got; late < held-50*time.Millisecond {
+		t.Fatalf("the meter saw the process %v late, held %v", late, held)
 	}
 }

@@ -22,6 +22,10 @@ type metrics struct {
 	writeBatches    prometheus.Counter
 	batchedWrites   prometheus.Counter
 	v3Events        prometheus.Counter
+
+	// excused: timed-out heartbeats not counted as misses, since the
+	// bridge itself ran late meanwhile.
+	excused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,6 +38,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Latency of successful backend heartbeats.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		heartbeatMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_heartbeat_misses_total",
 			Help: "Backend heartbeats that failed or timed out."}),
+		excused: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_heartbeat_misses_excused_total",
+			Help: "Backend heartbeats that timed out while the bridge itself ran late (starved of CPU), not counted as misses."}),
 		recoverSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "v2bridge_backend_recover_seconds",
 			Help: "Time from a declared loss until a backend member answered again.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 12)}),
 		detectSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "v2bridge_backend_detect_seconds",
@@ -58,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "etcd v3 changes the shared watch received: the served subtrees' and their bookkeeping (with --serve-prefix /, the whole key space's)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.recoverSeconds, m.detectSeconds,
+		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.excused, m.recoverSeconds, m.detectSeconds,
 			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals, m.leaseGrants,
 			m.writeBatches, m.batchedWrites, m.v3Events)
 	}

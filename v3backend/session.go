@@ -64,8 +64,10 @@ func (b *Backend) dial(ctx context.Context, endpoint string) (*clientv3.Client, 
 // call, this one included) before answering: a member that has no leader,
 // such as one cut off from its peers, fails the heartbeat as well, which is
 // sooner than etcd cancels require-leader watches (three election
-// timeouts). A leader election in a healthy cluster leaves a follower
-// without a leader for well under a second, less than the misses needed.
+// timeouts). A leader moved leaves the followers without one for
+// milliseconds, fewer than the misses need (the leader-move test: no miss
+// at all); a cluster whose leader died has none until an election ends, and
+// a member that reports so for HeartbeatFailures checks in a row is left.
 func (b *Backend) health(ctx context.Context, cli *clientv3.Client) error {
 	if m := b.cfg.Member; m != nil {
 		select {
@@ -239,14 +241,20 @@ func (b *Backend) Endpoint() string {
 // session is lost (by the heartbeat, or by the hub when its watch fails),
 // reconnects.
 //
-// Detection with the defaults (one health check a second, each with a 1 s
-// deadline, two misses in a row): the first check after the fault starts
-// within a second of it and times out a second later; the next one starts
-// at once (its tick is due) and times out another second later. So a member
-// that stops answering is declared lost 2 to 3 s after the fault (2.1 to
-// 2.9 s measured at the v2 watchers by the liveness tests: blackhole and
-// SIGSTOP), and the v2 watches end with it; a member without a leader, 1 to
-// 2 s after it noticed that it has none.
+// Detection: the first check after the fault starts within an interval of
+// it; a check that times out is followed at once by the next (its tick is
+// due when the interval is at most the timeout), so a member that stops
+// answering is declared lost an interval plus HeartbeatFailures timeouts
+// after the fault at most (see Config); a member without a leader, within
+// HeartbeatFailures intervals of noticing that it has none.
+//
+// A check that times out while this process itself was held for more than
+// a quarter of the timeout (see lagMeter) is excused: a bridge starved of
+// CPU (a CPU limit, a stop, a busy node) cannot tell whether the member
+// answered. It neither counts nor forgives a miss, and
+// v2bridge_backend_heartbeat_misses_excused_total counts it. Excuses end
+// once the member has been silent for excuseLimit heartbeats: a bridge
+// starved for good still notices a dead member.
 func (b *Backend) monitor() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.cfg.HeartbeatInterval)
@@ -271,10 +279,8 @@ func (b *Backend) monitor() {
 			continue
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
 		start := time.Now()
-		err := b.health(ctx, s.cli)
-		cancel()
+		late, err := b.check(s)
 		if err == nil {
 			b.metrics.heartbeat.Observe(time.Since(start).Seconds())
 			s.lastOK.Store(time.Now().UnixNano())
@@ -284,20 +290,103 @@ func (b *Backend) monitor() {
 		if s.ctx.Err() != nil {
 			continue // lost meanwhile
 		}
-		if status.Code(err) == codes.DeadlineExceeded && b.lastAnswer.Load() > start.UnixNano() {
-			// The member answered other requests while this check waited:
-			// it is overloaded (or this process is starved of CPU), not
-			// gone. A dead, frozen or cut-off member answers nothing.
-			b.lg.Debug("heartbeat slow but the backend answers", zap.String("endpoint", s.endpoint))
-			continue
+		if status.Code(err) == codes.DeadlineExceeded {
+			if b.lastAnswer.Load() > start.UnixNano() {
+				// The member answered other requests while this check
+				// waited: it is overloaded, not gone. A dead, frozen or
+				// cut-off member answers nothing.
+				b.lg.Debug("heartbeat slow but the backend answers", zap.String("endpoint", s.endpoint))
+				continue
+			}
+			if b.excused(s, late) {
+				b.metrics.excused.Inc()
+				b.lg.Debug("heartbeat timed out while the bridge ran late: excused", zap.String("endpoint", s.endpoint),
+					zap.Duration("late", late))
+				continue
+			}
 		}
 		misses++
 		b.metrics.heartbeatMisses.Inc()
-		b.lg.Debug("heartbeat missed", zap.String("endpoint", s.endpoint), zap.Int("misses", misses), zap.Error(err))
+		b.lg.Debug("heartbeat missed", zap.String("endpoint", s.endpoint), zap.Int("misses", misses),
+			zap.Duration("late", late), zap.Error(err))
 		if misses >= b.cfg.HeartbeatFailures {
 			b.lose(s, fmt.Sprintf("%d heartbeats missed: %v", misses, err))
 		}
 	}
+}
+
+const (
+	// lateShare: a timed-out check is excused when this process was held
+	// for more than this share of the timeout while it was in flight.
+	lateShare = 4 // a quarter
+	// excuseLimit: no check is excused once the member has been silent
+	// for this many heartbeats (interval plus timeout each).
+	excuseLimit = 10
+)
+
+// excused reports whether a check on s that timed out while this process
+// was held for late says nothing of the member.
+func (b *Backend) excused(s *session, late time.Duration) bool {
+	silent := time.Since(time.Unix(0, s.lastOK.Load()))
+	return late > b.cfg.HeartbeatTimeout/lateShare &&
+		silent < excuseLimit*(b.cfg.HeartbeatInterval+b.cfg.HeartbeatTimeout)
+}
+
+// check runs one heartbeat on s, bounded by the heartbeat timeout, and
+// reports the longest this process was held while it was in flight.
+func (b *Backend) check(s *session) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
+	defer cancel()
+	var err error
+	done := make(chan struct{})
+	go func() { // waited for below; the deadline bounds it
+		defer close(done)
+		err = b.health(ctx, s.cli)
+	}()
+	late := b.lag.wait(done)
+	return late, err
+}
+
+// A lagMeter tells how late this process runs.
+type lagMeter interface {
+	// wait returns once done is closed, with the longest this process's
+	// timers fired late meanwhile: the longest it was held.
+	wait(done <-chan struct{}) time.Duration
+}
+
+// pacedMeter is the lagMeter of a running bridge: while it waits, it
+// wakes every pace and keeps the longest any wake-up came late. A process
+// held that long (a CPU limit's throttling, a stop, a pause of its VM, a
+// node too busy to schedule it) could not read a member's answer
+// meanwhile either; a silent member leaves the wake-ups on time. The
+// longest delay, not their sum: a process woken a few milliseconds late
+// each time, on a busy machine, still reads an answer within milliseconds.
+type pacedMeter struct{ pace time.Duration }
+
+func (m pacedMeter) wait(done <-chan struct{}) time.Duration {
+	var late time.Duration
+	due := time.Now().Add(m.pace)
+	t := time.NewTimer(m.pace)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return max(late, time.Since(due))
+		case <-t.C:
+			now := time.Now()
+			late = max(late, now.Sub(due))
+			due = now.Add(m.pace)
+			t.Reset(m.pace)
+		}
+	}
+}
+
+// heartbeatPace is how often a pacedMeter wakes during a heartbeat of the
+// given timeout: a hold shows as a wake-up late by the hold less at most
+// a pace, small beside a quarter of the timeout; 40 wake-ups a second at
+// the default timeout, and only while a check is in flight.
+func heartbeatPace(timeout time.Duration) time.Duration {
+	return min(max(timeout/20, 5*time.Millisecond), 25*time.Millisecond)
 }
 
 // reconnect connects again after session lost (nil at start) ended: at
