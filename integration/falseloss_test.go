@@ -119,7 +119,7 @@ func TestLivenessFalsePositiveGCPressure(t *testing.T) {
 
 	type node struct {
 		next *node
-		pad  [7]*node
+		_    [7]*node
 	} // 64 bytes, all pointers: costly to mark
 	const liveBytes = 512 << 20
 	live := make([]*node, liveBytes/64)

@@ -253,7 +253,7 @@ func (r *rig) other(i int) int { return (i + 1) % len(r.c.Members) }
 // trial faults the member the bridge is connected to and returns it, with
 // the time until every watch in flight ended and until events came again
 // (the slowest watcher's).
-func (r *rig) trial(t *testing.T, breakIt func(int)) (bad int, detect, recover time.Duration) {
+func (r *rig) trial(t *testing.T, breakIt func(int)) (bad int, detect, recovered time.Duration) {
 	bad = r.connected(t)
 	r.wr.through(r.other(bad))
 	r.wr.waitWrites(t, 3)
