@@ -5,7 +5,7 @@ COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.gitCommit=$(COMMIT)
 TESTTIME ?= 20m
 
-.PHONY: all build run test race fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-shared bench-failover soak vet lint golangci-lint tidy clean
+.PHONY: all build run test race fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-shared bench-heartbeat-cost liveness-defrag bench-failover soak vet lint golangci-lint tidy clean
 
 all: build
 
@@ -113,6 +113,15 @@ bench-watch:
 ##               Kubernetes-like registry under churn, then 50 node bridges on one etcd (bench/RESULTS-shared.md)
 bench-shared:
 	$(GO) run ./bench/cmd/v2bench -mode shared $(BENCHFLAGS)
+
+## bench-heartbeat-cost: what the heartbeats of 50 idle node bridges cost one member (bench/FAILOVER.md's notes)
+bench-heartbeat-cost:
+	V2BRIDGE_BENCH_HEARTBEAT_COST=1 $(GO) test -count=1 -timeout 30m -run '^TestHeartbeatCost$$' -v ./bench/failover/
+
+## liveness-defrag: no member declared lost across a defrag of a database of DEFRAG_MB (1100) MB
+DEFRAG_MB ?= 1100
+liveness-defrag:
+	V2BRIDGE_TEST_DEFRAG_MB=$(DEFRAG_MB) $(GO) test -count=1 -timeout 30m -run '^TestLivenessFalsePositiveDefrag$$' -v ./integration/
 
 ## bench-failover: time for v2 watchers to learn of a lost backend, the bridge vs the incident's TCP forwarder (< 10 min;
 ##                 bench/FAILOVER.md, and bench/failover-timeline.png: one fault drawn from the bridge's metrics)
