@@ -19,10 +19,10 @@ package cutover
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/v2bridge/v2bridge/membership"
+	"github.com/v2bridge/v2bridge/translate"
 )
 
 // Modes a record can name.
@@ -252,9 +252,7 @@ func Next(r *Record, mode, from, by string, at time.Time) Record {
 
 // Covers reports whether a copy of the v2 subtree copied holds every path
 // of the subtree served (copied is served or one of its ancestors).
-func Covers(copied, served string) bool {
-	return copied == "/" || copied == served || strings.HasPrefix(served, copied+"/")
-}
+func Covers(copied, served string) bool { return translate.Within(copied, served) }
 
 // FollowRecord is what `migrate --follow` writes at Keys.Follow: how far it
 // applied the old server's events.

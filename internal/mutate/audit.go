@@ -296,12 +296,6 @@ var auditMutations = []Mutation{
 		Test: "go test -count=1 ./membership/ ./cutover/",
 	},
 	{
-		Name: "cutover-covers-sibling-prefix", File: "cutover/record.go",
-		What: "a copy of /app is taken to cover --serve-prefix /apple, and /apple is served by a bridge of /app",
-		Find: "strings.HasPrefix(served, copied+\"/\")", Replace: "strings.HasPrefix(served, copied)",
-		Test: "go test -short -count=1 ./cutover/",
-	},
-	{
 		Name: "migrate-follow-hidden-twice", File: "migrate/follow.go",
 		What: "a hidden node below a followed root is applied by the root's watch too",
 		Find: "\t\tif hiddenBelow(root, k) {\n\t\t\treturn nil\n\t\t}\n", Replace: "",

@@ -12,7 +12,7 @@ var scopeMutations = []Mutation{
 		Name: "scope-serves-siblings", File: "translate/scope.go",
 		What: "a served /coreos.com/network also serves /coreos.com/network-backup (a plain string prefix)",
 		Find: "return dir == \"/\" || p == dir || strings.HasPrefix(p, dir+\"/\")", Replace: "return dir == \"/\" || strings.HasPrefix(p, dir)",
-		Test: "go test -short -count=1 ./translate/ ./v2api/",
+		Test: "go test -short -count=1 ./translate/ ./v2api/ ./cutover/",
 	},
 	{
 		Name: "scope-decodes-other-tenants", File: "translate/events.go",
