@@ -354,6 +354,9 @@ func TestPacedMeterSeesTheProcessHeld(t *testing.T) {
 	done := make(chan struct{})
 	got := make(chan time.Duration, 1)
 	go func() { got <- pacedMeter{pace: 10 * time.Millisecond}.wait(done) }()
+	// The meter must be pacing before the stop: started after it, it
+	// would see nothing (as it did once on a loaded machine).
+	time.Sleep(50 * time.Millisecond)
 	cmd := exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep %g; kill -CONT %d", os.Getpid(),
 		held.Seconds(), os.Getpid()))
 	if out, err := cmd.CombinedOutput(); err != nil {
