@@ -3,16 +3,28 @@
 package failover
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
 	"github.com/v2bridge/v2bridge/v2bridgetest"
+	"github.com/v2bridge/v2bridge/v3backend"
 )
 
 // TestHeartbeatCost measures what idle bridges cost an etcd member: the
@@ -26,14 +38,7 @@ func TestHeartbeatCost(t *testing.T) {
 	if os.Getenv("V2BRIDGE_BENCH_HEARTBEAT_COST") != "1" {
 		t.Skip("a benchmark: V2BRIDGE_BENCH_HEARTBEAT_COST=1")
 	}
-	n := 50
-	if s := os.Getenv("V2BRIDGE_BENCH_BRIDGES"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 {
-			t.Fatalf("V2BRIDGE_BENCH_BRIDGES=%q", s)
-		}
-		n = v
-	}
+	n := bridgeCount(t)
 	const window, settle = 30 * time.Second, 10 * time.Second
 	c := v2bridgetest.StartProcessCluster(t, 1)
 	kids := children(t, os.Getpid())
@@ -129,4 +134,265 @@ func cpuOver(t *testing.T, pid int, d time.Duration) float64 {
 	t0, c0 := time.Now(), ticks()
 	time.Sleep(d)
 	return (ticks() - c0) / hz / time.Since(t0).Seconds()
+}
+
+// callKind is one kind of call an idle bridge makes to its member, or that
+// a heartbeat could make: set up once per client connection, then issued
+// at a fixed pace.
+type callKind struct {
+	name string
+	pace time.Duration // between two calls of one client: a bridge's own pace
+	// prepare readies one client for the calls (nil: nothing to ready) and
+	// returns what ends its preparations.
+	prepare func(ctx context.Context, cli *clientv3.Client) (call func(context.Context) error, stop func(), err error)
+}
+
+// heartbeatPace is the default heartbeat interval.
+var heartbeatPace = v3backend.Defaults.HeartbeatInterval
+
+// callKinds are the calls measured by TestHeartbeatCallCost, each at the
+// pace an idle bridge makes it (the heartbeat's for those that could be
+// one): the auth store's progress requests every half second, the
+// registration's renewal every quarter of its 10 s TTL.
+var callKinds = []callKind{
+	{"health check (require leader): the heartbeat", heartbeatPace, func(_ context.Context, cli *clientv3.Client) (func(context.Context) error, func(), error) {
+		h := healthpb.NewHealthClient(cli.ActiveConnection())
+		return func(ctx context.Context) error {
+			_, err := h.Check(clientv3.WithRequireLeader(ctx), &healthpb.HealthCheckRequest{})
+			return err
+		}, func() {}, nil
+	}},
+	{"watch progress request (one idle watch on the stream)", 500 * time.Millisecond, func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, func(), error) {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := cli.Watch(wctx, "/cost/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+		if r := <-wch; !r.Created {
+			cancel()
+			return nil, nil, fmt.Errorf("watch not created: %v", r.Err())
+		}
+		done := make(chan struct{})
+		go func() { // drains the answers; ends with the watch
+			defer close(done)
+			for range wch { //nolint:revive // drained
+			}
+		}()
+		return func(ctx context.Context) error {
+				return cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+			}, func() {
+				cancel()
+				<-done
+			}, nil
+	}},
+	{"lease KeepAliveOnce: the registration's renewal", 2500 * time.Millisecond, func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, func(), error) {
+		g, err := cli.Grant(ctx, 600)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context) error {
+			_, err := cli.KeepAliveOnce(ctx, g.ID)
+			return err
+		}, func() {}, nil
+	}},
+	{"MemberList, linearizable", heartbeatPace, func(_ context.Context, cli *clientv3.Client) (func(context.Context) error, func(), error) {
+		return func(ctx context.Context) error {
+			_, err := cli.MemberList(clientv3.WithRequireLeader(ctx))
+			return err
+		}, func() {}, nil
+	}},
+	{"Maintenance Status on the client's connection", heartbeatPace, func(_ context.Context, cli *clientv3.Client) (func(context.Context) error, func(), error) {
+		m := pb.NewMaintenanceClient(cli.ActiveConnection())
+		return func(ctx context.Context) error {
+			_, err := m.Status(clientv3.WithRequireLeader(ctx), &pb.StatusRequest{})
+			return err
+		}, func() {}, nil
+	}},
+	{"Maintenance Status via clientv3 (a connection per call)", heartbeatPace, func(_ context.Context, cli *clientv3.Client) (func(context.Context) error, func(), error) {
+		ep := cli.Endpoints()[0]
+		return func(ctx context.Context) error {
+			_, err := cli.Status(clientv3.WithRequireLeader(ctx), ep)
+			return err
+		}, func() {}, nil
+	}},
+	{"serializable count-only Get (for reference)", heartbeatPace, func(_ context.Context, cli *clientv3.Client) (func(context.Context) error, func(), error) {
+		return func(ctx context.Context) error {
+			_, err := cli.Get(clientv3.WithRequireLeader(ctx), "/cost", clientv3.WithSerializable(), clientv3.WithCountOnly())
+			return err
+		}, func() {}, nil
+	}},
+}
+
+// TestHeartbeatCallCost measures what one call of each kind an idle bridge
+// makes (or a heartbeat could make) costs an etcd member in a process of
+// its own: the member's CPU time while V2BRIDGE_BENCH_BRIDGES (50) clients,
+// each on a connection of its own, make calls of one kind at the pace a
+// bridge makes them, less its CPU time with the clients connected and
+// silent, per call. gRPC keepalive pings are measured the same way, with
+// 500 connections pinging every 10 s (grpc-go's shortest) against as many
+// that do not. It runs only with V2BRIDGE_BENCH_HEARTBEAT_COST=1;
+// V2BRIDGE_BENCH_CALLS picks kinds by a substring of their names.
+func TestHeartbeatCallCost(t *testing.T) {
+	if os.Getenv("V2BRIDGE_BENCH_HEARTBEAT_COST") != "1" {
+		t.Skip("a benchmark: V2BRIDGE_BENCH_HEARTBEAT_COST=1")
+	}
+	n := bridgeCount(t)
+	const window = 30 * time.Second
+	c := v2bridgetest.StartProcessCluster(t, 1)
+	kids := children(t, os.Getpid())
+	if len(kids) != 1 {
+		t.Fatalf("%d child processes, want the member alone", len(kids))
+	}
+	member := kids[0]
+	ctx := context.Background()
+	var clis []*clientv3.Client
+	for i := 0; i < n; i++ {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		if _, err := cli.Get(ctx, "/cost", clientv3.WithCountOnly()); err != nil { // connected
+			t.Fatal(err)
+		}
+		clis = append(clis, cli)
+	}
+	base := cpuOver(t, member, window)
+	rows := []string{fmt.Sprintf("| %d connections, silent | — | %.2f %% | — |", n, 100*base)}
+	only := os.Getenv("V2BRIDGE_BENCH_CALLS")
+	for _, k := range callKinds {
+		if !strings.Contains(k.name, only) {
+			continue
+		}
+		var calls []func(context.Context) error
+		for _, cli := range clis {
+			call, stop, err := k.prepare(ctx, cli)
+			if err != nil {
+				t.Fatalf("%s: %v", k.name, err)
+			}
+			defer stop()
+			calls = append(calls, call)
+		}
+		var made, failed atomic.Int64
+		cctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for i, call := range calls {
+			wg.Add(1)
+			go func() { // paced; staggered so that the calls spread evenly
+				defer wg.Done()
+				pace := k.pace
+				if !ctxSleep(cctx, pace*time.Duration(i)/time.Duration(len(calls))) {
+					return
+				}
+				tick := time.NewTicker(pace)
+				defer tick.Stop()
+				for {
+					rctx, rcancel := context.WithTimeout(cctx, 5*time.Second)
+					err := call(rctx)
+					rcancel()
+					if cctx.Err() != nil {
+						return
+					}
+					if made.Add(1); err != nil {
+						failed.Add(1)
+					}
+					select {
+					case <-cctx.Done():
+						return
+					case <-tick.C:
+					}
+				}
+			}()
+		}
+		time.Sleep(k.pace + time.Second) // every client under way
+		m0 := made.Load()
+		t0 := time.Now()
+		used := cpuOver(t, member, window)
+		rate := float64(made.Load()-m0) / time.Since(t0).Seconds()
+		cancel()
+		wg.Wait()
+		if f := failed.Load(); f > 0 {
+			t.Errorf("%s: %d of %d calls failed", k.name, f, made.Load())
+		}
+		per := (used - base) / rate // seconds of member CPU per call
+		rows = append(rows, fmt.Sprintf("| %s | %.0f | %.2f %% | %.0f µs |", k.name, rate, 100*used, per*1e6))
+		t.Logf("%s: %.0f calls/s, member at %.2f %% of a CPU (%.2f %% silent)", k.name, rate, 100*used, 100*base)
+	}
+	if strings.Contains("gRPC keepalive ping", only) || strings.Contains("keepalive ping", only) || only == "" {
+		rows = append(rows, pingCost(t, c.Endpoints()[0], member, window))
+	}
+	fmt.Printf("\n| call | calls/s | member CPU (of one core) | member CPU per call |\n|---|---:|---:|---:|\n%s\n",
+		strings.Join(rows, "\n"))
+}
+
+// pingCost measures a gRPC keepalive ping: conns connections that ping
+// every 10 s against as many that do not, both silent otherwise.
+func pingCost(t *testing.T, endpoint string, member int, window time.Duration) string {
+	t.Helper()
+	const conns, every = 500, 10 * time.Second
+	var ctx context.Context
+	var cancel context.CancelFunc
+	open := func(ka bool) []*grpc.ClientConn {
+		ctx, cancel = context.WithCancel(context.Background())
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if ka {
+			opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: every, Timeout: 3 * time.Second,
+				PermitWithoutStream: true}))
+		}
+		var out []*grpc.ClientConn
+		for i := 0; i < conns; i++ {
+			cc, err := grpc.NewClient(strings.TrimPrefix(endpoint, "http://"), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// etcd counts a ping on a connection without a stream as
+			// abuse: each holds an idle watch stream, as a bridge's do.
+			if _, err := pb.NewWatchClient(cc).Watch(ctx); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, cc)
+		}
+		time.Sleep(3 * time.Second) // connected
+		return out
+	}
+	closeAll := func(ccs []*grpc.ClientConn) {
+		cancel()
+		for _, cc := range ccs {
+			_ = cc.Close()
+		}
+	}
+	quiet := open(false)
+	silent := cpuOver(t, member, window)
+	closeAll(quiet)
+	pinging := open(true)
+	used := cpuOver(t, member, window)
+	closeAll(pinging)
+	rate := conns / every.Seconds()
+	per := (used - silent) / rate
+	t.Logf("keepalive pings: %.0f/s, member at %.2f %% of a CPU (%.2f %% with as many connections not pinging)",
+		rate, 100*used, 100*silent)
+	return fmt.Sprintf("| gRPC keepalive ping (%d connections, one each %v) | %.0f | %.2f %% | %.0f µs |", conns, every, rate, 100*used, per*1e6)
+}
+
+// ctxSleep sleeps for d unless ctx ends first; it reports whether it slept.
+func ctxSleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// bridgeCount is V2BRIDGE_BENCH_BRIDGES, 50 by default.
+func bridgeCount(t *testing.T) int {
+	t.Helper()
+	n := 50
+	if s := os.Getenv("V2BRIDGE_BENCH_BRIDGES"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("V2BRIDGE_BENCH_BRIDGES=%q", s)
+		}
+		n = v
+	}
+	return n
 }
