@@ -149,13 +149,18 @@ func (s *Store) follow(ctx context.Context) error {
 	wch := s.cfg.Client.Watch(wctx, s.cfg.Keys.Prefix, clientv3.WithPrefix(), clientv3.WithRev(snap.st.Rev),
 		clientv3.WithCreatedNotify())
 	// A member that goes silent (cut off, frozen) ends no watch: the
-	// State would go stale unnoticed. So the watch is asked for its
-	// progress every half of that fifth, and ends if it has said
-	// nothing for a whole RequestTimeout. The State read is published
-	// once the watch is created (within that fifth): one refused at once
+	// State would go stale unnoticed. So the watch ends once it has said
+	// nothing for a whole RequestTimeout, and a watch quiet for part of
+	// that is asked for its progress: about every third of it while the
+	// auth data is idle, twice at least before a silence ends it, and
+	// never while events come. The State read is published once the
+	// watch is created (within that fifth): one refused at once
 	// publishes nothing.
-	probe := time.NewTicker(short / 2)
+	quiet := s.cfg.RequestTimeout / 3
+	probe := time.NewTicker(quiet)
 	defer probe.Stop()
+	silence := time.NewTimer(short) // reset to RequestTimeout by every answer
+	defer silence.Stop()
 	heard := time.Now()
 	created := false
 	for {
@@ -164,14 +169,13 @@ func (s *Store) follow(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-probe.C:
-			if !created && time.Since(heard) > short {
+		case <-silence.C:
+			if !created {
 				return fmt.Errorf("the watch was not created within %v", short)
 			}
-			if time.Since(heard) > s.cfg.RequestTimeout {
-				return fmt.Errorf("the watch said nothing for %v", s.cfg.RequestTimeout)
-			}
-			if created {
+			return fmt.Errorf("the watch said nothing for %v", s.cfg.RequestTimeout)
+		case <-probe.C:
+			if created && time.Since(heard) >= quiet/2 {
 				pctx, cancel := context.WithTimeout(wctx, short)
 				_ = s.cfg.Client.RequestProgress(pctx) // a failure shows as silence
 				cancel()
@@ -186,6 +190,7 @@ func (s *Store) follow(ctx context.Context) error {
 			return err
 		}
 		heard = time.Now()
+		silence.Reset(s.cfg.RequestTimeout)
 		if !created {
 			created = true
 			s.publish(snap.st)
