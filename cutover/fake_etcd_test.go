@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -365,6 +366,37 @@ func (f *fakeEtcd) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*cli
 		return nil, rpctypes.ErrLeaseNotFound
 	}
 	return &clientv3.LeaseKeepAliveResponse{ResponseHeader: f.header(), ID: id, TTL: ttl}, nil
+}
+
+// KeepAlive renews the lease at once, then, as clientv3's, keeps its
+// channel open until ctx ends or the lease is gone (revoked or expired);
+// its goroutine ends then.
+func (f *fakeEtcd) KeepAlive(ctx context.Context, id clientv3.LeaseID) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+	first, err := f.KeepAliveOnce(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan *clientv3.LeaseKeepAliveResponse, 1)
+	ch <- first
+	go func() {
+		defer close(ch)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			f.mu.Lock()
+			_, ok := f.leases[id]
+			f.mu.Unlock()
+			if !ok {
+				return
+			}
+		}
+	}()
+	return ch, nil
 }
 
 // Watch replays the history from the revision asked for, then tells every

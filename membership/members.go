@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -65,51 +64,56 @@ func NewRegistrar(cfg RegistrarConfig) *Registrar {
 	return &Registrar{cfg: cfg, reg: reg}
 }
 
-// Run keeps the registration on a lease renewed every quarter TTL until ctx
-// ends, then revokes the lease: a bridge that stops cleanly leaves the lists
-// at once.
+// Run keeps the registration on a lease until ctx ends, then revokes the
+// lease: a bridge that stops cleanly leaves the lists at once. A lease lost
+// (not renewed within its TTL, or revoked) is replaced by a new one.
 func (r *Registrar) Run(ctx context.Context) {
-	lg := r.cfg.Logger
-	tick := time.NewTicker(r.cfg.TTL / 4)
-	defer tick.Stop()
+	defer r.revoke()
 	for {
-		if err := r.step(ctx); err != nil && ctx.Err() == nil {
-			lg.Warn("member registration in etcd v3: trying again", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			r.revoke()
+		err := r.keep(ctx)
+		if ctx.Err() != nil {
 			return
-		case <-tick.C:
+		}
+		r.cfg.Logger.Warn("member registration in etcd v3: trying again", zap.Error(err))
+		if !ctxsleep.Sleep(ctx, r.cfg.TTL/4) {
+			return
 		}
 	}
 }
 
-// step registers the bridge on a new lease if it has none, else renews the
-// lease; a lease etcd no longer has is forgotten, for the next step.
-func (r *Registrar) step(ctx context.Context) error {
+// keep registers the bridge on a new lease and keeps the lease alive until
+// it is lost or ctx ends. clientv3 renews it on one stream, every third of
+// the TTL: a renewal on a stream of its own (KeepAliveOnce) costs the
+// member several times as much.
+func (r *Registrar) keep(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
-	defer cancel()
-	if r.lease != 0 {
-		if _, err := r.cfg.Client.KeepAliveOnce(cctx, r.lease); err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				r.lease = 0
-			}
-			return fmt.Errorf("renewing: %w", err)
-		}
-		return nil
-	}
 	g, err := Grant(cctx, r.cfg.Client, r.cfg.TTL)
 	if err != nil {
+		cancel()
 		return fmt.Errorf("granting a lease: %w", err)
 	}
-	if _, err := Put(cctx, r.cfg.KV, r.cfg.Bridges, g.ID, r.reg); err != nil {
+	_, err = Put(cctx, r.cfg.KV, r.cfg.Bridges, g.ID, r.reg)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("registering: %w", err) // the lease expires on its own
 	}
 	r.lease = g.ID
 	r.cfg.Logger.Info("registered in etcd v3 as a member", zap.String("key", Key(r.cfg.Bridges, g.ID)),
 		zap.Duration("ttl", r.cfg.TTL))
-	return nil
+	kctx, stop := context.WithCancel(ctx)
+	defer stop()
+	kept, err := r.cfg.Client.KeepAlive(kctx, g.ID)
+	if err != nil {
+		return fmt.Errorf("keeping the lease alive: %w", err)
+	}
+	renewals := 0
+	for range kept { // an answer per renewal; closed once the lease is lost or ctx ends
+		renewals++
+	}
+	if ctx.Err() == nil {
+		r.lease = 0
+	}
+	return fmt.Errorf("the registration's lease was lost after %d renewals", renewals)
 }
 
 func (r *Registrar) revoke() {
