@@ -4,6 +4,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -191,6 +192,30 @@ var callKinds = []callKind{
 			_, err := cli.KeepAliveOnce(ctx, g.ID)
 			return err
 		}, func() {}, nil
+	}},
+	{"lease renewal on a kept stream (clientv3 KeepAlive, TTL 9 s: every 3 s)", time.Millisecond, func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, func(), error) {
+		g, err := cli.Grant(ctx, 9)
+		if err != nil {
+			return nil, nil, err
+		}
+		kctx, cancel := context.WithCancel(ctx)
+		ch, err := cli.KeepAlive(kctx, g.ID)
+		if err != nil {
+			cancel()
+			return nil, nil, err
+		}
+		// A call is the next renewal's answer: clientv3 paces them.
+		return func(ctx context.Context) error {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					return errors.New("keepalive channel closed")
+				}
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, cancel, nil
 	}},
 	{"MemberList, linearizable", heartbeatPace, func(_ context.Context, cli *clientv3.Client) (func(context.Context) error, func(), error) {
 		return func(ctx context.Context) error {
