@@ -3,11 +3,13 @@
 package failover
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,19 +124,34 @@ func statFields(path string) ([]string, error) {
 // over the next d.
 func cpuOver(t *testing.T, pid int, d time.Duration) float64 {
 	t.Helper()
-	ticks := func() float64 {
-		f, err := statFields(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatal(err)
+	return cpuOverAll(t, []int{pid}, d)[0]
+}
+
+// cpuOverAll is cpuOver of several processes over the same time.
+func cpuOverAll(t *testing.T, pids []int, d time.Duration) []float64 {
+	t.Helper()
+	ticks := func() []float64 {
+		var out []float64
+		for _, pid := range pids {
+			f, err := statFields(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, _ := strconv.ParseFloat(f[11], 64) // utime, field 14
+			s, _ := strconv.ParseFloat(f[12], 64) // stime, field 15
+			out = append(out, u+s)
 		}
-		u, _ := strconv.ParseFloat(f[11], 64) // utime, field 14
-		s, _ := strconv.ParseFloat(f[12], 64) // stime, field 15
-		return u + s
+		return out
 	}
 	const hz = 100 // USER_HZ on Linux
 	t0, c0 := time.Now(), ticks()
 	time.Sleep(d)
-	return (ticks() - c0) / hz / time.Since(t0).Seconds()
+	c1, dt := ticks(), time.Since(t0).Seconds()
+	out := make([]float64, len(pids))
+	for i := range pids {
+		out[i] = (c1[i] - c0[i]) / hz / dt
+	}
+	return out
 }
 
 // callKind is one kind of call an idle bridge makes to its member, or that
@@ -258,23 +275,33 @@ var progressCalls = func(ctx context.Context, cli *clientv3.Client) (func(contex
 // silent, per call. gRPC keepalive pings are measured the same way, with
 // 500 connections pinging every 10 s (grpc-go's shortest) against as many
 // that do not. It runs only with V2BRIDGE_BENCH_HEARTBEAT_COST=1;
-// V2BRIDGE_BENCH_CALLS picks kinds by a substring of their names.
+// V2BRIDGE_BENCH_CALLS picks kinds by substrings of their names
+// ("health|MemberList"); with V2BRIDGE_BENCH_MEMBERS=3 the clients call a
+// follower of three members, and the others' CPU is told too.
 func TestHeartbeatCallCost(t *testing.T) {
 	if os.Getenv("V2BRIDGE_BENCH_HEARTBEAT_COST") != "1" {
 		t.Skip("a benchmark: V2BRIDGE_BENCH_HEARTBEAT_COST=1")
 	}
 	n := bridgeCount(t)
 	const window = 30 * time.Second
-	c := v2bridgetest.StartProcessCluster(t, 1)
-	kids := children(t, os.Getpid())
-	if len(kids) != 1 {
-		t.Fatalf("%d child processes, want the member alone", len(kids))
+	size := 1
+	if os.Getenv("V2BRIDGE_BENCH_MEMBERS") == "3" {
+		size = 3
 	}
-	member := kids[0]
+	c := v2bridgetest.StartProcessCluster(t, size)
+	kids := children(t, os.Getpid())
+	if len(kids) != size {
+		t.Fatalf("%d child processes, want the %d members alone", len(kids), size)
+	}
 	ctx := context.Background()
+	ep := calledEndpoint(t, c.Endpoints())
+	// The member called first, then the others.
+	slices.SortFunc(kids, func(a, b int) int {
+		return cmp.Compare(memberOf(t, b, ep), memberOf(t, a, ep))
+	})
 	var clis []*clientv3.Client
 	for i := 0; i < n; i++ {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,11 +311,25 @@ func TestHeartbeatCallCost(t *testing.T) {
 		}
 		clis = append(clis, cli)
 	}
-	base := cpuOver(t, member, window)
+	// others sums the CPU of the members not called.
+	others := func(cpu []float64) float64 {
+		var sum float64
+		for _, c := range cpu[1:] {
+			sum += c
+		}
+		return sum
+	}
+	baseAll := cpuOverAll(t, kids, window)
+	base := baseAll[0]
+	head := "| call | calls/s | member CPU (of one core) | member CPU per call |\n|---|---:|---:|---:|"
 	rows := []string{fmt.Sprintf("| %d connections, silent | — | %.2f %% | — |", n, 100*base)}
+	if size > 1 {
+		head = "| call | calls/s | called member's CPU (of one core) | called member's CPU per call | the others' CPU per call |\n|---|---:|---:|---:|---:|"
+		rows[0] = fmt.Sprintf("| %d connections to a follower, silent | — | %.2f %% | — | — |", n, 100*base)
+	}
 	only := os.Getenv("V2BRIDGE_BENCH_CALLS")
 	for _, k := range callKinds {
-		if !strings.Contains(k.name, only) {
+		if !picked(k.name, only) {
 			continue
 		}
 		var calls []func(context.Context) error
@@ -334,7 +375,8 @@ func TestHeartbeatCallCost(t *testing.T) {
 		time.Sleep(k.pace + time.Second) // every client under way
 		m0 := made.Load()
 		t0 := time.Now()
-		used := cpuOver(t, member, window)
+		usedAll := cpuOverAll(t, kids, window)
+		used := usedAll[0]
 		rate := float64(made.Load()-m0) / time.Since(t0).Seconds()
 		cancel()
 		wg.Wait()
@@ -342,14 +384,72 @@ func TestHeartbeatCallCost(t *testing.T) {
 			t.Errorf("%s: %d of %d calls failed", k.name, f, made.Load())
 		}
 		per := (used - base) / rate // seconds of member CPU per call
-		rows = append(rows, fmt.Sprintf("| %s | %.0f | %.2f %% | %.0f µs |", k.name, rate, 100*used, per*1e6))
+		row := fmt.Sprintf("| %s | %.0f | %.2f %% | %.0f µs |", k.name, rate, 100*used, per*1e6)
+		if size > 1 {
+			row += fmt.Sprintf(" %.0f µs |", (others(usedAll)-others(baseAll))/rate*1e6)
+		}
+		rows = append(rows, row)
 		t.Logf("%s: %.0f calls/s, member at %.2f %% of a CPU (%.2f %% silent)", k.name, rate, 100*used, 100*base)
 	}
-	if strings.Contains("gRPC keepalive ping", only) || strings.Contains("keepalive ping", only) || only == "" {
-		rows = append(rows, pingCost(t, c.Endpoints()[0], member, window))
+	if size == 1 && picked("gRPC keepalive ping", only) {
+		rows = append(rows, pingCost(t, ep, kids[0], window))
 	}
-	fmt.Printf("\n| call | calls/s | member CPU (of one core) | member CPU per call |\n|---|---:|---:|---:|\n%s\n",
-		strings.Join(rows, "\n"))
+	fmt.Printf("\n%s\n%s\n", head, strings.Join(rows, "\n"))
+}
+
+// picked reports whether the kind named name is measured: V2BRIDGE_BENCH_CALLS
+// is empty, or one of its |-separated parts is in the name.
+func picked(name, only string) bool {
+	if only == "" {
+		return true
+	}
+	for _, part := range strings.Split(only, "|") {
+		if part != "" && strings.Contains(name, part) {
+			return true
+		}
+	}
+	return false
+}
+
+// calledEndpoint is the endpoint the clients call: a follower's, in a
+// cluster of several members, as most bridges' members are.
+func calledEndpoint(t *testing.T, eps []string) string {
+	t.Helper()
+	if len(eps) == 1 {
+		return eps[0]
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	for _, ep := range eps {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := cli.Status(ctx, ep)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Leader != 0 && st.Leader != st.Header.MemberId {
+			return ep
+		}
+	}
+	t.Fatal("no follower among the members")
+	return ""
+}
+
+// memberOf is 1 if process pid is the member serving clients at endpoint
+// ep (its spec in its environment names it), else 0.
+func memberOf(t *testing.T, pid int, ep string) int {
+	t.Helper()
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(env), `"`+ep+`"`) {
+		return 1
+	}
+	return 0
 }
 
 // pingCost measures a gRPC keepalive ping: conns connections that ping
