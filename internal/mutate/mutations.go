@@ -251,7 +251,7 @@ var mutations = []Mutation{
 	{
 		Name: "heartbeat-failures-x1000", File: "v3backend/session.go",
 		What: "the heartbeat failure threshold is multiplied by 1,000",
-		Find: "if misses >= b.cfg.HeartbeatFailures {", Replace: "if misses >= b.cfg.HeartbeatFailures*1000 {",
+		Find: "if misses < b.cfg.HeartbeatFailures {", Replace: "if misses < b.cfg.HeartbeatFailures*1000 {",
 		Test: "go test -short -count=1 ./v3backend/",
 	},
 	{
