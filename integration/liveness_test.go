@@ -45,10 +45,13 @@ const (
 	// check excused, and room for a loaded machine.
 	detectMax    = 3 * time.Second
 	detectMedian = 2 * time.Second
-	// partitionBound: a member cut off from its peers first has to notice
-	// that it has no leader (one to two election timeouts, 1 to 2 s); its
-	// heartbeats then fail.
-	partitionBound = detectMax + 2*time.Second
+	// partitionBound: a member cut off from its peers gets no read
+	// confirmed, and its heartbeats time out as a silent member's do; but
+	// a cut-off follower is left only for a member that has a quorum,
+	// which the majority has at once (when the leader is in it) or after
+	// electing one (one to two election timeouts, 1 to 2 s) when the cut
+	// member was the leader; then the bridge reconnects.
+	partitionBound = detectMax
 	// inFlightGrace: a watch answered just as the fault struck is re-issued
 	// at once, and that one must end too.
 	inFlightGrace = 500 * time.Millisecond
@@ -483,15 +486,110 @@ func TestLivenessFreeze(t *testing.T) {
 }
 
 // TestLivenessPartition: the member the bridge uses is cut off from its
-// peers (it answers, but has no leader): the watches are ended and resume on
-// a member that has a leader, with the events written meanwhile.
+// peers (it answers, but no quorum confirms it), once as a follower and
+// once as the leader: the watches end within the bound of a silent member
+// (the heartbeat's quorum check times out as for a silent one, well before
+// the member notices it has no leader) and resume on a member that has a
+// leader, with the events written meanwhile.
 func TestLivenessPartition(t *testing.T) {
 	c := v2bridgetest.StartCluster(t, 3)
 	r := startRig(t, c, 3, v2bridgetest.Options{})
-	r.outage("partition", c.Isolate, c.Heal, partitionBound)
-	r.waitEvents(5, 20*time.Second)
+	for _, leader := range []bool{false, true} {
+		bad := r.connected()
+		to := r.other(bad)
+		if leader {
+			to = bad
+		}
+		if err := c.MoveLeader(to); err != nil {
+			t.Fatal(err)
+		}
+		// The bridge knows its member's new term (a leader is told from
+		// one just elected by its term).
+		hb := metricValue(t, r.br.Registry, "v2bridge_backend_heartbeat_seconds")
+		waitFor(t, 20*time.Second, "two heartbeats answered after the leader moved", func() bool {
+			return metricValue(t, r.br.Registry, "v2bridge_backend_heartbeat_seconds") >= hb+2
+		})
+		r.outage(fmt.Sprintf("partition (the leader: %v)", leader), c.Isolate, c.Heal, partitionBound)
+		if !c.WaitServes(bad, 20*time.Second) {
+			t.Fatalf("member %d does not serve once healed", bad)
+		}
+		r.waitEvents(5, 20*time.Second)
+	}
 	r.finish()
 	r.logBridgeFigures()
+	if d := metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total"); d != 0 {
+		t.Errorf("%v losses deferred, want none: the majority had a quorum, or elected a leader", d)
+	}
+}
+
+// TestLivenessLeaderKilledNoLoss: the leader of a 3-member cluster is
+// killed; the bridges on the followers find their members without a
+// quorum while the survivors elect a leader, and the other survivor
+// without one either: they stay (a loss deferred, when the election
+// outlasted their misses), and no watch is ended.
+func TestLivenessLeaderKilledNoLoss(t *testing.T) {
+	c := v2bridgetest.StartProcessCluster(t, 3)
+	var brs []*v2bridgetest.Bridge
+	on := map[int]bool{}
+	for i := 0; i < 2; i++ {
+		br := v2bridgetest.StartBridge(t, c.ProxiedEndpoints(), v2bridgetest.Options{})
+		brs = append(brs, br)
+		on[c.Index(br.Backend.Endpoint())] = true
+	}
+	lead := 0
+	for on[lead] {
+		lead++
+	}
+	if err := c.MoveLeader(lead); err != nil {
+		t.Fatal(err)
+	}
+	var survivor int
+	for i := range c.Members {
+		if i != lead {
+			survivor = i
+		}
+	}
+	w := startWriter(t, c, survivor)
+	w.waitWrites(t, 3, 20*time.Second)
+	eps := make([]string, len(brs))
+	for i, br := range brs {
+		eps[i] = br.Backend.Endpoint()
+	}
+
+	c.Kill(lead)
+	// The survivors elect a leader; writes resume; every bridge has run
+	// ten more heartbeats (a deferred loss would be declared within
+	// them).
+	w.waitWrites(t, 10, 30*time.Second)
+	hb := func(br *v2bridgetest.Bridge) float64 {
+		return metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds")
+	}
+	var hb0 []float64
+	for _, br := range brs {
+		hb0 = append(hb0, hb(br))
+	}
+	waitFor(t, 30*time.Second, "ten heartbeats answered at each bridge after the election", func() bool {
+		for i, br := range brs {
+			if hb(br) < hb0[i]+10 {
+				return false
+			}
+		}
+		return true
+	})
+	failures := float64(v3backend.Defaults.HeartbeatFailures)
+	for i, br := range brs {
+		losses := metricValue(t, br.Registry, "v2bridge_backend_losses_total")
+		misses := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_total")
+		deferred := metricValue(t, br.Registry, "v2bridge_backend_losses_deferred_total")
+		t.Logf("bridge %d on member %d (leader %d killed): %v losses, %v misses, %v losses deferred", i,
+			c.Index(eps[i]), lead, losses, misses, deferred)
+		if losses != 0 || br.Backend.Endpoint() != eps[i] {
+			t.Errorf("bridge %d: %v losses, on %q; want none, on %q", i, losses, br.Backend.Endpoint(), eps[i])
+		}
+		if misses >= failures && deferred < 1 {
+			t.Errorf("bridge %d: %v misses in all, yet no loss deferred", i, misses)
+		}
+	}
 }
 
 // TestLivenessCompactedDuringOutage: the history a watcher still needs is
@@ -702,10 +800,10 @@ func TestLivenessFalsePositiveLoad(t *testing.T) {
 }
 
 // TestLivenessFalsePositiveStorageStall: the member's storage stalls as in a
-// defrag (writes and reads wait) for longer than the default heartbeat's
-// patience, but not its gRPC health service: no loss is declared, the
-// heartbeats are answered during the stall, and the watches carry on with
-// every event.
+// defrag (writes, their apply and reads wait) for longer than the default
+// heartbeat's patience: no loss is declared, the heartbeats during the
+// stall are answered or excused (the member has a leader and is applying
+// what it committed), and the watches carry on with every event.
 func TestLivenessFalsePositiveStorageStall(t *testing.T) {
 	c := v2bridgetest.StartCluster(t, 1)
 	cli := c.MemberClient(t, 0)
@@ -738,10 +836,13 @@ func TestLivenessFalsePositiveStorageStall(t *testing.T) {
 		t.Cleanup(w.Stop)
 		brs, watchers = append(brs, br), append(watchers, w)
 	}
+	// heartbeats counts the checks each bridge has finished without a
+	// miss: answered, or excused as the member applies.
 	heartbeats := func() []float64 {
 		var out []float64
 		for _, br := range brs {
-			out = append(out, metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds"))
+			out = append(out, metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds")+
+				metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total"))
 		}
 		return out
 	}
@@ -799,9 +900,9 @@ func TestLivenessFalsePositiveStorageStall(t *testing.T) {
 	t0 := time.Now()
 	hb0 := heartbeats()
 	// The stall lasts until the writer has waited on it for stallFor and
-	// every bridge has had two heartbeats answered meanwhile.
+	// every bridge has had two heartbeats finished meanwhile.
 	waitFor(t, stallFor+30*time.Second, fmt.Sprintf("a write to wait %v on the stalled storage, and two heartbeats "+
-		"answered at each bridge meanwhile", stallFor), func() bool {
+		"finished at each bridge meanwhile", stallFor), func() bool {
 		mu.Lock()
 		blocked := !since.IsZero() && time.Since(since) >= stallFor
 		failed := writeErr != nil
@@ -819,7 +920,7 @@ func TestLivenessFalsePositiveStorageStall(t *testing.T) {
 	hb1 := heartbeats()
 	resume()
 	took := time.Since(t0)
-	// The heartbeat is sequential: once two more checks have succeeded, every
+	// The heartbeat is sequential: once two more checks have finished, every
 	// check that overlapped the stall is over, and a loss it caused would
 	// have been declared.
 	waitFor(t, 20*time.Second, "two heartbeats after the stall", func() bool {
@@ -860,9 +961,11 @@ func TestLivenessFalsePositiveStorageStall(t *testing.T) {
 			t.Errorf("%s: %s", b.name, diffEvents(len(revs), func(j int) string { return fmt.Sprint(revs[j]) },
 				len(got), func(j int) string { return fmt.Sprint(got[j]) }))
 		}
-		t.Logf("%s: %v heartbeats answered during the stall, %v misses, %v excused, %v losses; %d events", b.name,
-			hb1[i]-hb0[i], metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_total"),
-			metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_excused_total"), losses, len(got))
+		t.Logf("%s: %v heartbeats answered or excused as applying during the stall; in all %v misses, %v excused as "+
+			"late, %v as applying, %v losses; %d events", b.name, hb1[i]-hb0[i],
+			metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_total"),
+			metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_excused_total"),
+			metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total"), losses, len(got))
 	}
 	t.Logf("storage stalled for %v; writes waited up to %v", took.Round(time.Millisecond), stall.Round(time.Millisecond))
 }

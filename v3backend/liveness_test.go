@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -42,12 +43,23 @@ const (
 	// cutOff: the member answers its status (it believes in a leader, and
 	// has applied all it committed), but no quorum confirms its reads.
 	cutOff
+	// cutOffLeader: the same, of the leader, in the term of its last
+	// answered check.
+	cutOffLeader
+	// newLeader: the member has just been elected leader (in a new term),
+	// and has not confirmed a read yet.
+	newLeader
 	// behind: the member has a leader but is applying entries it
-	// committed (as in a defrag): no read is confirmed in time either.
+	// committed: no read is confirmed in time either.
 	behind
+	// stalled: the member's storage stalls (a defrag with writes
+	// pending): no read is confirmed, its status waits on its storage
+	// (as etcd 3.6's does), its health check answers.
+	stalled
 )
 
 type fakeMember struct {
+	healthpb.UnimplementedHealthServer
 	etcdserverpb.UnimplementedClusterServer
 	etcdserverpb.UnimplementedMaintenanceServer
 	etcdserverpb.UnimplementedKVServer
@@ -73,6 +85,7 @@ func startFakeMember(t *testing.T, mode memberMode) *fakeMember {
 	}
 	f := &fakeMember{ep: "http://" + ln.Addr().String(), mode: mode}
 	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, f)
 	etcdserverpb.RegisterClusterServer(srv, f)
 	etcdserverpb.RegisterMaintenanceServer(srv, f)
 	etcdserverpb.RegisterKVServer(srv, f)
@@ -104,7 +117,8 @@ func (f *fakeMember) MemberList(ctx context.Context, r *etcdserverpb.MemberListR
 		f.mu.Unlock()
 		return nil, status.Error(codes.Internal, "a broken member")
 	}
-	if mode == hanging || mode == cutOff || mode == behind {
+	if mode == hanging || mode == cutOff || mode == cutOffLeader || mode == newLeader || mode == behind ||
+		mode == stalled {
 		left := time.Duration(-1)
 		if d, ok := ctx.Deadline(); ok {
 			left = time.Until(d)
@@ -116,13 +130,14 @@ func (f *fakeMember) MemberList(ctx context.Context, r *etcdserverpb.MemberListR
 	}
 	f.mu.Unlock()
 	switch mode {
-	case hanging, cutOff, behind:
+	case hanging, cutOff, cutOffLeader, newLeader, behind, stalled:
 		<-ctx.Done()
 		return nil, ctx.Err()
 	case notServing:
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
-	return &etcdserverpb.MemberListResponse{Header: &etcdserverpb.ResponseHeader{ClusterId: 1, MemberId: 2}}, nil
+	return &etcdserverpb.MemberListResponse{Header: &etcdserverpb.ResponseHeader{ClusterId: 1, MemberId: 2, RaftTerm: 3}},
+		nil
 }
 
 func (f *fakeMember) Status(ctx context.Context, _ *etcdserverpb.StatusRequest) (*etcdserverpb.StatusResponse, error) {
@@ -132,16 +147,39 @@ func (f *fakeMember) Status(ctx context.Context, _ *etcdserverpb.StatusRequest) 
 	f.mu.Unlock()
 	switch mode {
 	case cutOff:
-		return &etcdserverpb.StatusResponse{Leader: 7, RaftIndex: 40, RaftAppliedIndex: 40}, nil
+		return &etcdserverpb.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 2}, Leader: 7, RaftIndex: 40,
+			RaftAppliedIndex: 40}, nil
+	case cutOffLeader:
+		return &etcdserverpb.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 7}, Leader: 7, RaftTerm: 3,
+			RaftIndex: 40, RaftAppliedIndex: 40}, nil
+	case newLeader:
+		return &etcdserverpb.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 7}, Leader: 7, RaftTerm: 4,
+			RaftIndex: 40, RaftAppliedIndex: 40}, nil
 	case behind:
 		return &etcdserverpb.StatusResponse{Leader: 7, RaftIndex: 40, RaftAppliedIndex: 30}, nil
 	case notServing:
 		return &etcdserverpb.StatusResponse{RaftIndex: 40, RaftAppliedIndex: 40}, nil
-	case hanging:
+	case hanging, stalled:
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
 	return &etcdserverpb.StatusResponse{Leader: 7, RaftIndex: 40, RaftAppliedIndex: 40}, nil
+}
+
+// Check is the health service: answered from memory, failed without a
+// leader.
+func (f *fakeMember) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	f.mu.Lock()
+	mode := f.mode
+	f.mu.Unlock()
+	switch mode {
+	case hanging:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case notServing:
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
 func (f *fakeMember) Range(context.Context, *etcdserverpb.RangeRequest) (*etcdserverpb.RangeResponse, error) {

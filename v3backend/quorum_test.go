@@ -54,17 +54,69 @@ func TestACutOffMemberIsLeftForOneWithAQuorum(t *testing.T) {
 	}
 }
 
+// TestACutOffLeaderIsLeftAtOnce: a leader that no quorum confirms is left
+// after its misses, without waiting for another member to have a quorum
+// (none has one until the majority has elected a leader); the bridge
+// connects to the first member that has one.
+func TestACutOffLeaderIsLeftAtOnce(t *testing.T) {
+	const timeout = time.Second
+	m1, m2 := startFakeMember(t, serving), startFakeMember(t, notServing)
+	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
+		HeartbeatFailures: 2, DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
+	if b.Endpoint() != m1.ep {
+		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
+	}
+	m1.set(cutOffLeader, 0)
+	waitUntil(t, "the cut-off leader is declared lost", func() bool { return counterValue(t, b.metrics.losses) == 1 })
+	if misses, deferred := counterValue(t, b.metrics.heartbeatMisses), counterValue(t, b.metrics.deferred); misses != 2 ||
+		deferred != 0 {
+		t.Fatalf("%v misses, %v losses deferred; want 2, 0", misses, deferred)
+	}
+	m2.set(serving, 0) // the majority has elected a leader
+	waitUntil(t, "the bridge moved to the member with a quorum", func() bool { return b.Endpoint() == m2.ep })
+}
+
+// TestANewLeaderIsNotDeposed: a member just elected leader, in a new term,
+// that has not confirmed a read yet, is a member without a quorum like
+// any other: kept while no other member has a quorum.
+func TestANewLeaderIsNotDeposed(t *testing.T) {
+	const timeout = time.Second
+	m1, m2 := startFakeMember(t, serving), startFakeMember(t, notServing)
+	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
+		HeartbeatFailures: 2, DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
+	if b.Endpoint() != m1.ep {
+		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
+	}
+	m1.set(newLeader, 0)
+	waitUntil(t, "a loss deferred", func() bool { return counterValue(t, b.metrics.deferred) == 1 })
+	served, _ := m1.stats()
+	m1.set(serving, 0)
+	waitUntil(t, "two heartbeats answered", func() bool { n, _ := m1.stats(); return n >= served+2 })
+	if losses, misses := counterValue(t, b.metrics.losses), counterValue(t, b.metrics.heartbeatMisses); losses != 0 ||
+		misses < 2 || b.Endpoint() != m1.ep {
+		t.Fatalf("%v losses, %v misses, on %q; want 0, 2 at least, on %q", losses, misses, b.Endpoint(), m1.ep)
+	}
+}
+
 // TestAMemberBehindInApplyingIsExcused: checks that time out while the
-// member has a leader but has not applied what it committed (a defrag with
-// writes pending) are no misses, however many; once it stops answering
-// altogether, it is declared lost.
+// member has a leader but has not applied what it committed, or while its
+// storage stalls (a defrag with writes pending), are no misses, however
+// many; once it stops answering altogether, it is declared lost.
 func TestAMemberBehindInApplyingIsExcused(t *testing.T) {
+	for _, mode := range []memberMode{behind, stalled} {
+		t.Run(map[memberMode]string{behind: "behind", stalled: "stalled"}[mode], func(t *testing.T) {
+			testBehindInApplying(t, mode)
+		})
+	}
+}
+
+func testBehindInApplying(t *testing.T, mode memberMode) {
 	const timeout = time.Second
 	m := startFakeMember(t, serving)
 	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
 		HeartbeatFailures: 2}, m.ep)
 
-	m.set(behind, 0)
+	m.set(mode, 0)
 	waitUntil(t, "three checks excused as applying", func() bool { return counterValue(t, b.metrics.applying) >= 3 })
 	if misses, losses := counterValue(t, b.metrics.heartbeatMisses), counterValue(t, b.metrics.losses); misses != 0 ||
 		losses != 0 || !b.Up() {

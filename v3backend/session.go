@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
 
@@ -29,8 +30,9 @@ type session struct {
 	endpoint string
 	index    int
 	started  time.Time
-	lastOK   atomic.Int64 // unix nanoseconds of the last good heartbeat
-	lostAt   time.Time    // set by lose, under Backend.mu
+	lastOK   atomic.Int64  // unix nanoseconds of the last good heartbeat
+	term     atomic.Uint64 // the member's raft term at the last good heartbeat
+	lostAt   time.Time     // set by lose, under Backend.mu
 }
 
 func (s *session) end() {
@@ -72,94 +74,138 @@ const (
 	// leader, or one it cannot reach): a miss, and the bridge leaves only
 	// for a member that has a quorum.
 	noQuorum
+	// deposed: the member is the leader, in the term it had at the last
+	// good heartbeat, but no quorum confirms it: it is cut off from a
+	// majority, which elects another leader. A miss, and the bridge leaves
+	// without asking the others (none has a quorum before that election
+	// ends). A leader just elected, in a new term, may take a moment to
+	// confirm reads: it is noQuorum.
+	deposed
 	// silent: the member did not answer (dead, frozen, unreachable): a
 	// miss.
 	silent
 )
 
-// quorumCheck is the heartbeat: a linearizable member list, which etcd (3.5 and
-// later) answers from memory once the leader has confirmed its read index
-// with a quorum, and the member has applied up to that index. It carries
-// the require-leader mark, so a member that knows it has no leader fails
-// it at once; a member cut off from its peers, which has not noticed yet,
-// gets no read index confirmed and times out. An etcd older than 3.5
-// ignores the linearizable field and answers from memory: the check is
-// then a require-leader check, as a health check is.
+// quorumCheck is the heartbeat: a linearizable member list, which etcd
+// (3.5 and later) answers from memory once the leader has confirmed its
+// read index with a quorum, and the member has applied up to that index.
+// It carries the require-leader mark, so a member that knows it has no
+// leader fails it at once; a member cut off from its peers, which has not
+// noticed yet, gets no read index confirmed and times out. An etcd older
+// than 3.5 ignores the linearizable field and answers from memory: the
+// check is then a require-leader check, as a health check is.
 //
-// A check unanswered at half the deadline asks the member's status too
-// (also from memory: its leader, committed and applied indexes), so a
-// timeout tells a member whose storage is behind (a defrag with writes
-// pending holds every linearizable read until it ends) from one that has
-// no quorum, and both from a silent one. In the common case it is one
-// call.
-func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client) (verdict, error) {
+// A check still unanswered at half its deadline (rare: it takes a
+// millisecond) asks two more questions, so that a timeout tells a member
+// whose storage is behind from one without a quorum, and both from a
+// silent one. A defrag with writes pending holds every linearizable read
+// until it ends, as the member cannot apply what it commits.
+//   - The member's status: its leader, committed and applied indexes (from
+//     memory in etcd 3.5; 3.6 also reads its storage version, so a stalled
+//     storage holds it too). Applied behind committed: the member commits,
+//     so it hears a quorum; its storage is behind.
+//   - The gRPC health check with require-leader, answered from memory: the
+//     member is alive and has a leader. With the status held up, that is a
+//     member whose storage stalls; a cut-off member's storage answers.
+//
+// In the common case it is one call.
+//
+// term is the member's raft term at its last good heartbeat (0: none); the
+// term it answers with is returned.
+func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client, term uint64) (verdict, uint64, error) {
 	if m := b.cfg.Member; m != nil {
 		select {
 		case <-m.StopNotify():
-			return silent, errors.New("the embedded member has stopped")
+			return silent, 0, errors.New("the embedded member has stopped")
 		default:
 		}
 		if m.Leader() == 0 {
-			return noQuorum, errors.New("the embedded member has no leader")
+			return noQuorum, 0, errors.New("the embedded member has no leader")
 		}
-		return quorate, nil
+		return quorate, m.Term(), nil
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		return silent, errors.New("v3backend: a heartbeat without a deadline")
+		return silent, 0, errors.New("v3backend: a heartbeat without a deadline")
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	defer wg.Wait() // after cancel: both calls end with ctx
+	defer wg.Wait() // after cancel: every call ends with ctx
 	defer cancel()
 	conn := cli.ActiveConnection()
-	quorum := make(chan error, 1)
+	type listAnswer struct {
+		term uint64
+		err  error
+	}
+	quorum := make(chan listAnswer, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, err := etcdserverpb.NewClusterClient(conn).MemberList(clientv3.WithRequireLeader(ctx),
+		resp, err := etcdserverpb.NewClusterClient(conn).MemberList(clientv3.WithRequireLeader(ctx),
 			&etcdserverpb.MemberListRequest{Linearizable: true})
-		quorum <- err
+		var t uint64
+		if err == nil && resp.Header != nil {
+			t = resp.Header.RaftTerm
+		}
+		quorum <- listAnswer{t, err}
 	}()
-	type statusAnswer struct {
-		resp *etcdserverpb.StatusResponse
-		err  error
-	}
-	var st chan statusAnswer // made when the status is asked
+	var (
+		st     *etcdserverpb.StatusResponse
+		stErr  error
+		hc     *healthpb.HealthCheckResponse
+		hcErr  error
+		asked  bool
+		others sync.WaitGroup // the two questions; their answers are read after Wait
+	)
 	half := time.NewTimer(time.Until(deadline) / 2)
 	defer half.Stop()
 	for {
 		select {
 		case <-half.C:
-			st = make(chan statusAnswer, 1)
-			wg.Add(1)
+			asked = true
+			wg.Add(2)
+			others.Add(2)
 			go func() {
 				defer wg.Done()
-				resp, err := etcdserverpb.NewMaintenanceClient(conn).Status(ctx, &etcdserverpb.StatusRequest{})
-				st <- statusAnswer{resp, err}
+				defer others.Done()
+				st, stErr = etcdserverpb.NewMaintenanceClient(conn).Status(ctx, &etcdserverpb.StatusRequest{})
+			}()
+			go func() {
+				defer wg.Done()
+				defer others.Done()
+				hc, hcErr = healthpb.NewHealthClient(conn).Check(clientv3.WithRequireLeader(ctx),
+					&healthpb.HealthCheckRequest{})
 			}()
 			continue
-		case err := <-quorum:
+		case a := <-quorum:
+			err := a.err
 			if err == nil {
-				return quorate, nil
+				return quorate, a.term, nil
 			}
 			if quorumError(err) {
-				return noQuorum, err
+				return noQuorum, 0, err
 			}
-			if st == nil || status.Code(err) != codes.DeadlineExceeded {
-				return silent, err
+			if !asked || status.Code(err) != codes.DeadlineExceeded {
+				return silent, 0, err
 			}
-			a := <-st // ends by the same deadline
-			if a.err != nil {
-				return silent, err
+			others.Wait() // they end by the same deadline
+			switch {
+			case stErr == nil && st.Leader != 0 && st.RaftAppliedIndex > 0 && st.RaftAppliedIndex < st.RaftIndex:
+				return applying, st.RaftTerm, fmt.Errorf("%w (leader %x; applied %d of %d committed)", err, st.Leader,
+					st.RaftAppliedIndex, st.RaftIndex)
+			case stErr == nil && st.Header != nil && st.Leader != 0 && st.Leader == st.Header.MemberId &&
+				st.RaftTerm == term:
+				return deposed, st.RaftTerm, fmt.Errorf("%w: no quorum confirmed a read of the leader of term %d "+
+					"(applied %d of %d committed)", err, term, st.RaftAppliedIndex, st.RaftIndex)
+			case stErr == nil:
+				return noQuorum, st.RaftTerm, fmt.Errorf("%w: no quorum confirmed a read (leader %x, term %d; applied "+
+					"%d of %d committed)", err, st.Leader, st.RaftTerm, st.RaftAppliedIndex, st.RaftIndex)
+			case hcErr == nil && hc.Status == healthpb.HealthCheckResponse_SERVING:
+				return applying, 0, fmt.Errorf("%w (it has a leader, its status waits on its storage)", err)
+			case quorumError(hcErr):
+				return noQuorum, 0, fmt.Errorf("%w: %w", err, hcErr)
 			}
-			r := a.resp
-			if r.Leader != 0 && r.RaftAppliedIndex > 0 && r.RaftAppliedIndex < r.RaftIndex {
-				return applying, fmt.Errorf("%w (leader %x; applied %d of %d committed)", err, r.Leader,
-					r.RaftAppliedIndex, r.RaftIndex)
-			}
-			return noQuorum, fmt.Errorf("%w: no quorum confirmed a read (leader %x; applied %d of %d committed)", err,
-				r.Leader, r.RaftAppliedIndex, r.RaftIndex)
+			return silent, 0, err
 		}
 	}
 }
@@ -201,7 +247,7 @@ func (b *Backend) quorumElsewhere(s *session) string {
 				return
 			}
 			defer func() { _ = cli.Close() }()
-			if v, _ := b.quorumCheck(ctx, cli); v == quorate {
+			if v, _, _ := b.quorumCheck(ctx, cli, 0); v == quorate {
 				found <- ep
 				return
 			}
@@ -286,7 +332,7 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	}
 	cctx, ccancel := context.WithTimeout(ctx, b.cfg.DialTimeout)
 	defer ccancel()
-	_, err = b.quorumCheck(cctx, cli)
+	_, term, err := b.quorumCheck(cctx, cli, 0)
 	if err == nil {
 		var resp *clientv3.GetResponse
 		resp, err = cli.Get(clientv3.WithRequireLeader(cctx), b.layout.JournalKey(), clientv3.WithSerializable(), clientv3.WithCountOnly()) // a key the bridge may read under RBAC
@@ -301,6 +347,7 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	}
 	s := &session{cli: cli, ctx: sctx, cancel: cancel, endpoint: ep, index: idx, started: time.Now()}
 	s.lastOK.Store(time.Now().UnixNano())
+	s.term.Store(term)
 	return s, nil
 }
 
@@ -403,19 +450,25 @@ func (b *Backend) Endpoint() string {
 // notices that it has no leader), and
 // v2bridge_backend_heartbeat_applying_total counts it.
 //
-// A member that answers but has no quorum is left only for one that has:
-// at the last miss, the other endpoints are asked (see quorumElsewhere).
-// If none has a quorum either, the cluster is electing a leader, and
-// leaving would end every watch for nothing: the bridge stays and keeps
-// checking (v2bridge_backend_losses_deferred_total), for excuseLimit
-// heartbeats of silence at most.
+// A member that answers but has no quorum is left only for one that has
+// had a quorum at its last two misses: at each such miss, the other
+// endpoints are asked (see quorumElsewhere). If none has a quorum either,
+// the cluster is electing a leader, and leaving would end every watch for
+// nothing: the bridge stays and keeps checking
+// (v2bridge_backend_losses_deferred_total), for excuseLimit heartbeats of
+// silence at most. Two misses, not one: the other members may be asked
+// just as one of them wins the election, a moment before the bridge's
+// member hears of it. A leader without a quorum is left after its misses:
+// it is cut off, and the majority elects another.
 func (b *Backend) monitor() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.cfg.HeartbeatInterval)
 	defer t.Stop()
 	var last *session
 	misses := 0
-	deferring := false // a loss is deferred: no member has a quorum
+	deferring := false // a loss is deferred: no other member had a quorum
+	quorumSeen := 0    // checks in a row at whose miss another member had a quorum
+	elsewhere := ""    // the last such member
 	for {
 		s, changed := b.sessionChanged()
 		if s == nil {
@@ -425,7 +478,7 @@ func (b *Backend) monitor() {
 			continue
 		}
 		if s != last {
-			last, misses, deferring = s, 0, false
+			last, misses, deferring, quorumSeen = s, 0, false, 0
 		}
 		select {
 		case <-b.closeCh:
@@ -439,7 +492,7 @@ func (b *Backend) monitor() {
 		if v == quorate {
 			b.metrics.heartbeat.Observe(time.Since(start).Seconds())
 			s.lastOK.Store(time.Now().UnixNano())
-			misses = 0
+			misses, quorumSeen = 0, 0
 			if deferring {
 				deferring = false
 				b.lg.Info("etcd v3 backend has a quorum again", zap.String("endpoint", s.endpoint))
@@ -474,23 +527,31 @@ func (b *Backend) monitor() {
 		b.metrics.heartbeatMisses.Inc()
 		b.lg.Debug("heartbeat missed", zap.String("endpoint", s.endpoint), zap.Int("misses", misses),
 			zap.Duration("late", late), zap.Error(err))
+		polled := v == noQuorum && b.cfg.Member == nil
+		if polled {
+			if ep := b.quorumElsewhere(s); ep != "" {
+				quorumSeen++
+				elsewhere = ep
+			} else {
+				quorumSeen = 0
+			}
+		}
 		if misses < b.cfg.HeartbeatFailures {
 			continue
 		}
 		reason := fmt.Sprintf("%d heartbeats missed: %v", misses, err)
-		if v == noQuorum && b.cfg.Member == nil {
-			ep := b.quorumElsewhere(s)
-			if ep == "" && b.mayDefer(s) {
+		if polled {
+			switch {
+			case quorumSeen >= min(2, b.cfg.HeartbeatFailures):
+				reason += "; " + elsewhere + " has a quorum"
+			case quorumSeen > 0 || b.mayDefer(s):
 				if !deferring {
 					deferring = true
 					b.metrics.deferred.Inc()
-					b.lg.Warn("etcd v3 backend has no quorum, nor has any other member: staying while the cluster "+
-						"elects a leader", zap.String("endpoint", s.endpoint), zap.Error(err))
+					b.lg.Warn("etcd v3 backend has no quorum, nor had any other member at the last check: staying "+
+						"while the cluster elects a leader", zap.String("endpoint", s.endpoint), zap.Error(err))
 				}
 				continue
-			}
-			if ep != "" {
-				reason += "; " + ep + " has a quorum"
 			}
 		}
 		b.lose(s, reason)
@@ -528,15 +589,19 @@ func (b *Backend) check(s *session) (time.Duration, verdict, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
 	defer cancel()
 	var (
-		v   verdict
-		err error
+		v    verdict
+		term uint64
+		err  error
 	)
 	done := make(chan struct{})
 	go func() { // waited for below; the deadline bounds it
 		defer close(done)
-		v, err = b.quorumCheck(ctx, s.cli)
+		v, term, err = b.quorumCheck(ctx, s.cli, s.term.Load())
 	}()
 	late := b.lag.wait(done)
+	if v == quorate {
+		s.term.Store(term)
+	}
 	return late, v, err
 }
 
