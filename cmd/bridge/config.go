@@ -161,7 +161,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.user, "user", "", "etcd v3 user as name:password")
 	fs.DurationVar(&c.dialKeepAliveTime, "dial-keepalive-time", d.KeepAliveTime, "gRPC keepalive ping interval to the backend (grpc-go raises values below 10s)")
 	fs.DurationVar(&c.dialKeepAliveTimeout, "dial-keepalive-timeout", d.KeepAliveTimeout, "gRPC keepalive ping timeout")
-	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", d.HeartbeatInterval, "interval of the backend liveness heartbeat (gRPC health check; GET /health of a --v2-upstream)")
+	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", d.HeartbeatInterval, "interval of the backend liveness heartbeat (a read a quorum confirms; GET /health of a --v2-upstream)")
 	fs.DurationVar(&c.heartbeatTimeout, "heartbeat-timeout", d.HeartbeatTimeout, "deadline of one heartbeat")
 	fs.IntVar(&c.heartbeatFailures, "heartbeat-failures", d.HeartbeatFailures, "missed heartbeats in a row that declare the backend lost")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", d.RequestTimeout, "deadline of every backend call made for a v2 request (of every request forwarded to a --v2-upstream but watches)")

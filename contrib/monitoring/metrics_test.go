@@ -35,6 +35,7 @@ var appliesIn = map[string][]string{
 	// serving from etcd v3 (dual: once its v3 side is connected)
 	"v2bridge_backend_up":                               {v3, dual},
 	"v2bridge_backend_losses_total":                     {v3, dual},
+	"v2bridge_backend_losses_deferred_total":            {v3, dual},
 	"v2bridge_backend_heartbeat_misses_total":           {v3, dual},
 	"v2bridge_backend_heartbeat_seconds_bucket":         {v3, dual},
 	"v2bridge_backend_detect_seconds_bucket":            {v3, dual},
