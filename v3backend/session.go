@@ -548,8 +548,13 @@ func (b *Backend) monitor() {
 				if !deferring {
 					deferring = true
 					b.metrics.deferred.Inc()
-					b.lg.Warn("etcd v3 backend has no quorum, nor had any other member at the last check: staying "+
-						"while the cluster elects a leader", zap.String("endpoint", s.endpoint), zap.Error(err))
+					msg := "etcd v3 backend has no quorum, nor has any other member: staying while the cluster " +
+						"elects a leader"
+					if quorumSeen > 0 {
+						msg = "etcd v3 backend has no quorum, another member has had one for a check: checking once " +
+							"more, as the election may just have ended"
+					}
+					b.lg.Warn(msg, zap.String("endpoint", s.endpoint), zap.Error(err))
 				}
 				continue
 			}

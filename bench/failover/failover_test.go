@@ -317,11 +317,17 @@ func benchBridge(t *testing.T, c *v2bridgetest.Cluster, setup, fault string, bre
 	r := startRig(t, c, h)
 	res := result{setup: setup, fault: fault, trials: trials}
 	for trial := 0; trial < trials; trial++ {
+		before := heartbeatCounts(t, r.br)
 		bad, detect, recov := r.trial(t, breakIt)
 		res.detect = append(res.detect, detect)
 		res.recover = append(res.recover, recov)
-		t.Logf("trial %d, member %d: watches ended after %v, events again after %v", trial+1, bad,
-			detect.Round(time.Millisecond), recov.Round(time.Millisecond))
+		after := heartbeatCounts(t, r.br)
+		for i := range after {
+			after[i] -= before[i]
+		}
+		t.Logf("trial %d, member %d: watches ended after %v, events again after %v; heartbeat misses, excused as "+
+			"late, excused as applying, losses deferred: %v", trial+1, bad, detect.Round(time.Millisecond),
+			recov.Round(time.Millisecond), after)
 
 		undo(bad)
 		// Before the next fault: the healed member is back in the cluster
@@ -744,6 +750,25 @@ func v2List(t *testing.T, base string) []uint64 {
 	var out []uint64
 	for _, n := range body.Node.Nodes {
 		out = append(out, n.ModifiedIndex)
+	}
+	return out
+}
+
+// heartbeatCounts reads the bridge's heartbeat misses, misses excused as
+// late, excused as applying, and losses deferred.
+func heartbeatCounts(t *testing.T, br *v2bridgetest.Bridge) []float64 {
+	t.Helper()
+	names := []string{"v2bridge_backend_heartbeat_misses_total", "v2bridge_backend_heartbeat_misses_excused_total",
+		"v2bridge_backend_heartbeat_applying_total", "v2bridge_backend_losses_deferred_total"}
+	fams, err := br.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float64, len(names))
+	for _, f := range fams {
+		if i := slices.Index(names, f.GetName()); i >= 0 && len(f.GetMetric()) == 1 {
+			out[i] = f.GetMetric()[0].GetCounter().GetValue()
+		}
 	}
 	return out
 }

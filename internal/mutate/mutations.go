@@ -255,6 +255,18 @@ var mutations = []Mutation{
 		Test: "go test -short -count=1 ./v3backend/",
 	},
 	{
+		Name: "no-election-deferral", File: "v3backend/session.go",
+		What: "a member without a quorum is left though no other member has one (an election)",
+		Find: "case quorumSeen > 0 || b.mayDefer(s):", Replace: "case false:",
+		Test: "go test -count=1 -run ^TestNoMemberWithAQuorumDefersTheLoss$ ./v3backend/",
+	},
+	{
+		Name: "applying-is-a-miss", File: "v3backend/session.go",
+		What: "a heartbeat timed out while the member applies behind its commits (a defrag) counts as a miss",
+		Find: "\t\t\tif v == applying {\n", Replace: "\t\t\tif false {\n",
+		Test: "go test -count=1 -run ^TestAMemberBehindInApplyingIsExcused$ ./v3backend/",
+	},
+	{
 		Name: "lose-does-not-cancel", File: "v3backend/session.go",
 		What: "a lost session's requests and watches are not cancelled",
 		Find: "\ts.cancel()\n\tb.wg.Add(1)\n", Replace: "\tb.wg.Add(1)\n",
