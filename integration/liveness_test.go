@@ -8,8 +8,8 @@ package integration
 // (the Go v2 client, looping like flanneld) resume from their waitIndex with
 // every event exactly once, in order; a busy member is never declared lost.
 //
-// With the default heartbeat, the watches in flight at a blackhole or a
-// freeze end within a median of 2 s and at most 3 s of the fault (1 to 1.3 s
+// With the default heartbeat, the watches in flight at a blackhole, a
+// freeze or a partition end within a median of 2 s and at most 3 s of the fault (1 to 1.3 s
 // by design, with room for a loaded machine, where a check may be excused
 // because the bridge ran late), each with an empty 200 (the v2 client then
 // re-issues it); every measured figure is logged (go test -v).
