@@ -46,7 +46,7 @@ func (o *Options) checkCoverage(ctx context.Context, copied string) error {
 	sort.Strings(prefixes)
 	var outside []string
 	for _, p := range prefixes {
-		if outside, err = Outside(ctx, o.Source, p, copied, outside); err != nil {
+		if outside, err = Outside(ctx, o.V2Server, p, copied, outside); err != nil {
 			return fmt.Errorf("listing what the old server holds outside the followed copy %s: %w", copied, err)
 		}
 	}
@@ -70,7 +70,7 @@ func (o *Options) checkCoverage(ctx context.Context, copied string) error {
 // lie outside copied: the siblings met on the way down to copied, or served
 // itself when the two are apart. Hidden nodes, which v2 never lists, are
 // not found.
-func Outside(ctx context.Context, src *Source, served, copied string, out []string) ([]string, error) {
+func Outside(ctx context.Context, src *V2Server, served, copied string, out []string) ([]string, error) {
 	if Covers(copied, served) {
 		return out, nil
 	}

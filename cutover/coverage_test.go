@@ -101,7 +101,7 @@ func TestCoverageNamesWhatTheCopyLeavesOut(t *testing.T) {
 			}
 			srv := httptest.NewServer(c.tree)
 			t.Cleanup(srv.Close)
-			src, err := NewSource([]string{srv.URL}, nil, "", 2*time.Second)
+			src, err := NewV2Server([]string{srv.URL}, nil, "", 2*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,11 +127,11 @@ func TestCutoverRefusesAPartialCopyBeforeFencing(t *testing.T) {
 	f := newFakeEtcd(testKeys)
 	b, _ := json.Marshal(membership.Registration{Name: "b", Mode: ModePassthrough})
 	f.put(testKeys.Bridges+"a", string(b), 0)
-	fr, _ := json.Marshal(FollowRecord{Source: "old", Prefix: "/coreos.com/network", Index: 27})
+	fr, _ := json.Marshal(FollowRecord{V2Server: "old", Prefix: "/coreos.com/network", Index: 27})
 	f.put(testKeys.Follow, string(fr), 0)
 	srv := httptest.NewServer(newTree("/coreos.com/network/config", "/apps/a"))
 	t.Cleanup(srv.Close)
-	src, err := NewSource([]string{srv.URL}, nil, "", 2*time.Second)
+	src, err := NewV2Server([]string{srv.URL}, nil, "", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,14 +150,14 @@ func TestCutoverAbortsWhenThePartialCopyShowsUpWhileFenced(t *testing.T) {
 	f := newFakeEtcd(testKeys)
 	b, _ := json.Marshal(membership.Registration{Name: "b", Mode: ModeFencing, Generation: 9}) // acknowledges at once
 	f.put(testKeys.Bridges+"a", string(b), 0)
-	fr, _ := json.Marshal(FollowRecord{Source: "old", Prefix: "/coreos.com/network", Index: 27})
+	fr, _ := json.Marshal(FollowRecord{V2Server: "old", Prefix: "/coreos.com/network", Index: 27})
 	var once sync.Once
 	f.afterTxn = func() { // the follower records its progress only once the fence is written
 		once.Do(func() { f.put(testKeys.Follow, string(fr), 0) })
 	}
 	srv := httptest.NewServer(newTree("/coreos.com/network/config", "/apps/a"))
 	t.Cleanup(srv.Close)
-	src, err := NewSource([]string{srv.URL}, nil, "", 2*time.Second)
+	src, err := NewV2Server([]string{srv.URL}, nil, "", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ var ErrSwitched = errors.New("the cutover to etcd v3 is done")
 type FollowReporter struct {
 	Client *clientv3.Client
 	Keys   Keys
-	Source *Source
+	V2Server *V2Server
 	Prefix string
 	// Interval between writes of the record (default 100ms); an idle
 	// follower is probed every ten intervals.
@@ -37,7 +37,7 @@ type FollowReporter struct {
 	applied atomic.Uint64
 }
 
-// Applied notes that every source event up to index is handled.
+// Applied notes that every v2 server event up to index is handled.
 func (f *FollowReporter) Applied(index uint64) {
 	for {
 		old := f.applied.Load()
@@ -91,11 +91,11 @@ func (f *FollowReporter) Run(ctx context.Context) error {
 	if interval <= 0 {
 		interval = 100 * time.Millisecond
 	}
-	_, cid, err := f.Source.Index(ctx)
+	_, cid, err := f.V2Server.Index(ctx)
 	if err != nil {
 		f.logf("follow progress: reading the old server's cluster id: %v", err)
 	}
-	rec := FollowRecord{Source: f.Source.String(), ClusterID: cid, Prefix: f.Prefix}
+	rec := FollowRecord{V2Server: f.V2Server.String(), ClusterID: cid, Prefix: f.Prefix}
 	wch, stop := f.watch(ctx)
 	defer func() { stop() }()
 	tick := time.NewTicker(interval)
@@ -138,7 +138,7 @@ func (f *FollowReporter) Run(ctx context.Context) error {
 				}
 				// Idle: prove that nothing below the prefix came since.
 				idle = 0
-				if ok, at, err := f.Source.Caught(ctx, f.Prefix, cur+1); err == nil && ok {
+				if ok, at, err := f.V2Server.Caught(ctx, f.Prefix, cur+1); err == nil && ok {
 					f.Applied(at)
 					cur = f.applied.Load()
 				}

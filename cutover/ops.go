@@ -26,7 +26,7 @@ type Options struct {
 	Client Etcd
 	Keys   Keys
 	Layout translate.Layout
-	Source *Source
+	V2Server *V2Server
 	// V3Index is the v2 index the v3 side gives clients now (a
 	// linearizable read through the bridge's own read path): the cutover
 	// compares and records indexes in the numbering clients see.
@@ -43,9 +43,9 @@ type Options struct {
 	// has auth enabled and users whose password the bridges do not know
 	// (they cannot log in once etcd v3 serves).
 	AllowUnknownPasswords bool
-	// SourcePadKey is the hidden key a rollback rewrites on the old server
+	// V2ServerPadKey is the hidden key a rollback rewrites on the old server
 	// to raise its index past every v3 index, then deletes.
-	SourcePadKey string
+	V2ServerPadKey string
 
 	AckTimeout    time.Duration // for the bridges' acknowledgements (default 30s)
 	FollowTimeout time.Duration // for the follower to catch up (default 1m)
@@ -344,12 +344,12 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 		if _, err := o.checkAuth(ctx, true); err != nil {
 			return nil, err
 		}
-		idx, cid, err := o.Source.Index(ctx)
+		idx, cid, err := o.V2Server.Index(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("the old v2 server must answer before writes are fenced: %w", err)
 		}
-		if err := r.fence(ctx, fmt.Sprintf(" (old server %s at index %d)", o.Source, idx), func(n *Record) {
-			n.Source, n.SourceClusterID = o.Source.String(), cid
+		if err := r.fence(ctx, fmt.Sprintf(" (old server %s at index %d)", o.V2Server, idx), func(n *Record) {
+			n.V2Server, n.V2ServerClusterID = o.V2Server.String(), cid
 		}); err != nil {
 			return nil, err
 		}
@@ -370,7 +370,7 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 	}
 	r.res.Padded = padded
 	return r.switchOver(ctx, c3, func(n *Record) {
-		n.SourceIndex, n.CutoverIndex, n.WatchFloor, n.WatchCeiling, n.V3Writes = s2, c3, c3, 0, 0
+		n.V2ServerIndex, n.CutoverIndex, n.WatchFloor, n.WatchCeiling, n.V3Writes = s2, c3, c3, 0, 0
 	})
 }
 
@@ -442,7 +442,7 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 	if err == nil {
 		res.V3Writes, res.Discarded = len(again), again
 	}
-	s2, ceiling, padded, err := o.raiseSource(ctx, r.rec)
+	s2, ceiling, padded, err := o.raiseV2Server(ctx, r.rec)
 	if err != nil {
 		return r.abort(ctx, err)
 	}
@@ -582,12 +582,12 @@ func (o *Options) readFollow(ctx context.Context) (*FollowRecord, error) {
 // it is proven caught up to.
 func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64) (uint64, error) {
 	deadline := o.Now().Add(o.FollowTimeout)
-	s, cid, err := o.Source.Index(ctx)
+	s, cid, err := o.V2Server.Index(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if rec.SourceClusterID != "" && cid != "" && cid != rec.SourceClusterID {
-		return 0, fmt.Errorf("the old server %s is cluster %s, but the cutover began against cluster %s", o.Source, cid, rec.SourceClusterID)
+	if rec.V2ServerClusterID != "" && cid != "" && cid != rec.V2ServerClusterID {
+		return 0, fmt.Errorf("the old server %s is cluster %s, but the cutover began against cluster %s", o.V2Server, cid, rec.V2ServerClusterID)
 	}
 	s = max(s, atLeast)
 	var last string
@@ -605,9 +605,9 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 		case fr == nil:
 			say("  waiting for `migrate --follow` to record its progress (is it running?)")
 		case fr.ClusterID != "" && cid != "" && fr.ClusterID != cid:
-			return 0, fmt.Errorf("the follower follows cluster %s at %s, not the old server %s (cluster %s)", fr.ClusterID, fr.Source, o.Source, cid)
+			return 0, fmt.Errorf("the follower follows cluster %s at %s, not the old server %s (cluster %s)", fr.ClusterID, fr.V2Server, o.V2Server, cid)
 		case fr.Stopped != "":
-			return 0, fmt.Errorf("the follower stopped (%s) at source index %d; start `migrate --follow` again", fr.Stopped, fr.Index)
+			return 0, fmt.Errorf("the follower stopped (%s) at v2 server index %d; start `migrate --follow` again", fr.Stopped, fr.Index)
 		case o.covered != fr.Prefix:
 			if err := o.checkCoverage(ctx, fr.Prefix); err != nil {
 				return 0, err
@@ -615,7 +615,7 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 			o.covered = fr.Prefix
 			continue
 		default:
-			ok, at, err := o.Source.Caught(ctx, fr.Prefix, fr.Index+1)
+			ok, at, err := o.V2Server.Caught(ctx, fr.Prefix, fr.Index+1)
 			var ve *translate.Error
 			switch {
 			case errors.As(err, &ve) && ve.Code == translate.EcodeEventIndexCleared:
@@ -624,7 +624,7 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 				say(fmt.Sprintf("  probing the old server: %v", err))
 			case ok && at >= s:
 				o.logf("step 2/3: the follower has applied every change of %s below %s up to index %d (old server at %d)",
-					o.Source, fr.Prefix, at, s)
+					o.V2Server, fr.Prefix, at, s)
 				return at, nil
 			case ok:
 				say(fmt.Sprintf("  the follower is caught up to index %d; the old server is at %d", at, s))
@@ -635,7 +635,7 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 		}
 		if o.Now().After(deadline) {
 			return 0, fmt.Errorf("the follower did not apply the old server's changes up to index %d within %v "+
-				"(is `migrate --follow` running against %s?)", s, o.FollowTimeout, o.Source)
+				"(is `migrate --follow` running against %s?)", s, o.FollowTimeout, o.V2Server)
 		}
 		if !ctxsleep.Sleep(ctx, o.Poll) {
 			return 0, ctx.Err()
@@ -650,7 +650,7 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 // was compared with.
 func (o *Options) raiseV3(ctx context.Context, rec *Record, caught uint64) (c3, s2 uint64, padded int, err error) {
 	for {
-		s2, _, err = o.Source.Index(ctx)
+		s2, _, err = o.V2Server.Index(ctx)
 		if err != nil {
 			return 0, 0, padded, err
 		}
@@ -684,57 +684,57 @@ func (o *Options) raiseV3(ctx context.Context, rec *Record, caught uint64) (c3, 
 	}
 }
 
-// raiseSource keeps the two index spaces apart for a rollback. When the
+// raiseV2Server keeps the two index spaces apart for a rollback. When the
 // old server's index plus the margin is below the cutover's index, every
 // index etcd v3 gave clients since the cutover is above both, and the
 // cutover's index becomes a ceiling (returned) above which a waitIndex gets
 // 401 on the old server. Otherwise it makes the old server's index larger
 // than the v3 side's plus the margin (the mirror of raiseV3), then deletes
 // the pad key. It returns the old server's index after that.
-func (o *Options) raiseSource(ctx context.Context, rec *Record) (uint64, uint64, int, error) {
-	if s, _, err := o.Source.Index(ctx); err != nil {
+func (o *Options) raiseV2Server(ctx context.Context, rec *Record) (uint64, uint64, int, error) {
+	if s, _, err := o.V2Server.Index(ctx); err != nil {
 		return 0, 0, 0, err
 	} else if c := rec.CutoverIndex; c > 0 && s+o.IndexMargin < c {
 		o.logf("step 2/3: the old server's index %d + margin %d is below the cutover's index %d: "+
 			"a waitIndex above %d (issued by etcd v3) will get 401 from the old server's side", s, o.IndexMargin, c, c)
 		return s, c, 0, nil
 	}
-	s, padded, err := o.padSource(ctx)
+	s, padded, err := o.padV2Server(ctx)
 	return s, 0, padded, err
 }
 
-// padSource raises the old server's index past the v3 side's plus the
+// padV2Server raises the old server's index past the v3 side's plus the
 // margin by rewriting a hidden pad key, then deletes it.
-func (o *Options) padSource(ctx context.Context) (uint64, int, error) {
+func (o *Options) padV2Server(ctx context.Context) (uint64, int, error) {
 	padded := 0
 	for {
 		v, err := o.V3Index(ctx)
 		if err != nil {
 			return 0, padded, fmt.Errorf("reading the v3 index: %w", err)
 		}
-		s, _, err := o.Source.Index(ctx)
+		s, _, err := o.V2Server.Index(ctx)
 		if err != nil {
 			return 0, padded, err
 		}
 		target := v + o.IndexMargin
 		if s > target {
 			if padded > 0 {
-				if s, err = o.Source.Delete(ctx, o.SourcePadKey); err != nil {
-					return 0, padded, fmt.Errorf("deleting %s on the old server: %w", o.SourcePadKey, err)
+				if s, err = o.V2Server.Delete(ctx, o.V2ServerPadKey); err != nil {
+					return 0, padded, fmt.Errorf("deleting %s on the old server: %w", o.V2ServerPadKey, err)
 				}
 			}
 			o.logf("step 2/3: the old server's index %d is past etcd v3's %d + margin %d", s, v, o.IndexMargin)
 			return s, padded, nil
 		}
-		if need := target - s + 2; need > maxSourcePad && padded == 0 {
+		if need := target - s + 2; need > maxV2ServerPad && padded == 0 {
 			return 0, padded, fmt.Errorf("the old server's index %d is %d below etcd v3's %d + margin %d: raising it "+
 				"would take %d writes to the old server (more than %d), so the two index spaces cannot be told apart "+
-				"after a rollback", s, target-s, v, o.IndexMargin, need, maxSourcePad)
+				"after a rollback", s, target-s, v, o.IndexMargin, need, maxV2ServerPad)
 		}
 		o.logf("  raising the old server's index from %d past %d (etcd v3's index %d + margin %d): writing %s there",
-			s, target, v, o.IndexMargin, o.SourcePadKey)
+			s, target, v, o.IndexMargin, o.V2ServerPadKey)
 		n, err := o.pad(ctx, int(min(target-s+2, padBatch)), func(ctx context.Context, i int) error {
-			_, err := o.Source.Put(ctx, o.SourcePadKey, strconv.Itoa(i))
+			_, err := o.V2Server.Put(ctx, o.V2ServerPadKey, strconv.Itoa(i))
 			return err
 		})
 		padded += n
@@ -747,9 +747,9 @@ func (o *Options) padSource(ctx context.Context) (uint64, int, error) {
 // padBatch is how many pad writes go between two reads of the index.
 const padBatch = 4096
 
-// maxSourcePad bounds the writes a rollback makes to the old server to
+// maxV2ServerPad bounds the writes a rollback makes to the old server to
 // raise its index; beyond it the rollback stops.
-const maxSourcePad = 1_000_000
+const maxV2ServerPad = 1_000_000
 
 // pad runs write n times, eight at a time, and returns how many succeeded.
 func (o *Options) pad(ctx context.Context, n int, write func(context.Context, int) error) (int, error) {

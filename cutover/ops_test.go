@@ -53,12 +53,12 @@ func (o *fakeOldServer) readTimes() []time.Time {
 	return append([]time.Time(nil), o.reads...)
 }
 
-func startOldServer(t *testing.T, index uint64) (*fakeOldServer, *Source) {
+func startOldServer(t *testing.T, index uint64) (*fakeOldServer, *V2Server) {
 	t.Helper()
 	old := &fakeOldServer{index: index}
 	srv := httptest.NewServer(old)
 	t.Cleanup(srv.Close)
-	src, err := NewSource([]string{srv.URL}, nil, "", 2*time.Second)
+	src, err := NewV2Server([]string{srv.URL}, nil, "", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func startOldServer(t *testing.T, index uint64) (*fakeOldServer, *Source) {
 	return old, src
 }
 
-func testOptions(t *testing.T, f *fakeEtcd, src *Source) (Options, *strings.Builder) {
+func testOptions(t *testing.T, f *fakeEtcd, src *V2Server) (Options, *strings.Builder) {
 	t.Helper()
 	layout, err := translate.NewLayout("", "_v2bridge/")
 	if err != nil {
@@ -75,9 +75,9 @@ func testOptions(t *testing.T, f *fakeEtcd, src *Source) (Options, *strings.Buil
 	}
 	var mu sync.Mutex // guards log
 	log := &strings.Builder{}
-	return Options{Client: f, Keys: testKeys, Layout: layout, Source: src,
+	return Options{Client: f, Keys: testKeys, Layout: layout, V2Server: src,
 		V3Index:      func(context.Context) (uint64, error) { return 58_000_000, nil },
-		SourcePadKey: "/_v2bridge_rollback_pad", AckTimeout: 5 * time.Second, FollowTimeout: 5 * time.Second,
+		V2ServerPadKey: "/_v2bridge_rollback_pad", AckTimeout: 5 * time.Second, FollowTimeout: 5 * time.Second,
 		RequestTimeout: time.Second, Poll: 10 * time.Millisecond, By: "test",
 		Log: func(s string) {
 			mu.Lock()
@@ -249,7 +249,7 @@ func TestCaughtIsNoProofWhenTheCallerGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &Source{c: c, timeout: 5 * time.Second, Quiet: time.Minute}
+	src := &V2Server{c: c, timeout: 5 * time.Second, Quiet: time.Minute}
 	defer src.Close()
 	ok, at, err := src.Caught(ctx, "/", 28)
 	if ok || err == nil {

@@ -49,7 +49,7 @@ func TestSwitchEndsParkedWatchesWhenTheSideChanges(t *testing.T) {
 	v3 := &parkingSide{end: make(chan struct{}), ended: make(chan string, 1)}
 	ok := func() bool { return true }
 	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok, EndWatches: v3.endWatches})
-	apply(t, s, &Record{Mode: ModeV3, Generation: 2, SourceClusterID: "0ld"})
+	apply(t, s, &Record{Mode: ModeV3, Generation: 2, V2ServerClusterID: "0ld"})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -88,7 +88,7 @@ func TestSwitchEndsParkedWatchesWhenTheSideChanges(t *testing.T) {
 	}
 	waitUntil(t, func() bool { return dl.Parked() == 1 })
 
-	apply(t, s, &Record{Mode: ModePassthrough, Generation: 3, SourceClusterID: "0ld"})
+	apply(t, s, &Record{Mode: ModePassthrough, Generation: 3, V2ServerClusterID: "0ld"})
 	if got := recv(t, "EndWatches", v3.ended); got != "the bridge switched to the passthrough side" {
 		t.Errorf("EndWatches(%q)", got)
 	}

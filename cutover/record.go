@@ -10,7 +10,7 @@
 // handler a dual-mode bridge serves through (switch.go), the agent that
 // keeps a bridge registered and in step with the record (agent.go), and the
 // operator's commands (ops.go, their steps written once for both
-// directions) with the old server's side of them (source.go) and the
+// directions) with the old server's side of them (v2server.go) and the
 // rollback's scan for writes it would discard (discarded.go). The agent's
 // registration is the bridge's entry in package membership, which the
 // commands list to wait for every bridge.
@@ -72,15 +72,15 @@ type Record struct {
 	Generation uint64    `json:"generation"`
 	By         string    `json:"by"`
 	At         time.Time `json:"at"`
-	// Source is the old v2 server the switch was made against, and its
+	// V2Server is the old v2 server the switch was made against, and its
 	// cluster id.
-	Source          string `json:"source,omitempty"`
-	SourceClusterID string `json:"sourceClusterId,omitempty"`
-	// SourceIndex is the old server's index when the cutover switched to
+	V2Server          string `json:"source,omitempty"`
+	V2ServerClusterID string `json:"sourceClusterId,omitempty"`
+	// V2ServerIndex is the old server's index when the cutover switched to
 	// v3 (every index a client got from it is at most about this).
-	SourceIndex uint64 `json:"sourceIndex,omitempty"`
+	V2ServerIndex uint64 `json:"sourceIndex,omitempty"`
 	// CutoverIndex is the v2 index of the v3 side when the cutover switched
-	// to v3, made larger than SourceIndex first; V3Revision the revision
+	// to v3, made larger than V2ServerIndex first; V3Revision the revision
 	// of the v3 record, from which a rollback looks for writes made through
 	// v3.
 	CutoverIndex uint64 `json:"cutoverIndex,omitempty"`
@@ -160,7 +160,7 @@ func StateOf(r *Record) State {
 		return State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true}
 	}
 	st := State{Mode: r.Mode, Generation: r.Generation, WatchFloor: r.WatchFloor, WatchCeiling: r.WatchCeiling,
-		ClusterID: r.SourceClusterID}
+		ClusterID: r.V2ServerClusterID}
 	switch r.Mode {
 	case ModePassthrough:
 		st.Side, st.Writes = SidePassthrough, true
@@ -257,10 +257,10 @@ func Covers(copied, served string) bool { return translate.Within(copied, served
 // FollowRecord is what `migrate --follow` writes at Keys.Follow: how far it
 // applied the old server's events.
 type FollowRecord struct {
-	Source    string    `json:"source"`
+	V2Server    string    `json:"source"`
 	ClusterID string    `json:"clusterId,omitempty"`
 	Prefix    string    `json:"prefix"`
-	Index     uint64    `json:"index"` // every source event up to it is applied
+	Index     uint64    `json:"index"` // every v2 server event up to it is applied
 	Updated   time.Time `json:"updated"`
 	Stopped   string    `json:"stopped,omitempty"` // why the follower stopped, once it has
 }

@@ -63,9 +63,9 @@ func TestPlansOfCutoverAndRollback(t *testing.T) {
 
 func TestNextRaisesTheGenerationAndKeepsTheRest(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	r := &Record{Mode: ModeV3, Generation: 2, CutoverIndex: 107, WatchFloor: 107, Source: "http://old:2379"}
+	r := &Record{Mode: ModeV3, Generation: 2, CutoverIndex: 107, WatchFloor: 107, V2Server: "http://old:2379"}
 	n := Next(r, ModeFencing, ModeV3, "op@host", at)
-	if n.Generation != 3 || n.Mode != ModeFencing || n.From != ModeV3 || n.WatchFloor != 107 || n.Source != r.Source || !n.At.Equal(at) {
+	if n.Generation != 3 || n.Mode != ModeFencing || n.From != ModeV3 || n.WatchFloor != 107 || n.V2Server != r.V2Server || !n.At.Equal(at) {
 		t.Errorf("next: %+v", n)
 	}
 	if first := Next(nil, ModeFencing, ModePassthrough, "op", at); first.Generation != 1 {

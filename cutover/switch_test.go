@@ -446,7 +446,7 @@ func TestSwitchPresentsTheOldServersClusterIDOnEverySide(t *testing.T) {
 	apply(t, s, &Record{Mode: ModeV3, Generation: 1, WatchFloor: 1000})
 	check("v3, before a cutover recorded an id", "GET", "/v2/keys/a", 200, "01d")
 	check("v3, a waitIndex of the old server's", "GET", "/v2/keys/a?wait=true&waitIndex=7", 400, "01d")
-	rec := &Record{Mode: ModeV3, Generation: 2, WatchFloor: 1000, SourceClusterID: "0ab"}
+	rec := &Record{Mode: ModeV3, Generation: 2, WatchFloor: 1000, V2ServerClusterID: "0ab"}
 	apply(t, s, rec)
 	for _, c := range []struct{ method, target string }{{"GET", "/v2/keys/a"}, {"PUT", "/v2/keys/a"},
 		{"GET", "/v2/keys/a?wait=true&waitIndex=2000"}, {"GET", "/v2/members"}} {

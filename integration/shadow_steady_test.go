@@ -46,11 +46,11 @@ func TestShadowComparesEveryWriteAtASteadyRate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("copy: %+v %v", sum, err)
 	}
-	source, err := cutover.NewSource([]string{src}, nil, "", 5*time.Second)
+	source, err := cutover.NewV2Server([]string{src}, nil, "", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := &cutover.FollowReporter{Client: e.cl.Client(t), Keys: cutover.KeysFor(layout.MetaPrefix), Source: source,
+	rep := &cutover.FollowReporter{Client: e.cl.Client(t), Keys: cutover.KeysFor(layout.MetaPrefix), V2Server: source,
 		Prefix: "/steady"}
 	rep.Applied(sum.Index)
 	o.Applied = rep.Applied

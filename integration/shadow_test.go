@@ -102,11 +102,11 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	}
 	// The follower records its progress, as `migrate --follow` does: the
 	// shadow compares each write once the follower has applied it.
-	source, err := cutover.NewSource([]string{src}, nil, "", 5*time.Second)
+	source, err := cutover.NewV2Server([]string{src}, nil, "", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Source: source}
+	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), V2Server: source}
 	rep.Applied(sum.Index)
 	o.Applied = rep.Applied
 	fctx, fcancel := context.WithCancel(ctx)

@@ -162,7 +162,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	src, err := cutover.NewSource(splitList(cf.from), srcTLS, cf.fromUser, cf.fromTimeout)
+	src, err := cutover.NewV2Server(splitList(cf.from), srcTLS, cf.fromUser, cf.fromTimeout)
 	if err != nil { // only for a malformed URL or user
 		return usageError{fmt.Errorf("migrate %s: --from: %w", cmd, err)}
 	}
@@ -176,9 +176,9 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	o := cutover.Options{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Layout: layout, Source: src,
+	o := cutover.Options{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Layout: layout, V2Server: src,
 		V3Index:      v3Index(cli, layout, c.requestTimeout),
-		SourcePadKey: path.Join("/", cf.fromPrefix, "_v2bridge_rollback_pad"),
+		V2ServerPadKey: path.Join("/", cf.fromPrefix, "_v2bridge_rollback_pad"),
 		AckTimeout:   cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
 		By: whoRuns(), RequestTimeout: c.requestTimeout, Auth: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
 		AllowUnknownPasswords: cf.allowUnknownPasswords,

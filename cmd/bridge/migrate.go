@@ -465,7 +465,7 @@ func (r *migrateRun) notCompared(ctx context.Context) ([]string, error) {
 	if cutover.Covers(r.o.FromPrefix, r.served) {
 		return nil, nil
 	}
-	src, err := cutover.NewSource([]string{r.o.From}, r.o.SourceTLS, r.o.SourceUser, r.mf.fromTimeout)
+	src, err := cutover.NewV2Server([]string{r.o.From}, r.o.SourceTLS, r.o.SourceUser, r.mf.fromTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -537,12 +537,12 @@ func (r *migrateRun) watchMode(ctx context.Context, c *config, endpoints []strin
 	if err != nil {
 		return err
 	}
-	src, err := cutover.NewSource([]string{r.o.From}, r.o.SourceTLS, r.o.SourceUser, r.mf.fromTimeout)
+	src, err := cutover.NewV2Server([]string{r.o.From}, r.o.SourceTLS, r.o.SourceUser, r.mf.fromTimeout)
 	if err != nil {
 		_ = cli.Close()
 		return err
 	}
-	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Source: src,
+	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), V2Server: src,
 		Prefix: r.o.FromPrefix, RequestTimeout: c.requestTimeout, Log: r.o.Log}
 	if err := rep.Check(ctx); err != nil {
 		_ = cli.Close()

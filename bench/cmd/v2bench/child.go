@@ -318,7 +318,7 @@ func serveFollower(from, endpoints string) error {
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	src, err := cutover.NewSource([]string{from}, nil, "", 10*time.Second)
+	src, err := cutover.NewV2Server([]string{from}, nil, "", 10*time.Second)
 	if err != nil {
 		return err
 	}
@@ -329,7 +329,7 @@ func serveFollower(from, endpoints string) error {
 	if err != nil {
 		return err
 	}
-	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Source: src,
+	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), V2Server: src,
 		Prefix: shadowRoot}
 	rep.Applied(sum.Index)
 	o.Applied = rep.Applied
