@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package assemble builds and runs a bridge in any of its modes: v3,
-// passthrough (to an old v2 server) or dual (the cutover.Switch over both).
+// passthrough (to a v2 server) or dual (the cutover.Switch over both).
 // Every mode has the same HTTP lifecycle (server.Servers), the same request
 // chain (limits, request log, served subtrees, then the Side that answers,
 // which checks auth) and the same shutdown order: the Side leaves (its
@@ -29,7 +29,7 @@ import (
 // Mode is which sides a bridge has.
 type Mode int
 
-// The modes: etcd v3 only, the old v2 server only, or both.
+// The modes: etcd v3 only, the v2 server only, or both.
 const (
 	V3 Mode = iota
 	Passthrough
@@ -74,7 +74,7 @@ type Config struct {
 	ShadowPrefix                              string
 	ShadowQueue                               int
 
-	// V2Upstream are the old v2 server's URLs (passthrough, dual mode).
+	// V2Upstream are the v2 server's URLs (passthrough, dual mode).
 	V2Upstream []string
 	// Backend is the v3 side (v3, dual mode).
 	Backend v3backend.Config
@@ -92,7 +92,7 @@ type Embedded struct {
 	InProcess bool
 }
 
-// Side is what answers the v2 API: the v3 bridge, the passthrough to the old
+// Side is what answers the v2 API: the v3 bridge, the passthrough to the v2
 // server, or, in dual mode, the Switch over those two.
 type Side interface {
 	http.Handler // the v2 API; it checks auth itself

@@ -20,8 +20,8 @@ import (
 )
 
 // dualSide is a dual-mode bridge: the cutover.Switch over the passthrough
-// and the v3 side. The v3 side comes up in the background (the old server is
-// served meanwhile). The shadow comparison of the old server's answers with
+// and the v3 side. The v3 side comes up in the background (the v2 server is
+// served meanwhile). The shadow comparison of the v2 server's answers with
 // the v3 side's hooks in here: the passthrough is built with shadow as its
 // observer, which samples nothing until the v3 side has started the
 // comparer.
@@ -72,7 +72,7 @@ func asBackend(s Side) cutover.Backend {
 	return b
 }
 
-// buildDual builds a bridge with both the old server and an etcd v3
+// buildDual builds a bridge with both the v2 server and an etcd v3
 // cluster: it serves from the side the mode record in etcd v3 names, and
 // switches every bridge at once when `migrate cutover` or `migrate
 // rollback` rewrites the record.
@@ -103,9 +103,9 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 		return nil, err
 	}
 	res.add(d.pass.p.Close)
-	// The passwords the old server accepts go to the v3 side's users, for
+	// The passwords the v2 server accepts go to the v3 side's users, for
 	// the cutover.
-	learn := auth.NewLearner(au.svc.Store, auth.OldServerAuthEnabled(d.pass.p), cfg.RequestTimeout, lg.Named("learn"), reg)
+	learn := auth.NewLearner(au.svc.Store, auth.V2ServerAuthEnabled(d.pass.p), cfg.RequestTimeout, lg.Named("learn"), reg)
 	res.add(learn.Stop) // after the servers: no request offers any more
 	d.pass.h = learn.Wrap(d.pass.p)
 	d.Switch = cutover.NewSwitch(cutover.SwitchConfig{
@@ -166,7 +166,7 @@ func (d *dualSide) connectV3(ctx context.Context, cfg *Config, mem *bridgeMember
 			d.shadow.set(obs, stop)
 			return
 		}
-		lg.Warn("dual mode: cannot reach etcd v3 yet; the old server is served meanwhile if the mode record says so",
+		lg.Warn("dual mode: cannot reach etcd v3 yet; the v2 server is served meanwhile if the mode record says so",
 			zap.Strings("backend", cfg.Backend.Endpoints), zap.Error(err))
 		t := time.NewTimer(backoff)
 		select {

@@ -13,7 +13,7 @@ import (
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
-// passSide is the passthrough to the old v2 server as a Side.
+// passSide is the passthrough to the v2 server as a Side.
 type passSide struct {
 	p *upstream.Passthrough
 	h http.Handler // p, or p seen by dual mode's password learner
@@ -25,7 +25,7 @@ func (s *passSide) Metrics() http.Handler { return s.p.MetricsHandler() }
 
 func (s *passSide) Ready() bool { return s.p.Ready() }
 
-// LastIndex is the last X-Etcd-Index the old server answered with.
+// LastIndex is the last X-Etcd-Index the v2 server answered with.
 func (s *passSide) LastIndex() uint64 { return s.p.LastIndex() }
 
 // Leave ends the watches (clients re-issue them elsewhere); the requests
@@ -35,7 +35,7 @@ func (s *passSide) Leave() { s.p.Close() }
 // Close has nothing left to do: Leave closed the passthrough.
 func (s *passSide) Close(context.Context) error { return nil }
 
-// newPassSide forwards to the old server; members and obs may be nil.
+// newPassSide forwards to the v2 server; members and obs may be nil.
 func newPassSide(cfg *Config, reg prometheus.Registerer, g prometheus.Gatherer, members v2api.Members,
 	obs upstream.Observer) (*passSide, error) {
 	p, err := upstream.New(upstream.Config{URLs: cfg.V2Upstream, Members: members,
@@ -50,7 +50,7 @@ func newPassSide(cfg *Config, reg prometheus.Registerer, g prometheus.Gatherer, 
 }
 
 // buildPassthrough builds a passthrough-mode bridge: every v2 request is
-// forwarded to the old v2 server; no etcd v3 (nor an embedded one) is used.
+// forwarded to the v2 server; no etcd v3 (nor an embedded one) is used.
 func buildPassthrough(cfg *Config, res *cleanups) (*built, error) {
 	reg := newRegistry(cfg, false)
 	registerMode(reg, true)

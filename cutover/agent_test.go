@@ -171,7 +171,7 @@ func TestAgentKeepsItsSideWhenTheRecordIsDeleted(t *testing.T) {
 	}{
 		{"serving etcd v3: stays there, fenced", &Record{Mode: ModeV3, Generation: 2, WatchFloor: 100}, SideV3, "", ModeFencing, 2,
 			&Record{Mode: ModeV3, Generation: 3, WatchFloor: 100}, "v3"},
-		{"serving the old server after a rollback: stays there, fenced", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6},
+		{"serving the v2 server after a rollback: stays there, fenced", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6},
 			SidePassthrough, "", ModeFencing, 4, &Record{Mode: ModePassthrough, Generation: 5, WatchFloor: 6}, "old"},
 		{"never saw a record: passthrough as before", nil, SidePassthrough, "old", ModePassthrough, 0,
 			&Record{Mode: ModeV3, Generation: 1}, "v3"},

@@ -17,7 +17,7 @@ import (
 	"github.com/v2bridge/v2bridge/membership"
 )
 
-// treeServer is an old v2 server holding dirs (each listed with its
+// treeServer is a v2 server holding dirs (each listed with its
 // children) for the coverage check's non-recursive listings.
 type treeServer struct {
 	children map[string][]string // dir -> child keys; a key absent here is a file or missing
@@ -81,14 +81,14 @@ func TestCoverageNamesWhatTheCopyLeavesOut(t *testing.T) {
 		errText string // "" for none
 	}{
 		{"whole tree served, part copied", flannel, []string{""}, "/coreos.com/network",
-			"the old server holds /apps, /coreos.com/other, /top outside the copy"},
+			"the v2 server holds /apps, /coreos.com/other, /top outside the copy"},
 		{"whole tree served and copied", flannel, []string{""}, "/", ""},
 		{"the served prefix copied", flannel, []string{"/coreos.com/network"}, "/coreos.com/network", ""},
 		{"a wider copy than served", flannel, []string{"/coreos.com/network"}, "/coreos.com", ""},
 		{"a middle prefix served", flannel, []string{"/coreos.com"}, "/coreos.com/network",
-			"the old server holds /coreos.com/other outside the copy"},
+			"the v2 server holds /coreos.com/other outside the copy"},
 		{"served apart from the copy", flannel, []string{"/apps", "/coreos.com/network"}, "/coreos.com/network",
-			"the old server holds /apps outside the copy"},
+			"the v2 server holds /apps outside the copy"},
 		{"served apart, nothing there", flannel, []string{"/nothing"}, "/coreos.com/network", ""},
 		{"nothing outside the copy", onlyFlannel, []string{""}, "/coreos.com/network", ""},
 		{"no bridge registered", flannel, nil, "/coreos.com/network", ""},
@@ -117,7 +117,7 @@ func TestCoverageNamesWhatTheCopyLeavesOut(t *testing.T) {
 				t.Fatalf("checkCoverage: %v; want it to name --serve-prefix %s", err, c.copied)
 			}
 			if c.name == "nothing outside the copy" && !strings.Contains(log.String(), "lists nothing else") {
-				t.Errorf("no note that the old server lists nothing outside the copy:\n%s", log)
+				t.Errorf("no note that the v2 server lists nothing outside the copy:\n%s", log)
 			}
 		})
 	}
@@ -163,7 +163,7 @@ func TestCutoverAbortsWhenThePartialCopyShowsUpWhileFenced(t *testing.T) {
 	}
 	o, log := testOptions(t, f, src)
 	_, err = Cutover(context.Background(), o)
-	if err == nil || !strings.Contains(err.Error(), "cutover aborted, the old server stays the authority") ||
+	if err == nil || !strings.Contains(err.Error(), "cutover aborted, the v2 server stays the authority") ||
 		!strings.Contains(err.Error(), "holds /apps outside the copy") {
 		t.Fatalf("cutover: %v; want an abort naming /apps\n%s", err, log)
 	}

@@ -14,20 +14,20 @@ import (
 )
 
 // ErrSwitched ends a follower: the mode record says etcd v3 is the
-// authority, so the old server's changes must no longer be applied.
+// authority, so the v2 server's changes must no longer be applied.
 var ErrSwitched = errors.New("the cutover to etcd v3 is done")
 
-// FollowReporter records how far `migrate --follow` has applied the old
+// FollowReporter records how far `migrate --follow` has applied the v2
 // server's changes (Keys.Follow), for the cutover to wait on. While the
-// follower is idle it proves progress itself with a probe of the old server
+// follower is idle it proves progress itself with a probe of the v2 server
 // (a watch from the next index that parks), so an idle follower's record
-// stays within the old server's event history. It also watches the mode
+// stays within the v2 server's event history. It also watches the mode
 // record and ends the follower once the cutover is done.
 type FollowReporter struct {
-	Client *clientv3.Client
-	Keys   Keys
+	Client   *clientv3.Client
+	Keys     Keys
 	V2Server *V2Server
-	Prefix string
+	Prefix   string
 	// Interval between writes of the record (default 100ms); an idle
 	// follower is probed every ten intervals.
 	Interval       time.Duration
@@ -47,7 +47,7 @@ func (f *FollowReporter) Applied(index uint64) {
 	}
 }
 
-// Check refuses to follow once etcd v3 is the authority: the old server's
+// Check refuses to follow once etcd v3 is the authority: the v2 server's
 // changes would overwrite what clients wrote since.
 func (f *FollowReporter) Check(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, f.timeout())
@@ -65,7 +65,7 @@ func (f *FollowReporter) Check(ctx context.Context) error {
 	}
 	if rec.Mode == ModeV3 || rec.Mode == ModeFencing && rec.From == ModeV3 {
 		return fmt.Errorf("%w: the mode record says etcd v3 is the authority (generation %d, %s, set by %s at %s): "+
-			"copying the old server now would overwrite what clients wrote since; run `migrate rollback` first",
+			"copying the v2 server now would overwrite what clients wrote since; run `migrate rollback` first",
 			ErrSwitched, rec.Generation, rec.Mode, rec.By, rec.At.Format(time.RFC3339))
 	}
 	return nil
@@ -93,7 +93,7 @@ func (f *FollowReporter) Run(ctx context.Context) error {
 	}
 	_, cid, err := f.V2Server.Index(ctx)
 	if err != nil {
-		f.logf("follow progress: reading the old server's cluster id: %v", err)
+		f.logf("follow progress: reading the v2 server's cluster id: %v", err)
 	}
 	rec := FollowRecord{V2Server: f.V2Server.String(), ClusterID: cid, Prefix: f.Prefix}
 	wch, stop := f.watch(ctx)

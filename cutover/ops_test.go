@@ -21,7 +21,7 @@ import (
 	"github.com/v2bridge/v2bridge/v2client"
 )
 
-// fakeOldServer answers what the commands ask an old v2 server: a quorum
+// fakeOldServer answers what the commands ask a v2 server: a quorum
 // GET with its index, and a probe's watch, which parks until the request
 // ends. It notes when each index read came.
 type fakeOldServer struct {
@@ -76,7 +76,7 @@ func testOptions(t *testing.T, f *fakeEtcd, src *V2Server) (Options, *strings.Bu
 	var mu sync.Mutex // guards log
 	log := &strings.Builder{}
 	return Options{Client: f, Keys: testKeys, Layout: layout, V2Server: src,
-		V3Index:      func(context.Context) (uint64, error) { return 58_000_000, nil },
+		V3Index:        func(context.Context) (uint64, error) { return 58_000_000, nil },
 		V2ServerPadKey: "/_v2bridge_rollback_pad", AckTimeout: 5 * time.Second, FollowTimeout: 5 * time.Second,
 		RequestTimeout: time.Second, Poll: 10 * time.Millisecond, By: "test",
 		Log: func(s string) {
@@ -149,7 +149,7 @@ func TestRollbackCountsOnlyClientsWrites(t *testing.T) {
 		{"a v3 client's put", []change{{key: "/x", val: "v"}}, 1},
 		{"a bridge's write", []change{{key: "/d/b", val: "v"},
 			journal(translate.Journal{Action: translate.ActionSet, Node: &translate.Node{Key: "/d/b"}})}, 1},
-		{"a refresh: the old server would let the key expire", []change{{key: "/t", val: "v", lease: 7},
+		{"a refresh: the v2 server would let the key expire", []change{{key: "/t", val: "v", lease: 7},
 			journal(translate.Journal{Action: translate.ActionSet, Node: &translate.Node{Key: "/t"}, Refresh: true})}, 1},
 		{"a key's lease expired", []change{{key: "/t", del: true}}, 0},
 		{"a directory's TTL ran out: its marker's lease expired", []change{{key: layout.MarkerKey("/d"), del: true}}, 0},
@@ -225,7 +225,7 @@ func TestCutoverWaitsForWritesOfABridgeThatDroppedOut(t *testing.T) {
 		}
 	}
 	if next.IsZero() || next.Sub(dropped) < 450*time.Millisecond {
-		t.Errorf("the old server's index was read %v after a bridge dropped out; want at least the request timeout (500ms)\n%s",
+		t.Errorf("the v2 server's index was read %v after a bridge dropped out; want at least the request timeout (500ms)\n%s",
 			next.Sub(dropped), log)
 	}
 	if !strings.Contains(log.String(), "dropped out without acknowledging") {

@@ -18,7 +18,7 @@ func TestStateOfEachRecord(t *testing.T) {
 			State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true, Generation: 4, WatchFloor: 221}},
 		{"passthrough after a rollback under a ceiling", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6, WatchCeiling: 12000000},
 			State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true, Generation: 4, WatchFloor: 6, WatchCeiling: 12000000}},
-		{"fencing a cutover serves reads from the old server", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1},
+		{"fencing a cutover serves reads from the v2 server", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1},
 			State{Mode: ModeFencing, Side: SidePassthrough, Generation: 1}},
 		{"fencing a rollback serves reads from v3 above the cutover floor", &Record{Mode: ModeFencing, From: ModeV3, Generation: 3, WatchFloor: 107},
 			State{Mode: ModeFencing, Side: SideV3, Generation: 3, WatchFloor: 107}},
@@ -118,7 +118,7 @@ func TestAVanishedRecordKeepsTheSideAndFencesWrites(t *testing.T) {
 		rec  *Record
 	}{
 		{"etcd v3", &Record{Mode: ModeV3, Generation: 2, WatchFloor: 100}},
-		{"the old server after a rollback", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6, WatchCeiling: 100}},
+		{"the v2 server after a rollback", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6, WatchCeiling: 100}},
 		{"fencing a cutover", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 )
 
 // Backend is one side a dual-mode bridge serves from: the passthrough to the
-// old server, or the v3-mode bridge.
+// v2 server, or the v3-mode bridge.
 type Backend struct {
 	// API serves the v2 API (and the bridge's own membership and probes).
 	API http.Handler
@@ -41,7 +41,7 @@ type Backend struct {
 
 // SwitchConfig configures a Switch.
 type SwitchConfig struct {
-	// Passthrough is the forwarder to the old server; always there.
+	// Passthrough is the forwarder to the v2 server; always there.
 	Passthrough Backend
 	// Metrics serves /metrics (every side's metrics).
 	Metrics http.Handler
@@ -68,11 +68,11 @@ type Switch struct {
 	// from, so a step of the wall clock cannot stretch it.
 	writeUntil atomic.Pointer[time.Time]
 	fenced     atomic.Int64 // writes refused, for the metric
-	// ceilingWarned is how far the old server's index has come towards the
+	// ceilingWarned is how far the v2 server's index has come towards the
 	// watch ceiling, as last logged (ceilingNear, ceilingPassed); Apply
 	// resets it.
 	ceilingWarned atomic.Int32
-	// passID is the last X-Etcd-Cluster-Id the old server answered with
+	// passID is the last X-Etcd-Cluster-Id the v2 server answered with
 	// (nil: none yet), presented while no cutover has recorded one.
 	passID atomic.Pointer[string]
 
@@ -334,9 +334,9 @@ const (
 	ceilingPassed = 2
 )
 
-// CeilingHeadroom is how many more indexes the old server can take before
+// CeilingHeadroom is how many more indexes the v2 server can take before
 // its index reaches the watch ceiling of a rollback (0 once it has), and
-// whether a ceiling applies now (serving the old server under one, its
+// whether a ceiling applies now (serving the v2 server under one, its
 // index known).
 func (s *Switch) CeilingHeadroom() (uint64, bool) {
 	st, _ := s.State()
@@ -353,10 +353,10 @@ func (s *Switch) CeilingHeadroom() (uint64, bool) {
 	return st.WatchCeiling - idx, true
 }
 
-// checkCeiling warns, once per state, when the old server's index comes
+// checkCeiling warns, once per state, when the v2 server's index comes
 // within a tenth of the room a rollback left below its watch ceiling, and
 // again when it passes it: from then on an index etcd v3 gave a client
-// before the rollback may name a moment of the old server's.
+// before the rollback may name a moment of the v2 server's.
 func (s *Switch) checkCeiling(st State) {
 	if st.Side != SidePassthrough || st.WatchCeiling == 0 || s.ceilingWarned.Load() == ceilingPassed {
 		return
@@ -382,13 +382,13 @@ func (s *Switch) checkCeiling(st State) {
 		}
 	}
 	if level == ceilingPassed {
-		s.lg.Warn("the old v2 server's index has passed the watch ceiling the rollback set: a waitIndex at or below "+
+		s.lg.Warn("the v2 server's index has passed the watch ceiling the rollback set: a waitIndex at or below "+
 			"its index is passed through, and one etcd v3 gave a client before the rollback may now name a moment "+
-			"of the old server's; run the next cutover",
+			"of the v2 server's; run the next cutover",
 			zap.Uint64("index", idx), zap.Uint64("watch-ceiling", st.WatchCeiling), zap.Uint64("generation", st.Generation))
 		return
 	}
-	s.lg.Warn("the old v2 server's index nears the watch ceiling the rollback set: run the next cutover before it "+
+	s.lg.Warn("the v2 server's index nears the watch ceiling the rollback set: run the next cutover before it "+
 		"passes it", zap.Uint64("index", idx), zap.Uint64("watch-ceiling", st.WatchCeiling),
 		zap.Uint64("headroom", st.WatchCeiling-idx), zap.Uint64("generation", st.Generation))
 }
@@ -396,7 +396,7 @@ func (s *Switch) checkCeiling(st State) {
 func (s *Switch) unavailable(st State) string {
 	if st.Side == SideUnknown {
 		return "v2bridge: the bridge has not read its mode record from etcd v3 yet, so it cannot tell " +
-			"whether the old v2 server or etcd v3 is the authority; retry"
+			"whether the v2 server or etcd v3 is the authority; retry"
 	}
 	return "v2bridge: serving from etcd v3 (mode record generation " + strconv.FormatUint(st.Generation, 10) +
 		"), which this bridge has not connected to yet; retry"
@@ -457,7 +457,7 @@ func (s *Switch) doneWrite() {
 // serveWatch refuses a waitIndex from the other side's index space and
 // tracks the watch so a change of side ends it. A waitIndex above the watch
 // ceiling but at or below the last index the side itself answered with is
-// the side's own: once the old server's index has passed the ceiling, its
+// the side's own: once the v2 server's index has passed the ceiling, its
 // clients' watches must go on (and the ceiling no longer tells the two
 // index spaces apart, which checkCeiling warns about beforehand).
 func (s *Switch) serveWatch(w http.ResponseWriter, r *http.Request, st State, b *Backend) {
@@ -578,8 +578,8 @@ func (s *Switch) MetricsHandler() http.Handler {
 	})
 }
 
-// clusterID is the X-Etcd-Cluster-Id the bridge presents under st: the old
-// server's, as the cutover recorded it or, before any cutover, as the old
+// clusterID is the X-Etcd-Cluster-Id the bridge presents under st: the v2
+// server's, as the cutover recorded it or, before any cutover, as the v2
 // server last sent it ("" while unknown). v2 clients may take a change of
 // it for a change of cluster (python-etcd raises EtcdClusterIdChanged), so
 // it stays the same whichever side serves.
@@ -604,7 +604,7 @@ const clusterIDHeader = "X-Etcd-Cluster-Id"
 
 // clusterIDWriter replaces the X-Etcd-Cluster-Id of an answer, where the
 // side sets one, by the one the switch presents; on the passthrough it first
-// notes the one the old server sent.
+// notes the one the v2 server sent.
 type clusterIDWriter struct {
 	http.ResponseWriter
 	s    *Switch

@@ -21,7 +21,7 @@ import (
 	"github.com/v2bridge/v2bridge/v2client"
 )
 
-// V2Server is the old v2 server, as the commands and the follower's progress
+// V2Server is the v2 server, as the commands and the follower's progress
 // reporter reach it (through its v2client).
 type V2Server struct {
 	c       *v2client.Client
@@ -32,7 +32,7 @@ type V2Server struct {
 	Quiet time.Duration
 }
 
-// NewV2Server reaches the old server at urls (the first that answers).
+// NewV2Server reaches the v2 server at urls (the first that answers).
 func NewV2Server(urls []string, tlsc *tls.Config, user string, timeout time.Duration) (*V2Server, error) {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
@@ -44,7 +44,7 @@ func NewV2Server(urls []string, tlsc *tls.Config, user string, timeout time.Dura
 	return &V2Server{c: c, timeout: timeout, Quiet: time.Second}, nil
 }
 
-// String names the old server.
+// String names the v2 server.
 func (s *V2Server) String() string { return s.c.String() }
 
 // Close releases idle connections.
@@ -58,7 +58,7 @@ func (s *V2Server) do(ctx context.Context, method, p string, q url.Values, body 
 func headerIndex(h http.Header) (uint64, error) {
 	v, err := strconv.ParseUint(h.Get("X-Etcd-Index"), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("the old v2 server sent no X-Etcd-Index: is it an etcd v2 server?")
+		return 0, fmt.Errorf("the v2 server sent no X-Etcd-Index: is it an etcd v2 server?")
 	}
 	return v, nil
 }
@@ -69,10 +69,10 @@ func v2Error(resp *http.Response, body []byte) error {
 	if json.Unmarshal(body, &ve) == nil && ve.Code != 0 {
 		return &ve
 	}
-	return fmt.Errorf("the old v2 server answered %s: %.200s", resp.Status, body)
+	return fmt.Errorf("the v2 server answered %s: %.200s", resp.Status, body)
 }
 
-// Index is the old server's current index and cluster id (a quorum read of
+// Index is the v2 server's current index and cluster id (a quorum read of
 // the root).
 func (s *V2Server) Index(ctx context.Context) (uint64, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -130,13 +130,13 @@ func (s *V2Server) Caught(ctx context.Context, prefix string, from uint64) (bool
 			return true, at, nil // parked: nothing in [from, at]
 		}
 		if err := context.Cause(hctx); err != nil && !parked.Load() {
-			return false, 0, fmt.Errorf("probing the old v2 server: %w", err)
+			return false, 0, fmt.Errorf("probing the v2 server: %w", err)
 		}
-		return false, 0, errors.New("the old v2 server ended the probe's watch without an event; probing again")
+		return false, 0, errors.New("the v2 server ended the probe's watch without an event; probing again")
 	}
 	var ev translate.Event
 	if err := json.Unmarshal(body, &ev); err != nil || ev.Node == nil {
-		return false, 0, fmt.Errorf("the old v2 server's watch answer does not decode: %.200s", body)
+		return false, 0, fmt.Errorf("the v2 server's watch answer does not decode: %.200s", body)
 	}
 	if ev.Node.ModifiedIndex > at {
 		return true, at, nil // a live event: nothing matched in [from, at]
@@ -144,12 +144,12 @@ func (s *V2Server) Caught(ctx context.Context, prefix string, from uint64) (bool
 	return false, ev.Node.ModifiedIndex, nil
 }
 
-// Put sets key to value on the old server (the rollback's padding).
+// Put sets key to value on the v2 server (the rollback's padding).
 func (s *V2Server) Put(ctx context.Context, key, value string) (uint64, error) {
 	return s.write(ctx, http.MethodPut, key, url.Values{"value": {value}})
 }
 
-// Delete removes key on the old server; a missing key is no error.
+// Delete removes key on the v2 server; a missing key is no error.
 func (s *V2Server) Delete(ctx context.Context, key string) (uint64, error) {
 	idx, err := s.write(ctx, http.MethodDelete, key, nil)
 	var ve *translate.Error
@@ -174,7 +174,7 @@ func (s *V2Server) write(ctx context.Context, method, key string, form url.Value
 	return headerIndex(resp.Header)
 }
 
-// List names the children of the directory dir on the old server (v2 lists
+// List names the children of the directory dir on the v2 server (v2 lists
 // no hidden node); exists is false when dir is not there.
 func (s *V2Server) List(ctx context.Context, dir string) (children []string, exists bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -186,7 +186,7 @@ func (s *V2Server) List(ctx context.Context, dir string) (children []string, exi
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, false, fmt.Errorf("listing %s on the old v2 server: %w", dir, err)
+		return nil, false, fmt.Errorf("listing %s on the v2 server: %w", dir, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var ve *translate.Error
@@ -198,7 +198,7 @@ func (s *V2Server) List(ctx context.Context, dir string) (children []string, exi
 	}
 	var ev translate.Event
 	if err := json.Unmarshal(body, &ev); err != nil || ev.Node == nil {
-		return nil, false, fmt.Errorf("listing %s on the old v2 server: the answer does not decode: %.200s", dir, body)
+		return nil, false, fmt.Errorf("listing %s on the v2 server: the answer does not decode: %.200s", dir, body)
 	}
 	for _, n := range ev.Node.Nodes {
 		children = append(children, n.Key)

@@ -46,10 +46,10 @@ func doAs(t *testing.T, method, base, path, user, body string) resp {
 	return resp{status: r.StatusCode, header: r.Header, body: string(b)}
 }
 
-// TestMigrateAuthThroughCutover: an old server with auth enabled, users
+// TestMigrateAuthThroughCutover: a v2 server with auth enabled, users
 // and roles; a dual-mode bridge; the doc's auth commands (migrate --follow,
 // verify, cutover), run verbatim. Passwords are learned from requests the
-// old server accepted; the cutover refuses while one is unknown; after it
+// v2 server accepted; the cutover refuses while one is unknown; after it
 // the bridge enforces the same rules from etcd v3; a rollback with an auth
 // change made through etcd v3 is refused without --force.
 func TestMigrateAuthThroughCutover(t *testing.T) {
@@ -115,17 +115,17 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 		t.Fatalf("alice in etcd v3 after the copy: %+v (no password known yet)", u)
 	}
 
-	// Alice's password is learned from a request the old server accepted;
-	// a wrong one the old server refused is not.
+	// Alice's password is learned from a request the v2 server accepted;
+	// a wrong one the v2 server refused is not.
 	if r := doAs(t, "GET", br, "/v2/keys/apps/x", "alice:wrong", ""); r.status != 401 {
-		t.Fatalf("a wrong password through the bridge (old server): %d %s", r.status, r.body)
+		t.Fatalf("a wrong password through the bridge (v2 server): %d %s", r.status, r.body)
 	}
 	asked := time.Now()
 	must(doAs(t, "GET", br, "/v2/keys/apps/x", alice, ""), "alice reading /apps/x through the bridge")
 	waitFor(t, 30*time.Second, "alice's password learned", func() bool { return stored("alice").Password != "" })
 	t.Logf("alice's password stored in etcd v3 %v after her request was sent", time.Since(asked).Round(time.Millisecond))
 
-	// A user made on the old server while following: copied within a poll,
+	// A user made on the v2 server while following: copied within a poll,
 	// its password unknown.
 	must(doAs(t, "PUT", old, "/v2/auth/users/bob", root, `{"user":"bob","password":"bobpw","roles":["apps"]}`), "creating bob")
 	waitFor(t, 30*time.Second, "bob copied by the follower", func() bool { return stored("bob").User == "bob" })

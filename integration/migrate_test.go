@@ -676,10 +676,10 @@ func TestMigrateV2Reference(t *testing.T) {
 	t.Logf("re-sync log:\n%s", logs2)
 }
 
-// TestMigrateFollowFlannelCutover: while flannel nodes move from the old
-// v2 server to their bridges one by one, the follower keeps applying what
-// the nodes still on the old server do, and leaves alone what the moved
-// nodes do through the bridge: the old server's expiry of a lease that a
+// TestMigrateFollowFlannelCutover: while flannel nodes move from the v2
+// server to their bridges one by one, the follower keeps applying what
+// the nodes still on the v2 server do, and leaves alone what the moved
+// nodes do through the bridge: the v2 server's expiry of a lease that a
 // moved node renews through the bridge (same value) must not delete it.
 func TestMigrateFollowFlannelCutover(t *testing.T) {
 	ref := v2ref.StartT(t, v2ref.Options{})
@@ -732,12 +732,12 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 	if _, err := onBridge.Set(ctx, subnets+"/10.5.1.0-24", "node-a", &client.SetOptions{PrevIndex: ga.Node.ModifiedIndex, TTL: 60 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	// Node B, still on the old server, renews there: the follower carries it over.
+	// Node B, still on the v2 server, renews there: the follower carries it over.
 	if _, err := old.Set(ctx, subnets+"/10.5.2.0-24", "node-b", &client.SetOptions{PrevIndex: b.Node.ModifiedIndex, TTL: 90 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	// A's lease runs out on the old server, where nobody renews it any more.
-	waitFor(t, 20*time.Second, "the old server to expire A's lease and the follower to see it", func() bool {
+	// A's lease runs out on the v2 server, where nobody renews it any more.
+	waitFor(t, 20*time.Second, "the v2 server to expire A's lease and the follower to see it", func() bool {
 		return logs.has("conflict at " + subnets + "/10.5.1.0-24")
 	})
 	waitFor(t, 10*time.Second, "B's renewal on the bridge", func() bool {
@@ -758,7 +758,7 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 		t.Errorf("follow stats: %+v", st)
 	}
 	// Verify compares TTL presence by default: A's node is gone from the
-	// old server and lives on the bridge.
+	// v2 server and lives on the bridge.
 	rep := mustVerify(t, ctx, o)
 	if got := diffPaths(rep); !slices.Equal(got, []string{"extra " + subnets + "/10.5.1.0-24"}) {
 		t.Errorf("verify: %v", rep.Differences)

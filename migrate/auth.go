@@ -35,7 +35,7 @@ type AuthSummary struct {
 	Roles   []string // the source's roles (root, built in, left out), sorted
 	// UnknownPasswords are the users the bridges cannot check a password
 	// of: none was learned yet (a dual-mode bridge learns one from a
-	// request the old server accepted) and migrate was not given it.
+	// request the v2 server accepted) and migrate was not given it.
 	UnknownPasswords []string
 	Changed          bool // etcd v3 was written (with DryRun: would be)
 	DryRun           bool
@@ -141,7 +141,7 @@ var ErrNoAuthTarget = errors.New("migrate: no auth target")
 // CopyAuth copies the source's auth data (enabled flag, roles, users and
 // their roles) into Options.Auth. The v2 API never shows password hashes:
 // a user keeps the hash the bridges already hold for it (learned from a
-// request the old server accepted, or copied before), and the user of
+// request the v2 server accepted, or copied before), and the user of
 // SourceUser gets the hash of the password given there. Nothing is written
 // when etcd v3 already holds the same.
 func CopyAuth(ctx context.Context, o Options) (*AuthSummary, error) {

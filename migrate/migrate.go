@@ -242,7 +242,7 @@ type Progress struct {
 // since. Anything else that differs is a conflict: in particular a node a
 // client has rewritten through the bridge with the same value (a flannel
 // lease renewed by a node already switched to the bridge) is not the
-// migration's any more, and an expiry on the old server must not delete it.
+// migration's any more, and an expiry on the v2 server must not delete it.
 type ownership struct {
 	mu sync.Mutex // guards m and nodes
 	m  map[string]uint64

@@ -174,7 +174,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		divergences: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_shadow_divergences_total",
 			Help: "Shadow comparisons where etcd v3 answered differently from the v2 upstream, by kind."}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_shadow_dropped_total",
-			Help: "Sampled requests not compared, by reason (busy: shed by the adaptive sampling; queue_full; v3_unavailable; upstream_unavailable; too_large; closing; not_comparable: an error answer to a write, or one without its node; pending_full: too many writes awaiting the follower; superseded: a write the follower never made, its key changed since, as after a follower's re-sync; auth_refused: the old server refused the credentials)."},
+			Help: "Sampled requests not compared, by reason (busy: shed by the adaptive sampling; queue_full; v3_unavailable; upstream_unavailable; too_large; closing; not_comparable: an error answer to a write, or one without its node; pending_full: too many writes awaiting the follower; superseded: a write the follower never made, its key changed since, as after a follower's re-sync; auth_refused: the v2 server refused the credentials)."},
 			[]string{"reason"}),
 		queue: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_shadow_queue_length",
 			Help: "Sampled requests waiting for a shadow comparison."}),

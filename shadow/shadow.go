@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package shadow is the shadow comparison of passthrough mode: while a bridge
-// forwards v2 requests to the old v2 server and `v2bridge migrate --follow`
+// forwards v2 requests to the v2 server and `v2bridge migrate --follow`
 // keeps a copy in etcd v3, it checks, off the request path, that the copy
-// holds what the old server answered, so operators know the copy is faithful
+// holds what the v2 server answered, so operators know the copy is faithful
 // before they cut over.
 //
 // Every forwarded write that succeeded is compared. Its answer names the

@@ -487,7 +487,7 @@ func BenchmarkSample(b *testing.B) {
 func TestAnswersRefusedForAuthAreNotCompared(t *testing.T) {
 	e := newEnv(t, nil)
 	e.both("/a", "1", false)
-	e.up.errs["/a"] = 110 // the old server refuses the credentials
+	e.up.errs["/a"] = 110 // the v2 server refuses the credentials
 	if code, _ := do(t, e.url, "GET", "/v2/keys/a", nil); code != http.StatusUnauthorized {
 		t.Fatalf("GET: %d, want 401", code)
 	}

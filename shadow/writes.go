@@ -73,7 +73,7 @@ type recentChange struct {
 }
 
 // recentFor is how long a change is kept for a write whose answer comes
-// after it: the old server's answer can take that long to reach the bridge
+// after it: the v2 server's answer can take that long to reach the bridge
 // while its watchers, the follower among them, already have the change.
 const recentFor = 5 * time.Second
 

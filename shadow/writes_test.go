@@ -346,7 +346,7 @@ func TestAWrongValueTheFollowerWroteIsDivergent(t *testing.T) {
 	e.recent(t, Divergence{Key: "/w", Kind: KindValue, Method: "PUT", Where: "node.value"})
 }
 
-// TestAWriteTheFollowerMadeBeforeItsAnswerCameIsMatched: the old server's
+// TestAWriteTheFollowerMadeBeforeItsAnswerCameIsMatched: the v2 server's
 // watchers, the follower among them, can have a write before its answer
 // reaches the bridge, and the key may have moved on by then.
 func TestAWriteTheFollowerMadeBeforeItsAnswerCameIsMatched(t *testing.T) {

@@ -109,7 +109,7 @@ type members []v2api.Member
 func (m members) Members() []v2api.Member { return m }
 
 // TestMembershipIsAnsweredLocally: the members and the stats naming them are
-// the bridges', not the old server's: its member IDs are nowhere listed.
+// the bridges', not the v2 server's: its member IDs are nowhere listed.
 func TestMembershipIsAnsweredLocally(t *testing.T) {
 	a := startFake(t, "a")
 	other := v2api.Member{ID: 1, Name: "other", ClientURLs: []string{"http://other:2379"}}

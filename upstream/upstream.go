@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package upstream is passthrough mode: the bridge forwards every v2 request
-// to an old etcd v2 server (the upstream), which stays the single authority,
+// to a v2 server (the upstream), which stays the single authority,
 // while v2 clients move to their local bridge node by node. It holds the
 // forwarding handler, the liveness heartbeat against the upstream (with
 // failover along a list of upstreams), and the HTTP transport they share.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package v2client is the one HTTP client the bridge's commands reach the
-// old v2 server with, as any v2 client would: its URLs tried in turn, its
+// v2 server with, as any v2 client would: its URLs tried in turn, its
 // credentials, TLS and timeouts. What is asked of it (copying, following,
 // probing, padding) belongs to the packages that ask.
 package v2client
