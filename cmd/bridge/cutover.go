@@ -177,9 +177,9 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	defer func() { _ = cli.Close() }()
 	o := cutover.Options{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Layout: layout, V2Server: src,
-		V3Index:      v3Index(cli, layout, c.requestTimeout),
+		V3Index:        v3Index(cli, layout, c.requestTimeout),
 		V2ServerPadKey: path.Join("/", cf.fromPrefix, "_v2bridge_rollback_pad"),
-		AckTimeout:   cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
+		AckTimeout:     cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
 		By: whoRuns(), RequestTimeout: c.requestTimeout, Auth: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
 		AllowUnknownPasswords: cf.allowUnknownPasswords,
 		Log:                   func(s string) { _, _ = fmt.Fprintln(steps, s) }}
@@ -189,7 +189,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 			return fmt.Errorf("migrate %s: %w", cmd, err)
 		}
 		defer as.Close()
-		o.CopyAuth = copyAuthFunc(migrate.Options{SourceTLS: srcTLS, SourceUser: cf.fromUser, SourceTimeout: cf.fromTimeout,
+		o.CopyAuth = copyAuthFunc(migrate.Options{V2ServerTLS: srcTLS, V2ServerUser: cf.fromUser, V2ServerTimeout: cf.fromTimeout,
 			Auth: as}, splitList(cf.from))
 	}
 	_, _ = fmt.Fprintf(steps, "%s: old server %s, etcd v3 %s, mode record %s\n", cmd, src, strings.Join(endpoints, ","), o.Keys.Mode)
@@ -219,7 +219,7 @@ func copyAuthFunc(o migrate.Options, urls []string) func(context.Context, bool) 
 	return func(ctx context.Context, dryRun bool) (cutover.AuthCopy, error) {
 		var err error
 		for _, u := range urls {
-			o.From, o.DryRun = u, dryRun
+			o.V2Server, o.DryRun = u, dryRun
 			var sum *migrate.AuthSummary
 			if sum, err = migrate.CopyAuth(ctx, o); err == nil {
 				return cutover.AuthCopy{Enabled: sum.Enabled, Users: len(sum.Users), Roles: len(sum.Roles),

@@ -380,7 +380,7 @@ func (r *migrateRun) checkTarget(c *config) ([]string, translate.Layout, error) 
 // reach it, and what to do; the target and the output are set later.
 func sourceOptions(mf *migrateFlags) (migrate.Options, error) {
 	o := migrate.Options{
-		From: mf.from, FromPrefix: mf.fromPrefix, SourceUser: mf.fromUser, SourceTimeout: mf.fromTimeout,
+		V2Server: mf.from, V2ServerPrefix: mf.fromPrefix, V2ServerUser: mf.fromUser, V2ServerTimeout: mf.fromTimeout,
 		Hidden: splitList(mf.hidden), NoHiddenDiscovery: mf.noDiscovery,
 		DryRun: mf.dryRun, Overwrite: mf.overwrite, Prune: mf.prune, Concurrency: mf.concurrency,
 		TTLTolerance: mf.ttlTolerance, TTLResync: mf.ttlResync, CompareExpiration: mf.compareExpiration,
@@ -389,7 +389,7 @@ func sourceOptions(mf *migrateFlags) (migrate.Options, error) {
 		o.TTLResync = -1 // the flag's 0 disables; the option's 0 is the default
 	}
 	var err error
-	o.SourceTLS, err = mf.tls()
+	o.V2ServerTLS, err = mf.tls()
 	return o, err
 }
 
@@ -454,7 +454,7 @@ func (r *migrateRun) verify(ctx context.Context) error {
 		return fmt.Errorf("verify: listing what the bridges serve outside %s: %w", rep.Prefix, ncerr)
 	}
 	if n := len(rep.Differences) + len(arep.Differences); n > 0 {
-		return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.Source)
+		return fmt.Errorf("verify: %d difference(s) between %s and the bridge", n, rep.V2Server)
 	}
 	return nil
 }
@@ -462,15 +462,15 @@ func (r *migrateRun) verify(ctx context.Context) error {
 // notCompared lists the source's nodes the bridges serve that verify's
 // --from-prefix left out.
 func (r *migrateRun) notCompared(ctx context.Context) ([]string, error) {
-	if cutover.Covers(r.o.FromPrefix, r.served) {
+	if cutover.Covers(r.o.V2ServerPrefix, r.served) {
 		return nil, nil
 	}
-	src, err := cutover.NewV2Server([]string{r.o.From}, r.o.SourceTLS, r.o.SourceUser, r.mf.fromTimeout)
+	src, err := cutover.NewV2Server([]string{r.o.V2Server}, r.o.V2ServerTLS, r.o.V2ServerUser, r.mf.fromTimeout)
 	if err != nil {
 		return nil, err
 	}
 	defer src.Close()
-	return cutover.Outside(ctx, src, r.served, path.Clean(r.o.FromPrefix), nil)
+	return cutover.Outside(ctx, src, r.served, path.Clean(r.o.V2ServerPrefix), nil)
 }
 
 // cleanServePrefix is --serve-prefix as one clean v2 path.
@@ -537,13 +537,13 @@ func (r *migrateRun) watchMode(ctx context.Context, c *config, endpoints []strin
 	if err != nil {
 		return err
 	}
-	src, err := cutover.NewV2Server([]string{r.o.From}, r.o.SourceTLS, r.o.SourceUser, r.mf.fromTimeout)
+	src, err := cutover.NewV2Server([]string{r.o.V2Server}, r.o.V2ServerTLS, r.o.V2ServerUser, r.mf.fromTimeout)
 	if err != nil {
 		_ = cli.Close()
 		return err
 	}
 	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), V2Server: src,
-		Prefix: r.o.FromPrefix, RequestTimeout: c.requestTimeout, Log: r.o.Log}
+		Prefix: r.o.V2ServerPrefix, RequestTimeout: c.requestTimeout, Log: r.o.Log}
 	if err := rep.Check(ctx); err != nil {
 		_ = cli.Close()
 		return fmt.Errorf("migrate: %w", err)
@@ -561,7 +561,7 @@ func (r *migrateRun) watchMode(ctx context.Context, c *config, endpoints []strin
 // or until the cutover to etcd v3 is done; cerr is the copy's own error,
 // reported once following ends.
 func (r *migrateRun) follow(ctx context.Context, sum *migrate.Summary, js *jsonMigrate, cerr error) error {
-	_, _ = fmt.Fprintf(r.stderr, "following %s from index %d; interrupt (Ctrl-C) to stop; `migrate cutover` stops it too\n", sum.Source, sum.Index+1)
+	_, _ = fmt.Fprintf(r.stderr, "following %s from index %d; interrupt (Ctrl-C) to stop; `migrate cutover` stops it too\n", sum.V2Server, sum.Index+1)
 	fctx, fcancel := context.WithCancel(ctx)
 	defer fcancel()
 	repDone := make(chan error, 1)
@@ -673,7 +673,7 @@ func printSummary(w io.Writer, s *migrate.Summary, target string) {
 	if s.DryRun {
 		_, _ = fmt.Fprintln(w, "dry run: nothing was written")
 	}
-	_, _ = fmt.Fprintf(w, "source       %s %s (index %d)\n", s.Source, s.Prefix, s.Index)
+	_, _ = fmt.Fprintf(w, "source       %s %s (index %d)\n", s.V2Server, s.Prefix, s.Index)
 	_, _ = fmt.Fprintf(w, "target       %s\n", target)
 	_, _ = fmt.Fprintf(w, "tree         %s keys, %s directories (%s empty), %s TTL nodes, %s hidden nodes, %s",
 		migrate.Count(s.Keys), migrate.Count(s.Dirs), migrate.Count(s.EmptyDirs), migrate.Count(s.TTLKeys),
@@ -706,7 +706,7 @@ func printSummary(w io.Writer, s *migrate.Summary, target string) {
 }
 
 func printReport(w io.Writer, r *migrate.Report, target string, maxDiffs int) {
-	_, _ = fmt.Fprintf(w, "source       %s %s: %s nodes\n", r.Source, r.Prefix, migrate.Count(r.SourceNodes))
+	_, _ = fmt.Fprintf(w, "source       %s %s: %s nodes\n", r.V2Server, r.Prefix, migrate.Count(r.V2ServerNodes))
 	_, _ = fmt.Fprintf(w, "bridge       %s: %s nodes\n", target, migrate.Count(r.BridgeNodes))
 	if len(r.HiddenNamed)+len(r.HiddenFound) > 0 {
 		_, _ = fmt.Fprintf(w, "hidden       named: %s; found in the source's event history: %s\n", orNone(r.HiddenNamed), orNone(r.HiddenFound))

@@ -125,7 +125,7 @@ func orEmpty(ss []string) []string {
 
 func migrateJSON(s *migrate.Summary, t jsonTarget, fst *migrate.FollowStats) *jsonMigrate {
 	j := &jsonMigrate{
-		Command: "migrate", DryRun: s.DryRun, Source: s.Source, Prefix: s.Prefix, Index: s.Index, Target: t,
+		Command: "migrate", DryRun: s.DryRun, Source: s.V2Server, Prefix: s.Prefix, Index: s.Index, Target: t,
 		Tree: jsonTree{Keys: s.Keys, Dirs: s.Dirs, EmptyDirs: s.EmptyDirs, TTLNodes: s.TTLKeys, HiddenNodes: s.Hidden,
 			Bytes: s.Bytes, LargestValue: s.LargestValue, LargestKey: s.LargestKey},
 		HiddenNamed: orEmpty(s.HiddenNamed), HiddenFound: orEmpty(s.HiddenFound),
@@ -142,8 +142,8 @@ func migrateJSON(s *migrate.Summary, t jsonTarget, fst *migrate.FollowStats) *js
 }
 
 func verifyJSON(r *migrate.Report, t jsonTarget) *jsonVerify {
-	j := &jsonVerify{Command: "verify", Source: r.Source, Prefix: r.Prefix, Target: t,
-		SourceNodes: r.SourceNodes, BridgeNodes: r.BridgeNodes,
+	j := &jsonVerify{Command: "verify", Source: r.V2Server, Prefix: r.Prefix, Target: t,
+		SourceNodes: r.V2ServerNodes, BridgeNodes: r.BridgeNodes,
 		HiddenNamed: orEmpty(r.HiddenNamed), HiddenFound: orEmpty(r.HiddenFound),
 		Differences: []jsonIssue{}, DurationSeconds: r.Duration.Seconds()}
 	for _, d := range r.Differences {
