@@ -60,9 +60,9 @@ func (d *dualSide) Close(ctx context.Context) error {
 	return nil
 }
 
-// asBackend is a Side as one of the Switch's.
-func asBackend(s Side) cutover.Backend {
-	b := cutover.Backend{API: s, Probes: s.Metrics(), Ready: s.Ready}
+// asSideHandlers is a Side as one of the Switch's.
+func asSideHandlers(s Side) cutover.SideHandlers {
+	b := cutover.SideHandlers{API: s, Probes: s.Metrics(), Ready: s.Ready}
 	if e, ok := s.(interface{ EndWatches(string) }); ok {
 		b.EndWatches = e.EndWatches
 	}
@@ -109,7 +109,7 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 	res.add(learn.Stop) // after the servers: no request offers any more
 	d.pass.h = learn.Wrap(d.pass.p)
 	d.Switch = cutover.NewSwitch(cutover.SwitchConfig{
-		Passthrough: asBackend(d.pass),
+		Passthrough: asSideHandlers(d.pass),
 		Metrics:     promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}),
 		Logger:      lg.Named("mode"),
 		OnChange:    mm.set,
@@ -156,7 +156,7 @@ func (d *dualSide) connectV3(ctx context.Context, cfg *Config, mem *bridgeMember
 		if err == nil {
 			v3reg.Store(reg)
 			d.v3.Store(s)
-			d.SetV3(asBackend(s))
+			d.SetV3(asSideHandlers(s))
 			lg.Info("dual mode: the etcd v3 side is connected", zap.Strings("backend", cfg.Backend.Endpoints), zap.Int("attempt", attempt))
 			obs, stop, err := startShadow(cfg, s.br, shadowReg)
 			if err != nil {

@@ -23,9 +23,9 @@ func newBareSwitch(t *testing.T) (*Switch, *fakeSide, *fakeSide) {
 	t.Helper()
 	pass, v3 := &fakeSide{name: "old"}, &fakeSide{name: "v3"}
 	ok := func() bool { return true }
-	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: pass, Probes: pass, Ready: ok},
+	s := NewSwitch(SwitchConfig{Passthrough: SideHandlers{API: pass, Probes: pass, Ready: ok},
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "metrics") })})
-	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok})
+	s.SetV3(SideHandlers{API: v3, Probes: v3, Ready: ok})
 	return s, pass, v3
 }
 

@@ -48,7 +48,7 @@ func TestSwitchEndsParkedWatchesWhenTheSideChanges(t *testing.T) {
 	s, _, _ := newTestSwitch(t)
 	v3 := &parkingSide{end: make(chan struct{}), ended: make(chan string, 1)}
 	ok := func() bool { return true }
-	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok, EndWatches: v3.endWatches})
+	s.SetV3(SideHandlers{API: v3, Probes: v3, Ready: ok, EndWatches: v3.endWatches})
 	apply(t, s, &Record{Mode: ModeV3, Generation: 2, V2ServerClusterID: "0ld"})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

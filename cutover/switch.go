@@ -19,9 +19,9 @@ import (
 	"github.com/v2bridge/v2bridge/translate"
 )
 
-// Backend is one side a dual-mode bridge serves from: the passthrough to the
+// SideHandlers serve one side of a dual-mode bridge: the passthrough to the
 // v2 server, or the v3-mode bridge.
-type Backend struct {
+type SideHandlers struct {
 	// API serves the v2 API (and the bridge's own membership and probes).
 	API http.Handler
 	// Probes serves /health, /readyz and /livez for metrics listeners.
@@ -42,7 +42,7 @@ type Backend struct {
 // SwitchConfig configures a Switch.
 type SwitchConfig struct {
 	// Passthrough is the forwarder to the v2 server; always there.
-	Passthrough Backend
+	Passthrough SideHandlers
 	// Metrics serves /metrics (every side's metrics).
 	Metrics http.Handler
 	Logger  *zap.Logger
@@ -61,7 +61,7 @@ type Switch struct {
 	cfg SwitchConfig
 	lg  *zap.Logger
 	now func() time.Time
-	v3  atomic.Pointer[Backend] // nil until the v3 side is connected
+	v3  atomic.Pointer[SideHandlers] // nil until the v3 side is connected
 	// writeUntil is until when the bridge's registration is surely alive
 	// in etcd v3 (nil: not at all); a write is served only before it. It
 	// keeps the monotonic clock reading of the time.Now it was computed
@@ -109,7 +109,7 @@ func NewSwitch(cfg SwitchConfig) *Switch {
 }
 
 // SetV3 hands the switch the v3 side once it is connected.
-func (s *Switch) SetV3(b Backend) { s.v3.Store(&b) }
+func (s *Switch) SetV3(b SideHandlers) { s.v3.Store(&b) }
 
 // ExtendWrites lets writes be served until t: the bridge's registration
 // lease is alive in etcd v3 at least until then. t must come from time.Now
@@ -222,7 +222,7 @@ func (s *Switch) Apply(ctx context.Context, st State) error {
 	for _, w := range ended {
 		w.cancel()
 	}
-	if old := s.backend(prev.Side); old != nil && prev.Side != st.Side && old.EndWatches != nil {
+	if old := s.handlers(prev.Side); old != nil && prev.Side != st.Side && old.EndWatches != nil {
 		for _, w := range ended {
 			select {
 			case <-w.served:
@@ -244,11 +244,11 @@ func (s *Switch) Apply(ctx context.Context, st State) error {
 // Ready reports whether the bridge knows its mode and its side can serve.
 func (s *Switch) Ready() bool {
 	st, _ := s.State()
-	b := s.backend(st.Side)
+	b := s.handlers(st.Side)
 	return b != nil && b.Ready()
 }
 
-func (s *Switch) backend(side Side) *Backend {
+func (s *Switch) handlers(side Side) *SideHandlers {
 	switch side {
 	case SidePassthrough:
 		return &s.cfg.Passthrough
@@ -272,7 +272,7 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, _ := s.State()
-	b := s.backend(st.Side)
+	b := s.handlers(st.Side)
 	w = &clusterIDWriter{ResponseWriter: w, s: s, st: st, pass: b == nil || st.Side == SidePassthrough}
 	keys := r.URL.Path == "/v2/keys" || strings.HasPrefix(r.URL.Path, "/v2/keys/")
 	authAPI := isAuthAPI(r)
@@ -321,7 +321,7 @@ func isAuthAPI(r *http.Request) bool {
 	return r.URL.Path == "/v2/auth" || strings.HasPrefix(r.URL.Path, "/v2/auth/")
 }
 
-func sideIndex(b *Backend) uint64 {
+func sideIndex(b *SideHandlers) uint64 {
 	if b.Index == nil {
 		return 0
 	}
@@ -405,7 +405,7 @@ func (s *Switch) unavailable(st State) string {
 // serveWrite serves a write while writes are open and the registration is
 // alive, bounding it by the registration's lease, and counts it in flight so
 // a fence waits for it.
-func (s *Switch) serveWrite(w http.ResponseWriter, r *http.Request, st State, b *Backend) {
+func (s *Switch) serveWrite(w http.ResponseWriter, r *http.Request, st State, b *SideHandlers) {
 	until := s.WritesUntil()
 	now := s.now()
 	s.mu.Lock()
@@ -460,7 +460,7 @@ func (s *Switch) doneWrite() {
 // the side's own: once the v2 server's index has passed the ceiling, its
 // clients' watches must go on (and the ceiling no longer tells the two
 // index spaces apart, which checkCeiling warns about beforehand).
-func (s *Switch) serveWatch(w http.ResponseWriter, r *http.Request, st State, b *Backend) {
+func (s *Switch) serveWatch(w http.ResponseWriter, r *http.Request, st State, b *SideHandlers) {
 	if wi, err := strconv.ParseUint(r.URL.Query().Get("waitIndex"), 10, 64); err == nil && wi > 0 &&
 		(wi <= st.WatchFloor || st.WatchCeiling > 0 && wi > st.WatchCeiling && wi > sideIndex(b)) {
 		s.writeV2Error(w, st, translate.NewError(translate.EcodeEventIndexCleared,
@@ -521,7 +521,7 @@ func (s *Switch) notReady(st State) string {
 // added: v2 clients ignore fields they do not know.
 func (s *Switch) statsSelf(w http.ResponseWriter, r *http.Request) {
 	st, since := s.State()
-	b := s.backend(st.Side)
+	b := s.handlers(st.Side)
 	if b == nil {
 		b = &s.cfg.Passthrough
 	}
@@ -565,7 +565,7 @@ func (s *Switch) MetricsHandler() http.Handler {
 			s.readyz(w)
 		default:
 			st, _ := s.State()
-			b := s.backend(st.Side)
+			b := s.handlers(st.Side)
 			if b == nil {
 				if r.URL.Path == "/health" {
 					writeJSON(w, http.StatusServiceUnavailable, map[string]string{"health": "false"})

@@ -50,9 +50,9 @@ func newTestSwitch(t *testing.T) (*Switch, *fakeSide, *fakeSide) {
 	t.Helper()
 	pass, v3 := &fakeSide{name: "old"}, &fakeSide{name: "v3"}
 	ok := func() bool { return true }
-	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: pass, Probes: pass, Ready: ok},
+	s := NewSwitch(SwitchConfig{Passthrough: SideHandlers{API: pass, Probes: pass, Ready: ok},
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "metrics") })})
-	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok})
+	s.SetV3(SideHandlers{API: v3, Probes: v3, Ready: ok})
 	s.ExtendWrites(time.Now().Add(time.Hour))
 	return s, pass, v3
 }
@@ -368,9 +368,9 @@ func TestSwitchPassesTheOldServersOwnIndexAboveTheCeiling(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	pass, v3 := &fakeSide{name: "old"}, &fakeSide{name: "v3"}
 	ok := func() bool { return true }
-	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: pass, Probes: pass, Ready: ok, Index: idx.Load},
+	s := NewSwitch(SwitchConfig{Passthrough: SideHandlers{API: pass, Probes: pass, Ready: ok, Index: idx.Load},
 		Metrics: http.NotFoundHandler(), Logger: zap.New(core)})
-	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok})
+	s.SetV3(SideHandlers{API: v3, Probes: v3, Ready: ok})
 	apply(t, s, &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 1000, WatchCeiling: 11000})
 	for _, c := range []struct {
 		name    string
@@ -428,8 +428,8 @@ func idSide(id string) http.Handler {
 
 func TestSwitchPresentsTheOldServersClusterIDOnEverySide(t *testing.T) {
 	ok := func() bool { return true }
-	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: idSide("01d"), Probes: idSide("01d"), Ready: ok}})
-	s.SetV3(Backend{API: idSide("3e3"), Probes: idSide("3e3"), Ready: ok})
+	s := NewSwitch(SwitchConfig{Passthrough: SideHandlers{API: idSide("01d"), Probes: idSide("01d"), Ready: ok}})
+	s.SetV3(SideHandlers{API: idSide("3e3"), Probes: idSide("3e3"), Ready: ok})
 	s.ExtendWrites(time.Now().Add(time.Hour))
 	check := func(when, method, target string, code int, id string) {
 		t.Helper()
