@@ -38,7 +38,7 @@ func startShadow(cfg *Config, br *server.Bridge, reg prometheus.Registerer) (obs
 	}
 	sh, err := shadow.New(shadow.Config{Store: server.Store{B: br.Backend}, SampleRate: cfg.ShadowSampleRate,
 		Prefix: cfg.ShadowPrefix, Queue: cfg.ShadowQueue,
-		Feed:     &shadow.V3Feed{Client: cli, Layout: layout, Timeout: cfg.RequestTimeout},
+		Updates:  &shadow.V3Updates{Client: cli, Layout: layout, Timeout: cfg.RequestTimeout},
 		Recorder: shadow.NewV3Recorder(cli, layout, cfg.Name, 0), Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
 		Logger: lg.Named("shadow"), Registry: reg})
 	if err != nil {

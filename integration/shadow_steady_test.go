@@ -31,7 +31,7 @@ func TestShadowComparesEveryWriteAtASteadyRate(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	e := newShadowEnv(t, (*v2bridgetest.Cluster).Endpoints, func(c *shadow.Config, cl *v2bridgetest.Cluster) {
-		c.Feed = &shadow.V3Feed{Client: cl.Client(t), Layout: layout}
+		c.Updates = &shadow.V3Updates{Client: cl.Client(t), Layout: layout}
 		c.Registry = reg
 	})
 	ctx := ctxT(t, 3*time.Minute)

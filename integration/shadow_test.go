@@ -83,7 +83,7 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	e := newShadowEnv(t, (*v2bridgetest.Cluster).Endpoints, func(c *shadow.Config, cl *v2bridgetest.Cluster) {
 		rec = shadow.NewV3Recorder(cl.Client(t), layout, c.Name, 0)
 		c.Recorder, c.RecordInterval = rec, time.Second
-		c.Feed = &shadow.V3Feed{Client: cl.Client(t), Layout: layout}
+		c.Updates = &shadow.V3Updates{Client: cl.Client(t), Layout: layout}
 	})
 	cli := e.cl.Client(t)
 

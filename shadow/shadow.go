@@ -63,7 +63,7 @@ type Config struct {
 	Store v2api.Store
 
 	// SampleRate is the share of forwarded reads compared, in (0, 1].
-	// Every write is compared (with a Feed).
+	// Every write is compared (with Updates).
 	SampleRate float64
 	// Prefix limits the comparison to one v2 subtree: the one the follower
 	// migrates (migrate --from-prefix). Default "/".
@@ -73,9 +73,9 @@ type Config struct {
 	Queue   int
 	Workers int
 
-	// Feed brings the follower's changes and progress from the v3 side
-	// (V3Feed); without one, writes are not compared.
-	Feed Feed
+	// Updates brings the follower's changes and progress from the v3 side
+	// (V3Updates); without one, writes are not compared.
+	Updates Updates
 	// MaxPending bounds the writes awaiting the follower (more are
 	// dropped); MaxAge is how long one waits before it counts as lagging.
 	MaxPending int
@@ -222,7 +222,7 @@ type Shadow struct {
 	ctx     context.Context // ends at Close: it bounds every comparison
 	cancel  context.CancelFunc
 	closed  atomic.Bool
-	workers sync.WaitGroup // the workers, the matcher, the feed and the housekeeping goroutine
+	workers sync.WaitGroup // the workers, the matcher, the updates and the housekeeping goroutine
 }
 
 var _ upstream.Observer = (*Shadow)(nil)
@@ -260,7 +260,7 @@ func New(cfg Config) (*Shadow, error) {
 			s.work()
 		}()
 	}
-	if cfg.Feed != nil {
+	if cfg.Updates != nil {
 		s.workers.Add(2)
 		go func() {
 			defer s.workers.Done()
@@ -268,7 +268,7 @@ func New(cfg Config) (*Shadow, error) {
 		}()
 		go func() {
 			defer s.workers.Done()
-			s.runFeed()
+			s.runUpdates()
 		}()
 	}
 	s.workers.Add(1)
@@ -313,7 +313,7 @@ func (s *Shadow) Close() {
 const writeQueue = 4096
 
 // Sample decides whether a forwarded request is compared: every write of
-// the keys below Prefix (with a Feed), and reads drawn at the sample rate
+// the keys below Prefix (with Updates), and reads drawn at the sample rate
 // (less while the read queue overflows).
 func (s *Shadow) Sample(r *http.Request) bool {
 	write := false
@@ -328,7 +328,7 @@ func (s *Shadow) Sample(r *http.Request) bool {
 		return false
 	}
 	if write {
-		return s.cfg.Feed != nil
+		return s.cfg.Updates != nil
 	}
 	u := rand.Uint64() //nolint:gosec // G404: a sampling draw, not a secret
 	if u >= s.nominal {
@@ -380,16 +380,16 @@ func (s *Shadow) Observe(r *http.Request, a upstream.Answer) {
 	}
 }
 
-// runFeed runs the feed until the shadow closes, again after a failure.
-func (s *Shadow) runFeed() {
+// runUpdates runs the v3 updates until the shadow closes, again after a failure.
+func (s *Shadow) runUpdates() {
 	backoff := 100 * time.Millisecond
 	for s.ctx.Err() == nil {
 		start := time.Now()
-		err := s.cfg.Feed.Run(s.ctx, s.updates)
+		err := s.cfg.Updates.Run(s.ctx, s.updates)
 		if s.ctx.Err() != nil {
 			return
 		}
-		s.lg.Debug("shadow comparison: the v3 feed ended; starting it again", zap.Error(err))
+		s.lg.Debug("shadow comparison: the v3 updates ended; starting it again", zap.Error(err))
 		if time.Since(start) > time.Minute {
 			backoff = 100 * time.Millisecond
 		}

@@ -292,7 +292,7 @@ func TestSampleDecides(t *testing.T) {
 		never          bool
 	}{
 		{"GET", "/v2/keys/coreos.com/network/config", false},
-		{"PUT", "/v2/keys/coreos.com/network/subnets/x", true}, // without a Feed: see TestEveryWriteIsTaken
+		{"PUT", "/v2/keys/coreos.com/network/subnets/x", true}, // without Updates: see TestEveryWriteIsTaken
 		{"GET", "/v2/keys/coreos.com/network", false},
 		{"GET", "/v2/keys/coreos.com/networking", true},
 		{"GET", "/v2/keys/other", true},

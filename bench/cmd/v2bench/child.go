@@ -279,7 +279,7 @@ func startShadow(endpoints string, reg *prometheus.Registry) (*shadow.Shadow, fu
 		return nil, nil, err
 	}
 	sh, err := shadow.New(shadow.Config{Store: server.Store{B: br.Backend}, SampleRate: 1, Registry: reg,
-		Feed: &shadow.V3Feed{Client: cli, Layout: layout}})
+		Updates: &shadow.V3Updates{Client: cli, Layout: layout}})
 	if err != nil {
 		_ = cli.Close()
 		_ = br.Close(ctx)

@@ -40,26 +40,26 @@ type Change struct {
 	TTL bool
 }
 
-// Feed delivers the v3 side's updates. Run sends them on out, in revision
+// Updates delivers the v3 side's updates. Run sends them on out, in revision
 // order, until ctx ends or the feed fails; the shadow runs it again after a
 // failure (changes in between are missed: the writes they concern are then
 // decided from the v3 node alone).
-type Feed interface {
+type Updates interface {
 	Run(ctx context.Context, out chan<- Update) error
 }
 
-// V3Feed is the Feed of an etcd v3 cluster: one watch over the bridge's
+// V3Updates is the Updates of an etcd v3 cluster: one watch over the bridge's
 // whole key range (translate.Layout.WatchRange), which holds the data keys,
 // the directory markers and the follower's progress record
 // (cutover.Keys.Follow), so they arrive in one order.
-type V3Feed struct {
+type V3Updates struct {
 	Client  *clientv3.Client
 	Layout  translate.Layout
 	Timeout time.Duration // of the first read
 }
 
-// Run implements Feed.
-func (f *V3Feed) Run(ctx context.Context, out chan<- Update) error {
+// Run implements Updates.
+func (f *V3Updates) Run(ctx context.Context, out chan<- Update) error {
 	follow := cutover.KeysFor(f.Layout.MetaPrefix).Follow
 	timeout := f.Timeout
 	if timeout <= 0 {
