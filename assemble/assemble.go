@@ -74,8 +74,8 @@ type Config struct {
 	ShadowPrefix                              string
 	ShadowQueue                               int
 
-	// V2Upstream are the v2 server's URLs (passthrough, dual mode).
-	V2Upstream []string
+	// V2Server are the v2 server's URLs (passthrough, dual mode).
+	V2Server []string
 	// Backend is the v3 side (v3, dual mode).
 	Backend v3backend.Config
 	// Embedded, if set, is the private etcd a v3-mode bridge starts and

@@ -51,7 +51,7 @@ func TestPassthroughModeRunsTheOneChainAndShutsDown(t *testing.T) {
 		Client: []Listener{{URL: cu, Ln: client}}, Metrics: []Listener{{URL: murl, Ln: metrics}},
 		Name: "p", AdvertiseURLs: []string{cu}, Served: []string{"/a"}, ServePrefix: "/a",
 		RequestTimeout: 5 * time.Second, HeartbeatInterval: 20 * time.Millisecond, HeartbeatTimeout: time.Second,
-		HeartbeatFailures: 3, V2Upstream: []string{up.URL}}
+		HeartbeatFailures: 3, V2Server: []string{up.URL}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()

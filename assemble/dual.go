@@ -16,7 +16,7 @@ import (
 
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
-	"github.com/v2bridge/v2bridge/upstream"
+	"github.com/v2bridge/v2bridge/passthrough"
 )
 
 // dualSide is a dual-mode bridge: the cutover.Switch over the passthrough
@@ -139,7 +139,7 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 		}
 	}
 	return &built{side: d, serving: "serving in dual mode: from the side the mode record names", start: start,
-		fields: []zap.Field{zap.Strings("v2-upstream", cfg.V2Upstream), zap.Strings("backend", cfg.Backend.Endpoints)}}, nil
+		fields: []zap.Field{zap.Strings("v2-server", cfg.V2Server), zap.Strings("backend", cfg.Backend.Endpoints)}}, nil
 }
 
 // connectV3 connects the v3 side, retrying until it answers or ctx ends,
@@ -178,28 +178,28 @@ func (d *dualSide) connectV3(ctx context.Context, cfg *Config, mem *bridgeMember
 	}
 }
 
-// lateObserver is an upstream.Observer whose comparer arrives after the
+// lateObserver is a passthrough.Observer whose comparer arrives after the
 // passthrough was built; until then it samples nothing.
 type lateObserver struct {
-	obs  atomic.Pointer[upstream.Observer]
+	obs  atomic.Pointer[passthrough.Observer]
 	stop atomic.Pointer[func()]
 }
 
-func (l *lateObserver) set(obs upstream.Observer, stop func()) {
+func (l *lateObserver) set(obs passthrough.Observer, stop func()) {
 	l.stop.Store(&stop)
 	if obs != nil {
 		l.obs.Store(&obs)
 	}
 }
 
-// Sample implements upstream.Observer.
+// Sample implements passthrough.Observer.
 func (l *lateObserver) Sample(r *http.Request) bool {
 	o := l.obs.Load()
 	return o != nil && (*o).Sample(r)
 }
 
-// Observe implements upstream.Observer.
-func (l *lateObserver) Observe(r *http.Request, a upstream.Answer) {
+// Observe implements passthrough.Observer.
+func (l *lateObserver) Observe(r *http.Request, a passthrough.Answer) {
 	if o := l.obs.Load(); o != nil {
 		(*o).Observe(r, a)
 	}

@@ -32,7 +32,7 @@ func registerBridgeInfo(reg prometheus.Registerer, ver, commit string, embedded 
 }
 
 // registerMode adds v2bridge_mode: 1 for the mode the bridge serves in
-// ("passthrough" to a v2 upstream, or "v3"), 0 for the other.
+// ("passthrough" to a v2 server, or "v3"), 0 for the other.
 func registerMode(reg prometheus.Registerer, passthrough bool) {
 	mode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "v2bridge_mode",

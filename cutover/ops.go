@@ -539,7 +539,7 @@ func (o *Options) waitAcks(ctx context.Context, gen uint64, timeout time.Duratio
 		}
 		if err == nil && len(waiting) == 0 {
 			if acked == 0 {
-				o.Log("  no bridge is registered in dual mode (is any bridge started with both --v2-upstream and --endpoints?)")
+				o.Log("  no bridge is registered in dual mode (is any bridge started with both --v2-server and --endpoints?)")
 			}
 			return acked, dropped, nil
 		}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package cutover is the one switch of a migration from a v2 server to etcd v3: bridges in dual mode (a --v2-upstream and an etcd v3
+// Package cutover is the one switch of a migration from a v2 server to etcd v3: bridges in dual mode (a --v2-server and an etcd v3
 // cluster) serve from whichever side the mode record in etcd v3 names, and
 // the cutover and rollback commands move every bridge at once by rewriting
 // that record, fencing writes while the authority changes hands.

@@ -514,7 +514,7 @@ func (s *Switch) notReady(st State) string {
 		}
 		return "etcd v3 backend or its watch unavailable"
 	}
-	return "v2 upstream unavailable"
+	return "v2 server unavailable"
 }
 
 // statsSelf is the serving side's /v2/stats/self with the bridge's mode

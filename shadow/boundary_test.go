@@ -10,7 +10,7 @@ import (
 )
 
 // writeIndex sends a write through the passthrough and returns the index
-// the upstream answered it with.
+// the v2 server answered it with.
 func (e *env) writeIndex(t *testing.T, method, target string, form url.Values) uint64 {
 	t.Helper()
 	code, body := do(t, e.url, method, target, form)

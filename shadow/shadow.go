@@ -7,9 +7,9 @@
 // before they cut over.
 //
 // Every forwarded write that succeeded is compared. Its answer names the
-// node it made and the upstream index it made it at. One v3 watch over the
+// node it made and the v2 server index it made it at. One v3 watch over the
 // bridge's key range brings the follower's changes and its progress record
-// (the upstream index up to which it has applied every event). A change of
+// (the v2 server index up to which it has applied every event). A change of
 // the written key that makes the written node (value, directory or file, TTL
 // or not) matches the write at once. A write is lagging while the
 // follower's applied index is below the write's index; once it is not, a
@@ -23,7 +23,7 @@
 // conformance suite compares a bridge with a real v2 server: indexes are
 // left out, TTLs agree within a tolerance, the documented divergences are
 // allowed. A read's difference is re-checked with backoff for a bounded
-// time; if it persists and the upstream changed meanwhile it is lagging,
+// time; if it persists and the v2 server changed meanwhile it is lagging,
 // else a divergence.
 //
 // Nothing here may slow or fail a client's request: Observe only hands the
@@ -51,8 +51,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/v2bridge/v2bridge/internal/ctxsleep"
+	"github.com/v2bridge/v2bridge/passthrough"
 	"github.com/v2bridge/v2bridge/translate"
-	"github.com/v2bridge/v2bridge/upstream"
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
@@ -81,10 +81,10 @@ type Config struct {
 	MaxPending int
 	MaxAge     time.Duration
 	// Timeout bounds each call to the v3 side and each re-read of the
-	// upstream.
+	// v2 server.
 	Timeout time.Duration
 	// CatchUp is how long a difference is re-checked, with backoff, before
-	// it counts: the follower applies the upstream's writes a moment later.
+	// it counts: the follower applies the v2 server's writes a moment later.
 	CatchUp time.Duration
 	// TTLTolerance is how far apart two TTLs (or expirations) of the same
 	// node may be and still agree (migrate's --ttl-tolerance).
@@ -92,9 +92,9 @@ type Config struct {
 	// MaxBody skips answers larger than this many bytes.
 	MaxBody int
 
-	// UpstreamClient re-reads the upstream; by default one of the shadow's
+	// V2ServerClient re-reads the v2 server; by default one of the shadow's
 	// own with at most Workers connections.
-	UpstreamClient *http.Client
+	V2ServerClient *http.Client
 
 	// Recorder, if set, receives the counters every RecordInterval, for
 	// `v2bridge verify` (see V3Recorder).
@@ -169,8 +169,8 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	if c.UpstreamClient == nil {
-		c.UpstreamClient = &http.Client{
+	if c.V2ServerClient == nil {
+		c.V2ServerClient = &http.Client{
 			Transport: &http.Transport{Proxy: nil, MaxConnsPerHost: c.Workers, MaxIdleConnsPerHost: c.Workers,
 				IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: c.Timeout, DisableCompression: true},
 			// Redirects are part of the answer compared.
@@ -185,7 +185,7 @@ func (c *Config) setDefaults() error {
 const maxShift = 10
 
 // Shadow compares a passthrough's answers with its v3 side. It implements
-// upstream.Observer.
+// passthrough.Observer.
 type Shadow struct {
 	cfg     Config
 	lg      *zap.Logger
@@ -225,7 +225,7 @@ type Shadow struct {
 	workers sync.WaitGroup // the workers, the matcher, the updates and the housekeeping goroutine
 }
 
-var _ upstream.Observer = (*Shadow)(nil)
+var _ passthrough.Observer = (*Shadow)(nil)
 
 // New starts the workers (and, with a Recorder, the publishing of the
 // counters). Close stops them.
@@ -341,9 +341,9 @@ func (s *Shadow) Sample(r *http.Request) bool {
 	return true
 }
 
-// Observe queues a sampled request and the upstream's answer for the
+// Observe queues a sampled request and the v2 server's answer for the
 // matcher (a write) or a worker (a read); it never waits.
-func (s *Shadow) Observe(r *http.Request, a upstream.Answer) {
+func (s *Shadow) Observe(r *http.Request, a passthrough.Answer) {
 	switch {
 	case s.closed.Load():
 		s.drop(reasonClosing)
@@ -497,7 +497,7 @@ const (
 	reasonBusy = iota
 	reasonQueueFull
 	reasonV3Unavailable
-	reasonUpstream
+	reasonV2Server
 	reasonTooLarge
 	reasonClosing
 	reasonNotComparable

@@ -18,14 +18,14 @@ import (
 
 // Update is what one step of the v3 side's history says about the
 // follower's work: the v2 nodes it changed, in order, and how far it has
-// applied the upstream's history.
+// applied the v2 server's history.
 type Update struct {
 	// Rev is the v3 revision of the follower's progress record when
 	// HasApplied; a read of the v3 side at or after it shows every change
 	// the follower made up to Applied.
 	Rev        int64
 	HasApplied bool
-	Applied    uint64 // the upstream index every source event up to which is applied
+	Applied    uint64 // the v2 server index every source event up to which is applied
 	Changes    []Change
 }
 

@@ -319,7 +319,7 @@ func waitGauge(t *testing.T, e *env, name string, v float64) {
 }
 
 // TestAWriteTheFollowerSkippedIsSuperseded: a follower that re-syncs (a
-// full copy after it fell out of the upstream's history) never makes the
+// full copy after it fell out of the v2 server's history) never makes the
 // writes in between; their keys hold later values: dropped, not divergent.
 func TestAWriteTheFollowerSkippedIsSuperseded(t *testing.T) {
 	e, f := writeEnv(t, nil)

@@ -298,7 +298,7 @@ var mutations = []Mutation{
 	},
 	{
 		Name: "shadow-divergence-taken-for-lag", File: "shadow/compare.go",
-		What: "a read the v3 side answers differently, while the upstream's answer stands, is counted as lagging",
+		What: "a read the v3 side answers differently, while the v2 server's answer stands, is counted as lagging",
 		Find: "\tif s.same(q, ref, again) {\n\t\treturn res\n\t}\n",
 		Test: "go test -short -count=1 -run ^TestDivergencesAreCountedByKind$ ./shadow/",
 	},

@@ -77,13 +77,13 @@ func runShadow(cfg *config, res *results) {
 		return
 	}
 	defer follower.Stop()
-	plain, err := startChild("-v2-upstream", v2.v2URL)
+	plain, err := startChild("-v2-server", v2.v2URL)
 	if err != nil {
 		res.note("%s: cannot start the plain passthrough bridge: %s", wl, fmtErr(err))
 		return
 	}
 	defer plain.Stop()
-	shadowed, err := startChild("-v2-upstream", v2.v2URL, "-shadow-endpoints", etcd.etcdURL)
+	shadowed, err := startChild("-v2-server", v2.v2URL, "-shadow-endpoints", etcd.etcdURL)
 	if err != nil {
 		res.note("%s: cannot start the shadowed passthrough bridge: %s", wl, fmtErr(err))
 		return
