@@ -35,15 +35,15 @@ type learnStore interface {
 // credentials are never logged.
 type Learner struct {
 	store learnStore
-	// sourceAuthOn asks the v2 server whether auth is enabled now: with
+	// v2ServerAuthOn asks the v2 server whether auth is enabled now: with
 	// auth off, v2 accepts any password, so none is learned.
-	sourceAuthOn func(ctx context.Context) (bool, error)
-	timeout      time.Duration
-	lg           *zap.Logger
-	results      *prometheus.CounterVec // by result, never by name
-	key          []byte                 // of the HMAC that stands for a password in memory
-	queue        chan learnCredential
-	wg           sync.WaitGroup // the worker
+	v2ServerAuthOn func(ctx context.Context) (bool, error)
+	timeout        time.Duration
+	lg             *zap.Logger
+	results        *prometheus.CounterVec // by result, never by name
+	key            []byte                 // of the HMAC that stands for a password in memory
+	queue          chan learnCredential
+	wg             sync.WaitGroup // the worker
 
 	mu      sync.Mutex        // guards learned, pending, stopped and sending on queue
 	learned map[string]learnt // by user: the password last learned (or found known)
@@ -65,9 +65,9 @@ type learnCredential struct {
 }
 
 // NewLearner starts a learner's worker; Stop ends it.
-func NewLearner(st learnStore, sourceAuthOn func(context.Context) (bool, error), timeout time.Duration,
+func NewLearner(st learnStore, v2ServerAuthOn func(context.Context) (bool, error), timeout time.Duration,
 	lg *zap.Logger, reg prometheus.Registerer) *Learner {
-	l := &Learner{store: st, sourceAuthOn: sourceAuthOn, timeout: timeout, lg: lg,
+	l := &Learner{store: st, v2ServerAuthOn: v2ServerAuthOn, timeout: timeout, lg: lg,
 		key: make([]byte, 32), queue: make(chan learnCredential, learnQueue),
 		learned: map[string]learnt{}, pending: map[string]bool{}}
 	_, _ = rand.Read(l.key) // never fails (crypto/rand)
@@ -176,7 +176,7 @@ func (l *Learner) learn(c learnCredential) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
-	on, err := l.sourceAuthOn(ctx)
+	on, err := l.v2ServerAuthOn(ctx)
 	if err != nil {
 		l.lg.Warn("dual mode: cannot ask the v2 server whether auth is on; a password is not learned", zap.Error(err))
 		return "failed"

@@ -61,10 +61,10 @@ func (f *fakeLearnStore) calls() []string {
 
 func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
 	st := &fakeLearnStore{st: &State{Enabled: true, Users: map[string]User{"alice": {User: "alice"}, "root": {User: "root"}}}}
-	var sourceOn atomic.Bool
-	sourceOn.Store(true)
+	var v2ServerOn atomic.Bool
+	v2ServerOn.Store(true)
 	var asked atomic.Int64
-	l := NewLearner(st, func(context.Context) (bool, error) { asked.Add(1); return sourceOn.Load(), nil },
+	l := NewLearner(st, func(context.Context) (bool, error) { asked.Add(1); return v2ServerOn.Load(), nil },
 		5*time.Second, zap.NewNop(), nil)
 	defer l.Stop()
 	// The v2 server answers with the status the query names.
@@ -113,7 +113,7 @@ func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
 	waitHandled(3)
 	send("/v2/keys/a?status=200", "bob", "bobpw") // no such user in etcd v3
 	waitHandled(4)
-	sourceOn.Store(false)
+	v2ServerOn.Store(false)
 	send("/v2/keys/a?status=200", "alice", "other") // the v2 server accepts anything
 	waitHandled(5)
 	if got, want := st.calls(), []string{"alice:alicepw", "root:rootpw", "root:rootpw"}; !reflect.DeepEqual(got, want) {
@@ -133,7 +133,7 @@ func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
 	st.mu.Lock()
 	st.st = &State{Users: st.st.Users}
 	st.mu.Unlock()
-	sourceOn.Store(true)
+	v2ServerOn.Store(true)
 	send("/v2/keys/a?status=200", "alice", "third")
 	waitHandled(6)
 	if got := st.calls(); len(got) != 3 || asked.Load() != 4 {
