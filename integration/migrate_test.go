@@ -459,7 +459,7 @@ func TestMigrateV2Reference(t *testing.T) {
 			t.Fatalf("MIGRATE_CONC=%q: %v", c, err)
 		}
 	}
-	o := migrate.Options{V2Server: ref.URL, Target: be, Hidden: namedHidden, Log: logs.add, Concurrency: conc,
+	o := migrate.Options{V2Server: []string{ref.URL}, Target: be, Hidden: namedHidden, Log: logs.add, Concurrency: conc,
 		Progress: func(p migrate.Progress) { progress = append(progress, p) }}
 
 	// 1. The copy.
@@ -708,7 +708,7 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 		q := r.URL.Query()
 		return r.Method == "GET" && q.Get("recursive") == "true" && q.Get("wait") != "true"
 	})
-	o := migrate.Options{V2Server: src.URL, V2ServerPrefix: "/coreos.com", Target: be, TTLResync: 500 * time.Millisecond, Log: logs.add}
+	o := migrate.Options{V2Server: []string{src.URL}, V2ServerPrefix: "/coreos.com", Target: be, TTLResync: 500 * time.Millisecond, Log: logs.add}
 	sum, err := migrate.Copy(ctx, o)
 	if err != nil || sum.Created != 6 {
 		t.Fatalf("copy: %+v %v", sum, err)
@@ -802,20 +802,20 @@ func TestMigrateErrors(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 
 	// Nothing listens there.
-	_, err := migrate.Copy(ctx, migrate.Options{V2Server: v2bridgetest.FreeURL(t), Target: be})
+	_, err := migrate.Copy(ctx, migrate.Options{V2Server: []string{v2bridgetest.FreeURL(t)}, Target: be})
 	if !errors.Is(err, migrate.ErrUnreachable) || !strings.Contains(err.Error(), "cannot reach the v2 source") {
 		t.Errorf("unreachable source: %v", err)
 	}
 	// An etcd without the v2 API (3.6 answers /v2/keys with 404).
-	_, err = migrate.Copy(ctx, migrate.Options{V2Server: cl.Endpoints()[0], Target: be})
+	_, err = migrate.Copy(ctx, migrate.Options{V2Server: []string{cl.Endpoints()[0]}, Target: be})
 	if !errors.Is(err, migrate.ErrNoV2API) || !strings.Contains(err.Error(), "404") {
 		t.Errorf("no v2 API: %v", err)
 	}
-	if _, err := migrate.Verify(ctx, migrate.Options{V2Server: cl.Endpoints()[0], Target: be}); !errors.Is(err, migrate.ErrNoV2API) {
+	if _, err := migrate.Verify(ctx, migrate.Options{V2Server: []string{cl.Endpoints()[0]}, Target: be}); !errors.Is(err, migrate.ErrNoV2API) {
 		t.Errorf("verify, no v2 API: %v", err)
 	}
 	// A prefix the source does not have.
-	if _, err := migrate.Copy(ctx, migrate.Options{V2Server: ref.URL, V2ServerPrefix: "/nope", Target: be}); err == nil ||
+	if _, err := migrate.Copy(ctx, migrate.Options{V2Server: []string{ref.URL}, V2ServerPrefix: "/nope", Target: be}); err == nil ||
 		!strings.Contains(err.Error(), "has no key /nope") {
 		t.Errorf("missing prefix: %v", err)
 	}
@@ -827,7 +827,7 @@ func TestMigrateErrors(t *testing.T) {
 	v2do(t, ref.URL, "PUT", "/big/blob", "value", big)
 	v2do(t, ref.URL, "PUT", "/big/small", "value", "s")
 	v2do(t, ref.URL, "PUT", "/big/sub/x", "value", "x")
-	o := migrate.Options{V2Server: ref.URL, V2ServerPrefix: "/big", Target: be, NoHiddenDiscovery: true}
+	o := migrate.Options{V2Server: []string{ref.URL}, V2ServerPrefix: "/big", Target: be, NoHiddenDiscovery: true}
 	sum, err := migrate.Copy(ctx, o)
 	var ie *migrate.IncompleteError
 	if !errors.As(err, &ie) || ie.Stopped || sum == nil || sum.Complete || len(sum.Failures) != 1 ||

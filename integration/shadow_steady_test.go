@@ -40,7 +40,7 @@ func TestShadowComparesEveryWriteAtASteadyRate(t *testing.T) {
 	for i := range keys {
 		v2do(t, src, "PUT", fmt.Sprintf("/steady/k%d", i), "value", "start")
 	}
-	o := migrate.Options{V2Server: src, V2ServerPrefix: "/steady", Target: newTargetBackend(t, e.cl.Endpoints()),
+	o := migrate.Options{V2Server: []string{src}, V2ServerPrefix: "/steady", Target: newTargetBackend(t, e.cl.Endpoints()),
 		NoHiddenDiscovery: true}
 	sum, err := migrate.Copy(ctx, o)
 	if err != nil {

@@ -95,7 +95,7 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	v2do(t, src, "PUT", "/app/empty", "dir", "true")
 	v2do(t, src, "PUT", "/app/a", "value", "1")
 	v2do(t, src, "PUT", "/app/deep/x/y", "value", "y")
-	o := migrate.Options{V2Server: src, Target: newTargetBackend(t, e.cl.Endpoints()), NoHiddenDiscovery: true}
+	o := migrate.Options{V2Server: []string{src}, Target: newTargetBackend(t, e.cl.Endpoints()), NoHiddenDiscovery: true}
 	sum, err := migrate.Copy(ctx, o)
 	if err != nil || sum.Created == 0 {
 		t.Fatalf("copy: %+v %v", sum, err)

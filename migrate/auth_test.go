@@ -78,7 +78,7 @@ func TestCopyAuthFromReference(t *testing.T) {
 	srv := v2ref.StartT(t, v2ref.Options{})
 	ctx := context.Background()
 	tgt := &memAuth{st: &auth.State{}}
-	o := Options{V2Server: srv.URL, V2ServerUser: "root:rootpw", Auth: tgt, HashCost: bcrypt.MinCost}
+	o := Options{V2Server: []string{srv.URL}, V2ServerUser: "root:rootpw", Auth: tgt, HashCost: bcrypt.MinCost}
 
 	// A v2 server with no users: nothing to write.
 	sum, err := CopyAuth(ctx, o)
@@ -98,7 +98,7 @@ func TestCopyAuthFromReference(t *testing.T) {
 	v2auth(t, "PUT", srv.URL+"/v2/auth/enable", "", "")
 
 	// Without credentials the v2 server refuses to list its users.
-	if _, err := CopyAuth(ctx, Options{V2Server: srv.URL, Auth: tgt}); err == nil || !strings.Contains(err.Error(), "--v2-server-user") {
+	if _, err := CopyAuth(ctx, Options{V2Server: []string{srv.URL}, Auth: tgt}); err == nil || !strings.Contains(err.Error(), "--v2-server-user") {
 		t.Fatalf("without --v2-server-user: %v", err)
 	}
 

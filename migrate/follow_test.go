@@ -169,7 +169,7 @@ func (f *fakeV2) write() {
 func followSource(t *testing.T, f *fakeV2) *migrator {
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	s, err := newV2Server(&Options{V2Server: srv.URL})
+	s, err := newV2Server(&Options{V2Server: []string{srv.URL}})
 	if err != nil {
 		t.Fatal(err)
 	}

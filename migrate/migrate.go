@@ -39,8 +39,9 @@ import (
 
 // Options configure Copy, Follow and Verify.
 type Options struct {
-	// V2Server is the v2 server's client URL, e.g. http://old-etcd:2379.
-	V2Server string
+	// V2Server are the v2 server's client URLs, tried in turn, e.g.
+	// http://old-etcd:2379.
+	V2Server []string
 	// V2ServerPrefix is the v2 directory (or file) to migrate; default "/".
 	// Nodes keep their v2 paths on the bridge.
 	V2ServerPrefix string

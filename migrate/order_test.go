@@ -136,7 +136,7 @@ func TestFollowAppliesEachKeysEventsInOrder(t *testing.T) {
 	var logs []string
 	var appliedMu sync.Mutex
 	var applied uint64
-	o := Options{V2Server: src.URL, Target: be, TTLResync: -1, NoHiddenDiscovery: true,
+	o := Options{V2Server: []string{src.URL}, Target: be, TTLResync: -1, NoHiddenDiscovery: true,
 		Log:     func(l string) { logMu.Lock(); logs = append(logs, l); logMu.Unlock() },
 		Applied: func(i uint64) { appliedMu.Lock(); applied = max(applied, i); appliedMu.Unlock() }}
 	snap, err := Copy(ctx, o)

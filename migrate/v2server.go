@@ -48,10 +48,10 @@ type v2Server struct {
 func (s *v2Server) close() { s.c.Close() }
 
 func newV2Server(o *Options) (*v2Server, error) {
-	if o.V2Server == "" {
+	if len(o.V2Server) == 0 {
 		return nil, errors.New("no v2 server URL (--v2-server)")
 	}
-	c, err := v2client.New(v2client.Config{URLs: []string{o.V2Server}, TLS: o.V2ServerTLS, User: o.V2ServerUser})
+	c, err := v2client.New(v2client.Config{URLs: o.V2Server, TLS: o.V2ServerTLS, User: o.V2ServerUser})
 	if err != nil {
 		return nil, err
 	}

@@ -39,43 +39,42 @@ type cutoverFlags struct {
 func newCutoverFlagSet(cmd string, c *config, cf *cutoverFlags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(progName+" migrate "+cmd, flag.ContinueOnError)
 	fs.SetOutput(out)
+	cf.add(fs, "which the bridges forward to", "the migrated v2 directory (a rollback writes a hidden pad key below it)",
+		"deadline of each request to the v2 server", 5*time.Second)
 	addBackendFlags(fs, c)
-	cf.add(fs, "the old server", "client URL(s) of the old etcd v2 server the bridges forward to (required), comma-separated",
-		"the migrated v2 directory (a rollback writes a hidden pad key below it)",
-		"deadline of each request to the old server", 5*time.Second)
 	fs.DurationVar(&cf.ackTimeout, "ack-timeout", 30*time.Second, "how long to wait for every live bridge to acknowledge the fence (then the fence is lifted)")
 	fs.Uint64Var(&cf.indexMargin, "index-margin", 1000, "how far the index of the side taking over must be ahead of the other side's (raised by writing a pad key when it is not)")
 	if cmd == "cutover" {
-		fs.DurationVar(&cf.followTimeout, "follow-timeout", time.Minute, "how long to wait for 'migrate --follow' to apply the old server's last changes (then the fence is lifted)")
-		fs.BoolVar(&cf.allowUnknownPasswords, "allow-unknown-passwords", false, "cut over even though the old server has auth enabled and users whose password the bridges have not learned (they cannot log in afterwards)")
+		fs.DurationVar(&cf.followTimeout, "follow-timeout", time.Minute, "how long to wait for 'migrate --follow' to apply the v2 server's last changes (then the fence is lifted)")
+		fs.BoolVar(&cf.allowUnknownPasswords, "allow-unknown-passwords", false, "cut over even though the v2 server has auth enabled and users whose password the bridges have not learned (they cannot log in afterwards)")
 	} else {
-		fs.BoolVar(&cf.force, "force", false, "roll back even though writes were made through etcd v3 since the cutover: they are lost (nothing copies them back to the old server); each node is listed once with its last value")
+		fs.BoolVar(&cf.force, "force", false, "roll back even though writes were made through etcd v3 since the cutover: they are lost (nothing copies them back to the v2 server); each node is listed once with its last value")
 	}
 	fs.StringVar(&cf.output, "output", "text", "result on stdout: text, or json (one object, for scripts; the steps go to stderr)")
-	intro := `Usage: v2bridge migrate rollback --from URL --endpoints URLS [flags]
+	intro := `Usage: v2bridge migrate rollback --v2-server URLS --endpoints URLS [flags]
 
-Switches every dual-mode bridge back to the old v2 server, which must be
+Switches every dual-mode bridge back to the v2 server, which must be
 intact. Writes made through etcd v3 since the cutover are not copied back:
 it refuses when there are any, unless --force. Steps: fence writes and wait
-for the bridges; raise the old server's index past etcd v3's; switch.
+for the bridges; raise the v2 server's index past etcd v3's; switch.
 Already in passthrough mode: nothing to do.
 `
 	if cmd == "cutover" {
-		intro = `Usage: v2bridge migrate cutover --from URL --endpoints URLS [flags]
+		intro = `Usage: v2bridge migrate cutover --v2-server URLS --endpoints URLS [flags]
 
-Switches every dual-mode bridge (started with --v2-upstream and --endpoints)
-from the old v2 server to etcd v3 at once, by rewriting the mode record in
+Switches every dual-mode bridge (started with --v2-server and --endpoints)
+from the v2 server to etcd v3 at once, by rewriting the mode record in
 etcd v3 that they all watch:
   1. fence: bridges refuse writes; wait until every live bridge acknowledges
-  2. wait until "migrate --follow" has applied the old server's last change
-  3. raise the v3 index past the old server's if needed, then switch to v3
-Once fenced it copies the old server's users, roles and auth flag one last
+  2. wait until "migrate --follow" has applied the v2 server's last change
+  3. raise the v3 index past the v2 server's if needed, then switch to v3
+Once fenced it copies the v2 server's users, roles and auth flag one last
 time; it refuses while auth is enabled there and some user's password is
 unknown to the bridges (see --allow-unknown-passwords).
 A failure before step 3 lifts the fence. Already in v3 mode: nothing to do.
 `
 	}
-	setCommandUsage(fs, intro, "The old server and the command:", "The etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
+	setCommandUsage(fs, intro, "The v2 server and the command:", "The etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
 	return fs
 }
 
@@ -137,13 +136,14 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
+	printDeprecated(stderr, fs)
 	if err := cf.defaultPrefix(&c); err != nil {
 		return err
 	}
 	// Settings missing or malformed are command-line mistakes (exit status
 	// 2), found before anything is connected to.
 	if cf.from == "" {
-		return usageErrorf("migrate %s: --from is required: the old etcd v2 server's client URL, e.g. --from http://old-etcd:2379", cmd)
+		return usageErrorf("migrate %s: --v2-server is required: the etcd v2 server's client URL, e.g. --v2-server http://old-etcd:2379", cmd)
 	}
 	endpoints := splitList(c.endpoints)
 	if len(endpoints) == 0 {
@@ -164,7 +164,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	src, err := cutover.NewV2Server(splitList(cf.from), srcTLS, cf.fromUser, cf.fromTimeout)
 	if err != nil { // only for a malformed URL or user
-		return usageError{fmt.Errorf("migrate %s: --from: %w", cmd, err)}
+		return usageError{fmt.Errorf("migrate %s: --v2-server: %w", cmd, err)}
 	}
 	defer src.Close()
 	bcfg, err := backendConfig(&c, endpoints, layout)
@@ -219,7 +219,7 @@ func copyAuthFunc(o migrate.Options, urls []string) func(context.Context, bool) 
 	return func(ctx context.Context, dryRun bool) (cutover.AuthCopy, error) {
 		var err error
 		for _, u := range urls {
-			o.V2Server, o.DryRun = u, dryRun
+			o.V2Server, o.DryRun = []string{u}, dryRun
 			var sum *migrate.AuthSummary
 			if sum, err = migrate.CopyAuth(ctx, o); err == nil {
 				return cutover.AuthCopy{Enabled: sum.Enabled, Users: len(sum.Users), Roles: len(sum.Roles),

@@ -83,6 +83,9 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range c.deprecated {
+		_, _ = fmt.Fprintln(stderr, progName+": "+w)
+	}
 	if c.showVersion {
 		printVersion(stdout)
 		return nil

@@ -51,8 +51,9 @@ type migrateFlags struct {
 	output                    string
 }
 
-// oldServerFlags are the --from* flags of the commands that talk to an old
-// etcd v2 server: migrate, verify, and migrate cutover and rollback.
+// oldServerFlags are the --v2-server* flags of the commands that talk to
+// the v2 server: migrate, verify, and migrate cutover and rollback. Their
+// old names, --from*, still work (alias.go).
 type oldServerFlags struct {
 	from, fromPrefix              string
 	fromCACert, fromCert, fromKey string
@@ -61,24 +62,29 @@ type oldServerFlags struct {
 	fromTimeout                   time.Duration
 }
 
-// add registers the flags on fs; server names the old server in their usage
-// ("the v2 source"), and timeout is --from-timeout's default.
-func (f *oldServerFlags) add(fs *flag.FlagSet, server, fromUsage, prefixUsage, timeoutUsage string, timeout time.Duration) {
-	fs.StringVar(&f.from, "from", "", fromUsage)
-	fs.StringVar(&f.fromPrefix, "from-prefix", "", prefixUsage+" (default: --serve-prefix, which defaults to /: all the bridges serve)")
-	fs.StringVar(&f.fromCACert, "from-cacert", "", "CA bundle to verify "+server+"'s certificate")
-	fs.StringVar(&f.fromCert, "from-cert", "", "client certificate for "+server)
-	fs.StringVar(&f.fromKey, "from-key", "", "client key for "+server)
-	fs.BoolVar(&f.fromInsecure, "from-insecure-skip-tls-verify", false, "do not verify "+server+"'s certificate")
-	fs.StringVar(&f.fromUser, "from-user", "", strings.TrimPrefix(server, "the ")+" user as name:password (v2 auth)")
-	fs.DurationVar(&f.fromTimeout, "from-timeout", timeout, timeoutUsage)
+// add registers the flags on fs; what names what is asked of the v2 server
+// in --v2-server's usage, and timeout is --v2-server-timeout's default.
+func (f *oldServerFlags) add(fs *flag.FlagSet, what, prefixUsage, timeoutUsage string, timeout time.Duration) {
+	const server = "the v2 server"
+	fs.StringVar(&f.from, "v2-server", "", "comma-separated client URLs of the etcd v2 server being migrated from (the v2 server; tried in list order), "+what+
+		" (required), e.g. http://old-etcd:2379")
+	fs.StringVar(&f.fromPrefix, "v2-server-prefix", "", prefixUsage+" (default: --serve-prefix, which defaults to /: all the bridges serve)")
+	fs.StringVar(&f.fromCACert, "v2-server-cacert", "", "CA bundle to verify "+server+"'s certificate")
+	fs.StringVar(&f.fromCert, "v2-server-cert", "", "client certificate for "+server)
+	fs.StringVar(&f.fromKey, "v2-server-key", "", "client key for "+server)
+	fs.BoolVar(&f.fromInsecure, "v2-server-insecure-skip-tls-verify", false, "do not verify "+server+"'s certificate")
+	fs.StringVar(&f.fromUser, "v2-server-user", "", "v2 server user as name:password (v2 auth)")
+	fs.DurationVar(&f.fromTimeout, "v2-server-timeout", timeout, timeoutUsage)
+	for _, n := range []string{"", "-prefix", "-cacert", "-cert", "-key", "-insecure-skip-tls-verify", "-user", "-timeout"} {
+		addAlias(fs, "from"+n, "v2-server"+n)
+	}
 }
 
-// defaultPrefix makes --from-prefix, when no source set it, the served
+// defaultPrefix makes --v2-server-prefix, when no source set it, the served
 // prefix of the bridges' settings (--serve-prefix, from the same flags,
 // V2BRIDGE_* variables or --config-file), so that every command covers what
 // the bridges serve unless told otherwise. A migration covers one subtree:
-// bridges serving several need --from-prefix.
+// bridges serving several need --v2-server-prefix.
 func (f *oldServerFlags) defaultPrefix(c *config) error {
 	if f.fromPrefix == "" {
 		p, err := cleanServePrefix(c)
@@ -92,10 +98,10 @@ func (f *oldServerFlags) defaultPrefix(c *config) error {
 }
 
 // tls is the client TLS for the old server (nil: its system defaults), and
-// checks --from-user.
+// checks --v2-server-user.
 func (f *oldServerFlags) tls() (*tls.Config, error) {
 	if f.fromUser != "" && !strings.Contains(f.fromUser, ":") {
-		return nil, usageErrorf("--from-user must be name:password")
+		return nil, usageErrorf("--v2-server-user must be name:password")
 	}
 	if f.fromCACert == "" && f.fromCert == "" && !f.fromInsecure {
 		return nil, nil
@@ -104,7 +110,7 @@ func (f *oldServerFlags) tls() (*tls.Config, error) {
 		InsecureSkipVerify: f.fromInsecure}
 	c, err := ti.ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("source TLS: %w", err)
+		return nil, fmt.Errorf("v2 server TLS: %w", err)
 	}
 	return c, nil
 }
@@ -123,7 +129,8 @@ func setCommandUsage(fs *flag.FlagSet, intro, own, backend string) {
 		_, _ = fmt.Fprint(o, intro)
 		_, _ = fmt.Fprintln(o, "\n"+own)
 		fs.VisitAll(func(f *flag.Flag) {
-			if !shown[f.Name] && server.Lookup(f.Name) == nil {
+			// --v2-server is the command's own, not the server's.
+			if !shown[f.Name] && (server.Lookup(f.Name) == nil || f.Name == "v2-server") {
 				printFlag(o, f)
 			}
 		})
@@ -142,6 +149,14 @@ func setCommandUsage(fs *flag.FlagSet, intro, own, backend string) {
 func addBackendFlags(fs *flag.FlagSet, c *config) {
 	srv := newFlagSet(c, io.Discard)
 	srv.VisitAll(func(f *flag.Flag) {
+		if fs.Lookup(f.Name) != nil { // the command's own (--v2-server)
+			return
+		}
+		if a, ok := f.Value.(*aliasValue); ok && fs.Lookup(a.target.Name) != nil {
+			// The server's old name of it: accepted and ignored, as before.
+			fs.Var(&aliasValue{}, f.Name, f.Usage)
+			return
+		}
 		usage := f.Usage
 		if f.Name == "endpoints" {
 			usage = "comma-separated etcd v3 endpoints of the cluster the bridges serve (required)"
@@ -160,27 +175,30 @@ func addBackendFlags(fs *flag.FlagSet, c *config) {
 func newMigrateFlagSet(cmd string, c *config, mf *migrateFlags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(progName+" "+cmd, flag.ContinueOnError)
 	fs.SetOutput(out)
+	what := "to copy from"
+	if cmd == "verify" {
+		what = "to compare with"
+	}
+	mf.add(fs, what, "v2 directory to migrate; keys keep their v2 paths",
+		"deadline of each read of the v2 server (the snapshot of a big tree is one answer)", 2*time.Minute)
 	addBackendFlags(fs, c)
-	mf.add(fs, "the v2 source", "client URL of the etcd v2 server to copy from (required), e.g. http://old-etcd:2379",
-		"v2 directory to migrate; keys keep their v2 paths",
-		"deadline of each read of the v2 source (the snapshot of a big tree is one answer)", 2*time.Minute)
 	fs.StringVar(&mf.hidden, "hidden", "", "comma-separated hidden nodes ('_' names) to include: v2 never lists them")
-	fs.BoolVar(&mf.noDiscovery, "no-hidden-discovery", false, "do not search the source's recent event history for hidden nodes")
+	fs.BoolVar(&mf.noDiscovery, "no-hidden-discovery", false, "do not search the v2 server's recent event history for hidden nodes")
 	fs.DurationVar(&mf.ttlTolerance, "ttl-tolerance", 5*time.Second, "how far apart two expirations of the same TTL node may be and still agree")
 	fs.StringVar(&mf.output, "output", "text", "summary on stdout: text, or json (one object, for scripts)")
 	fs.StringVar(&mf.progress, "progress", "auto", "progress on stderr: auto (a live line on a terminal, else a line every 10s), tty, lines or none")
 	if cmd == "migrate" {
 		fs.BoolVar(&mf.dryRun, "dry-run", false, "report what would be written, write nothing")
-		fs.BoolVar(&mf.follow, "follow", false, "after the copy, keep applying the source's changes (a v2 watch) until interrupted")
-		fs.BoolVar(&mf.overwrite, "overwrite", false, "replace conflicting nodes on the bridge with the source's")
-		fs.BoolVar(&mf.prune, "prune", false, "delete nodes under --from-prefix that the bridge has and the source does not")
+		fs.BoolVar(&mf.follow, "follow", false, "after the copy, keep applying the v2 server's changes (a v2 watch) until interrupted")
+		fs.BoolVar(&mf.overwrite, "overwrite", false, "replace conflicting nodes on the bridge with the v2 server's")
+		fs.BoolVar(&mf.prune, "prune", false, "delete nodes under --v2-server-prefix that the bridge has and the v2 server does not")
 		fs.IntVar(&mf.concurrency, "concurrency", 16, "writes in flight")
 		fs.DurationVar(&mf.ttlResync, "ttl-resync", 30*time.Second, "with --follow: how often to carry over TTLs renewed with refresh=true (invisible to v2 watches); 0 disables")
 	} else {
 		fs.IntVar(&mf.maxDiffs, "max-differences", 100, "differences to print (all are counted)")
 		fs.BoolVar(&mf.compareExpiration, "compare-expiration", false, "also report TTL nodes expiring more than --ttl-tolerance apart (by default TTL presence is compared: renewals made through the bridge move expirations)")
 	}
-	intro := `Usage: v2bridge verify --from URL --endpoints URLS [flags]
+	intro := `Usage: v2bridge verify --v2-server URLS --endpoints URLS [flags]
 
 Compares an etcd v2 server's tree with the bridge's view of it, node by node
 (kind, value, TTL), and its users, roles and auth flag (naming users whose
@@ -190,19 +208,19 @@ bridges in passthrough mode report of their shadow comparison (their answers
 checked against etcd v3 as they serve), which does not change the exit status.
 `
 	if cmd == "migrate" {
-		intro = `Usage: v2bridge migrate --from URL --endpoints URLS [flags]
+		intro = `Usage: v2bridge migrate --v2-server URLS --endpoints URLS [flags]
 
 Copies a running etcd v2 server's tree (files, empty directories, hidden nodes,
 TTLs as leases) into the bridge's etcd v3 layout, through the bridge's own
 write path, then its users, roles and auth flag (v2 shows no password: the
---from-user user's is the one given, the others are learned by dual-mode
-bridges from requests the old server accepts). Running it again changes
+--v2-server-user user's is the one given, the others are learned by dual-mode
+bridges from requests the v2 server accepts). Running it again changes
 nothing; nodes the bridge holds differently are reported as conflicts and
 left alone unless --overwrite.
-With --follow it keeps applying the source's changes until interrupted.
+With --follow it keeps applying the v2 server's changes until interrupted.
 `
 	}
-	setCommandUsage(fs, intro, "Source and behaviour:", "Target etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
+	setCommandUsage(fs, intro, "The v2 server and behaviour:", "Target etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
 	return fs
 }
 
@@ -253,6 +271,7 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err := applySources(fs, getenv); err != nil {
 		return err
 	}
+	printDeprecated(stderr, fs)
 	if err := r.mf.defaultPrefix(&c); err != nil {
 		return err
 	}
@@ -351,14 +370,16 @@ func (r *migrateRun) writeJSONSummary(err error) {
 // before anything is connected to (command-line mistakes: exit status 2),
 // and returns the v3 cluster's endpoints and the bridge's key layout.
 func (r *migrateRun) checkTarget(c *config) ([]string, translate.Layout, error) {
-	if r.mf.from == "" {
-		return nil, translate.Layout{}, usageErrorf("%s: --from is required: the client URL of the etcd v2 server, e.g. --from http://old-etcd:2379", r.cmd)
+	if len(splitList(r.mf.from)) == 0 {
+		return nil, translate.Layout{}, usageErrorf("%s: --v2-server is required: the client URL of the etcd v2 server, e.g. --v2-server http://old-etcd:2379", r.cmd)
 	}
-	if u, err := url.Parse(r.mf.from); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, translate.Layout{}, usageErrorf("%s: bad --from %q: want the etcd v2 server's client URL, e.g. --from http://old-etcd:2379", r.cmd, r.mf.from)
+	for _, s := range splitList(r.mf.from) {
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, translate.Layout{}, usageErrorf("%s: bad --v2-server %q: want the etcd v2 server's client URL, e.g. --v2-server http://old-etcd:2379", r.cmd, s)
+		}
 	}
 	if _, verr := translate.CleanPath(r.mf.fromPrefix); verr != nil {
-		return nil, translate.Layout{}, usageErrorf("%s: bad --from-prefix %q: %s", r.cmd, r.mf.fromPrefix, verr.Cause)
+		return nil, translate.Layout{}, usageErrorf("%s: bad --v2-server-prefix %q: %s", r.cmd, r.mf.fromPrefix, verr.Cause)
 	}
 	if r.mf.dryRun && r.mf.follow {
 		return nil, translate.Layout{}, usageErrorf("migrate: --follow cannot be combined with --dry-run")
@@ -380,7 +401,7 @@ func (r *migrateRun) checkTarget(c *config) ([]string, translate.Layout, error) 
 // reach it, and what to do; the target and the output are set later.
 func sourceOptions(mf *migrateFlags) (migrate.Options, error) {
 	o := migrate.Options{
-		V2Server: mf.from, V2ServerPrefix: mf.fromPrefix, V2ServerUser: mf.fromUser, V2ServerTimeout: mf.fromTimeout,
+		V2Server: splitList(mf.from), V2ServerPrefix: mf.fromPrefix, V2ServerUser: mf.fromUser, V2ServerTimeout: mf.fromTimeout,
 		Hidden: splitList(mf.hidden), NoHiddenDiscovery: mf.noDiscovery,
 		DryRun: mf.dryRun, Overwrite: mf.overwrite, Prune: mf.prune, Concurrency: mf.concurrency,
 		TTLTolerance: mf.ttlTolerance, TTLResync: mf.ttlResync, CompareExpiration: mf.compareExpiration,
@@ -445,7 +466,7 @@ func (r *migrateRun) verify(ctx context.Context) error {
 			_, _ = fmt.Fprintf(r.stdout, "not compared what the bridges serve outside %s (%s): listing it failed: %v\n",
 				rep.Prefix, r.served, ncerr)
 		case len(notCompared) > 0:
-			_, _ = fmt.Fprintf(r.stdout, "not compared %s (outside --from-prefix %s; the bridges serve %s)\n",
+			_, _ = fmt.Fprintf(r.stdout, "not compared %s (outside --v2-server-prefix %s; the bridges serve %s)\n",
 				strings.Join(notCompared, ", "), rep.Prefix, r.served)
 		}
 		printShadow(r.stdout, recs, followed, serr)
@@ -460,12 +481,12 @@ func (r *migrateRun) verify(ctx context.Context) error {
 }
 
 // notCompared lists the source's nodes the bridges serve that verify's
-// --from-prefix left out.
+// --v2-server-prefix left out.
 func (r *migrateRun) notCompared(ctx context.Context) ([]string, error) {
 	if cutover.Covers(r.o.V2ServerPrefix, r.served) {
 		return nil, nil
 	}
-	src, err := cutover.NewV2Server([]string{r.o.V2Server}, r.o.V2ServerTLS, r.o.V2ServerUser, r.mf.fromTimeout)
+	src, err := cutover.NewV2Server(r.o.V2Server, r.o.V2ServerTLS, r.o.V2ServerUser, r.mf.fromTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -483,7 +504,7 @@ func cleanServePrefix(c *config) (string, error) {
 		return "", usageErrorf("--serve-prefix: %v", err)
 	}
 	if len(served) > 1 {
-		return "", usageErrorf("--serve-prefix %s names several subtrees; a migration covers one: give --from-prefix", c.servePrefix)
+		return "", usageErrorf("--serve-prefix %s names several subtrees; a migration covers one: give --v2-server-prefix", c.servePrefix)
 	}
 	return served[0], nil
 }
@@ -537,7 +558,7 @@ func (r *migrateRun) watchMode(ctx context.Context, c *config, endpoints []strin
 	if err != nil {
 		return err
 	}
-	src, err := cutover.NewV2Server([]string{r.o.V2Server}, r.o.V2ServerTLS, r.o.V2ServerUser, r.mf.fromTimeout)
+	src, err := cutover.NewV2Server(r.o.V2Server, r.o.V2ServerTLS, r.o.V2ServerUser, r.mf.fromTimeout)
 	if err != nil {
 		_ = cli.Close()
 		return err

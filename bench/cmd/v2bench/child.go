@@ -323,7 +323,7 @@ func serveFollower(from, endpoints string) error {
 		return err
 	}
 	defer src.Close()
-	o := migrate.Options{V2Server: from, V2ServerPrefix: shadowRoot, Target: be, NoHiddenDiscovery: true,
+	o := migrate.Options{V2Server: []string{from}, V2ServerPrefix: shadowRoot, Target: be, NoHiddenDiscovery: true,
 		Log: func(s string) { fmt.Fprintln(os.Stderr, "follower:", s) }}
 	sum, err := migrate.Copy(ctx, o)
 	if err != nil {
