@@ -61,7 +61,7 @@ func (o *Options) checkCoverage(ctx context.Context, copied string) error {
 	}
 	return fmt.Errorf("the follower copies only %s, but bridges serve %s (%s): the v2 server holds %s outside the copy, "+
 		"which etcd v3 would answer as missing after the switch; follow the whole served tree "+
-		"(`migrate --follow --from-prefix %s`), or start the bridges with --serve-prefix %s",
+		"(`migrate --follow --v2-server-prefix %s`), or start the bridges with --serve-prefix %s",
 		copied, strings.Join(prefixes, ", "), strings.Join(served[prefixes[0]], "; "), strings.Join(named, ", "),
 		prefixes[0], copied)
 }

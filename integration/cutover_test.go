@@ -57,7 +57,7 @@ func (e *dualEnv) startBridge(t *testing.T, url string) *proc {
 			u = v2bridgetest.FreeURL(t)
 		}
 		return u, []string{"V2BRIDGE_LOG_LEVEL=info", "V2BRIDGE_LOG_FORMAT=console"},
-			[]string{"--v2-upstream", e.ref.URL, "--endpoints", e.endpoints(), "--listen-client-urls", u,
+			[]string{"--v2-server", e.ref.URL, "--endpoints", e.endpoints(), "--listen-client-urls", u,
 				"--mode-lease-ttl", "3s", "--heartbeat-interval", "200ms", "--heartbeat-timeout", "300ms",
 				"--request-timeout", "2s"}
 	})
@@ -67,7 +67,7 @@ func (e *dualEnv) startBridge(t *testing.T, url string) *proc {
 // progress in etcd v3.
 func (e *dualEnv) startFollower(t *testing.T, prefix string) {
 	t.Helper()
-	e.follower = startBridgeProcess(t, nil, "migrate", "--from", e.ref.URL, "--from-prefix", prefix,
+	e.follower = startBridgeProcess(t, nil, "migrate", "--v2-server", e.ref.URL, "--v2-server-prefix", prefix,
 		"--endpoints", e.endpoints(), "--follow", "--progress", "none", "--ttl-resync", "0")
 	waitFor(t, 30*time.Second, "the follower's progress record", func() bool {
 		r, err := e.v3.Get(ctxT(t, 5*time.Second), "_v2bridge/migrate/follow")
@@ -78,7 +78,7 @@ func (e *dualEnv) startFollower(t *testing.T, prefix string) {
 // command runs `v2bridge migrate cutover|rollback` with extra arguments.
 func (e *dualEnv) command(t *testing.T, cmd string, extra ...string) cmdResult {
 	t.Helper()
-	return runBinary(t, nil, append([]string{"migrate", cmd, "--from", e.ref.URL, "--from-prefix", network,
+	return runBinary(t, nil, append([]string{"migrate", cmd, "--v2-server", e.ref.URL, "--v2-server-prefix", network,
 		"--endpoints", e.endpoints(), "--index-margin", "100", "--ack-timeout", "20s"}, extra...)...)
 }
 
@@ -552,7 +552,7 @@ func TestCutoverWithFaults(t *testing.T) {
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer ccancel()
-	cmd := exec.CommandContext(cctx, buildBridge(t), "migrate", "cutover", "--from", e.ref.URL, "--from-prefix", "/",
+	cmd := exec.CommandContext(cctx, buildBridge(t), "migrate", "cutover", "--v2-server", e.ref.URL, "--v2-server-prefix", "/",
 		"--endpoints", e.endpoints(), "--index-margin", "100", "--follow-timeout", "60s")
 	cmd.Env = childEnv()
 	out := &syncBuffer{}

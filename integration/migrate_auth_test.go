@@ -57,7 +57,7 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 	d := &docRun{t: t, blocks: docBlocks(t), ref: v2ref.StartT(t, v2ref.Options{}), cl: v2bridgetest.StartCluster(t, 1),
 		binDir: filepath.Dir(bin), dir: t.TempDir(), served: "/"}
 	for _, name := range []string{"auth-follow", "auth-verify", "auth-cutover"} {
-		if !strings.Contains(d.blocks[name], `--from-user "root:$ROOT_PASSWORD"`) {
+		if !strings.Contains(d.blocks[name], `--v2-server-user "root:$ROOT_PASSWORD"`) {
 			t.Fatalf("docs/migration.md's %s block: %q", name, d.blocks[name])
 		}
 	}
@@ -147,7 +147,7 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 		t.Fatalf("verify once every password is known: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
 	// The JSON summaries say the same.
-	common := []string{"--from", old, "--from-user", root, "--endpoints", strings.Join(d.cl.Endpoints(), ","),
+	common := []string{"--v2-server", old, "--v2-server-user", root, "--endpoints", strings.Join(d.cl.Endpoints(), ","),
 		"--progress", "none", "--output", "json"}
 	var vj struct {
 		OK   bool            `json:"ok"`
@@ -216,7 +216,7 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 
 	// An auth change through etcd v3 is named by a rollback, which refuses.
 	must(doAs(t, "PUT", br, "/v2/auth/users/carol", root, `{"user":"carol","password":"carolpw"}`), "creating carol through the bridge")
-	rb := runBinary(t, nil, "migrate", "rollback", "--from", old, "--from-user", root, "--endpoints", strings.Join(d.cl.Endpoints(), ","))
+	rb := runBinary(t, nil, "migrate", "rollback", "--v2-server", old, "--v2-server-user", root, "--endpoints", strings.Join(d.cl.Endpoints(), ","))
 	out := rb.stdout + rb.stderr
 	if rb.code == 0 || !strings.Contains(out, "/v2/auth/users/carol (auth data)") || strings.Contains(out, "$2a$") {
 		t.Errorf("a rollback after an auth change through etcd v3: exit %d\n%s", rb.code, out)

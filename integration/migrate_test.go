@@ -803,7 +803,7 @@ func TestMigrateErrors(t *testing.T) {
 
 	// Nothing listens there.
 	_, err := migrate.Copy(ctx, migrate.Options{V2Server: []string{v2bridgetest.FreeURL(t)}, Target: be})
-	if !errors.Is(err, migrate.ErrUnreachable) || !strings.Contains(err.Error(), "cannot reach the v2 source") {
+	if !errors.Is(err, migrate.ErrUnreachable) || !strings.Contains(err.Error(), "cannot reach the v2 server") {
 		t.Errorf("unreachable source: %v", err)
 	}
 	// An etcd without the v2 API (3.6 answers /v2/keys with 404).
@@ -901,7 +901,7 @@ func TestMigrateCommand(t *testing.T) {
 	puts = append(puts, v2put{"/app/ttl", form("value", "t", "ttl", "300")}, v2put{"/app/_secret", form("value", "s")},
 		v2put{"/app/empty", form("dir", "true")})
 	putAll(t, ref.URL, puts, 16)
-	common := []string{"--from", ref.URL, "--from-prefix", "/app", "--endpoints", ep, "--progress", "lines"}
+	common := []string{"--v2-server", ref.URL, "--v2-server-prefix", "/app", "--endpoints", ep, "--progress", "lines"}
 
 	r := runBridgeCmd(t, append([]string{"migrate", "--hidden", "/app/_secret"}, common...)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "202 keys, 7 directories (1 empty), 1 TTL nodes, 1 hidden nodes") ||
@@ -973,12 +973,12 @@ func TestMigrateCommand(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"migrate", "--from", v2bridgetest.FreeURL(t), "--endpoints", ep}, "cannot reach the v2 source"},
-		{[]string{"migrate", "--from", ep, "--endpoints", ep}, "does not serve the etcd v2 keys API"},
-		{[]string{"verify", "--from", ep, "--endpoints", ep}, "does not serve the etcd v2 keys API"},
-		{[]string{"migrate", "--from", ref.URL}, "--endpoints is required"},
-		{[]string{"migrate", "--endpoints", ep}, "--from is required"},
-		{[]string{"migrate", "--from", ref.URL, "--endpoints", ep, "--follow", "--dry-run"}, "cannot be combined"},
+		{[]string{"migrate", "--v2-server", v2bridgetest.FreeURL(t), "--endpoints", ep}, "cannot reach the v2 server"},
+		{[]string{"migrate", "--v2-server", ep, "--endpoints", ep}, "does not serve the etcd v2 keys API"},
+		{[]string{"verify", "--v2-server", ep, "--endpoints", ep}, "does not serve the etcd v2 keys API"},
+		{[]string{"migrate", "--v2-server", ref.URL}, "--endpoints is required"},
+		{[]string{"migrate", "--endpoints", ep}, "--v2-server is required"},
+		{[]string{"migrate", "--v2-server", ref.URL, "--endpoints", ep, "--follow", "--dry-run"}, "cannot be combined"},
 	} {
 		r := runBridgeCmd(t, c.args...)
 		if r.code == 0 || !strings.Contains(r.stderr, c.want) {

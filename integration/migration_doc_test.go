@@ -608,7 +608,7 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 	}
 	if served == "/" {
 		r := d.run("verify-part")
-		if want := "\nnot compared /apps (outside --from-prefix /coreos.com/network; the bridges serve /)\n"; !strings.Contains(r.stdout, want) {
+		if want := "\nnot compared /apps (outside --v2-server-prefix /coreos.com/network; the bridges serve /)\n"; !strings.Contains(r.stdout, want) {
 			t.Errorf("verify of a part: exit %d, want %q in\n%s%s", r.code, want, r.stdout, r.stderr)
 		}
 	}

@@ -21,7 +21,7 @@ func TestBinaryServesPassthroughWithDefaultLiveness(t *testing.T) {
 	var url, metrics string
 	startHealthyBridge(t, func() (string, []string, []string) {
 		url, metrics = v2bridgetest.FreeURL(t), v2bridgetest.FreeURL(t)
-		return url, []string{"V2BRIDGE_V2_UPSTREAM=" + proxy.URL, "V2BRIDGE_EMBEDDED=false", "V2BRIDGE_LOG_LEVEL=warn"},
+		return url, []string{"V2BRIDGE_V2_SERVER=" + proxy.URL, "V2BRIDGE_EMBEDDED=false", "V2BRIDGE_LOG_LEVEL=warn"},
 			[]string{"--listen-client-urls", url, "--listen-metrics-urls", metrics}
 	})
 	if r := do(t, "PUT", url, "/v2/keys/bin/a", form("value", "through")); r.status != 201 {

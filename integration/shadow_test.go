@@ -192,7 +192,7 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 
 	// `v2bridge verify` finds the difference itself, and prints what the
 	// bridges saw; its exit status is its own comparison's.
-	r := runBinary(t, nil, "verify", "--from", src, "--endpoints", strings.Join(e.cl.Endpoints(), ","), "--progress", "none")
+	r := runBinary(t, nil, "verify", "--v2-server", src, "--endpoints", strings.Join(e.cl.Endpoints(), ","), "--progress", "none")
 	t.Logf("v2bridge verify:\n%s%s", r.stdout, r.stderr)
 	for _, want := range []string{
 		"differences  1 (1 value)",

@@ -66,7 +66,7 @@ type Config struct {
 	// Every write is compared (with Updates).
 	SampleRate float64
 	// Prefix limits the comparison to one v2 subtree: the one the follower
-	// migrates (migrate --from-prefix). Default "/".
+	// migrates (migrate --v2-server-prefix). Default "/".
 	Prefix string
 	// Queue bounds the sampled reads waiting for a worker; Workers is
 	// how many are compared at once.

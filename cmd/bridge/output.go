@@ -88,7 +88,7 @@ type jsonVerify struct {
 	HiddenFound []string    `json:"hiddenFound"`
 	Differences []jsonIssue `json:"differences"`
 	// NotCompared are the source's nodes the bridges serve (--serve-prefix)
-	// that lie outside --from-prefix, so were not compared.
+	// that lie outside --v2-server-prefix, so were not compared.
 	NotCompared     []string    `json:"notCompared,omitempty"`
 	DurationSeconds float64     `json:"durationSeconds"`
 	Shadow          *jsonShadow `json:"shadow,omitempty"`

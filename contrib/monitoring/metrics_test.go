@@ -15,7 +15,7 @@ import (
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 
-// The bridge's modes: v3 (--endpoints), passthrough (--v2-upstream) and
+// The bridge's modes: v3 (--endpoints), passthrough (--v2-server) and
 // dual (both).
 const (
 	v3   = "v3"
@@ -205,7 +205,7 @@ func v3Bridge(t *testing.T) string {
 // passthroughBridge is a bridge forwarding to the v2 server at ref, after
 // a write and a read.
 func passthroughBridge(t *testing.T, ref string) string {
-	b := startBridge(t, "--v2-upstream", ref)
+	b := startBridge(t, "--v2-server", ref)
 	if s := do("PUT", b, "/v2/keys/pass/a", url.Values{"value": {"1"}}); s != 201 {
 		t.Fatalf("PUT through the passthrough bridge: %d", s)
 	}
@@ -224,7 +224,7 @@ func dualBridge(t *testing.T, ref string) (base string, before []sample) {
 	if s := do("PUT", ref, "/v2/keys/dual/a", url.Values{"value": {"1"}}); s != 201 {
 		t.Fatalf("PUT to the v2 server: %d", s)
 	}
-	b := startBridge(t, "--v2-upstream", ref, "--endpoints", strings.Join(c.Endpoints(), ","), "--mode-lease-ttl", "3s")
+	b := startBridge(t, "--v2-server", ref, "--endpoints", strings.Join(c.Endpoints(), ","), "--mode-lease-ttl", "3s")
 	waitFor(t, 30*time.Second, "the dual bridge's v3 side", func() bool {
 		fams, err := scrape(b)
 		return err == nil && fams["v2bridge_backend_up"] != nil && fams["v2bridge_shadow_sample_rate"] != nil
