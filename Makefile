@@ -19,7 +19,7 @@ run: build
 	./bin/v2bridge $(ARGS)
 
 # The packages with unit tests (make unit, make cover).
-UNIT_PKGS := ./assemble/... ./auth/... ./translate/... ./v2diff/... ./internal/... ./detach/... ./v2api/... ./v3backend/... ./upstream/... ./membership/... ./cutover/... ./shadow/... ./migrate/... ./cmd/... ./server/...
+UNIT_PKGS := ./assemble/... ./auth/... ./translate/... ./v2diff/... ./internal/... ./detach/... ./v2api/... ./v3backend/... ./passthrough/... ./membership/... ./cutover/... ./shadow/... ./migrate/... ./cmd/... ./server/...
 # RACE_SKIP: the tests that hold the bridge's heartbeat to never declaring a
 # busy member lost, with its production settings. The race detector slows
 # this process several times over, and on a loaded machine starves the

@@ -192,7 +192,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 		o.CopyAuth = copyAuthFunc(migrate.Options{V2ServerTLS: srcTLS, V2ServerUser: cf.fromUser, V2ServerTimeout: cf.fromTimeout,
 			Auth: as}, splitList(cf.from))
 	}
-	_, _ = fmt.Fprintf(steps, "%s: old server %s, etcd v3 %s, mode record %s\n", cmd, src, strings.Join(endpoints, ","), o.Keys.Mode)
+	_, _ = fmt.Fprintf(steps, "%s: v2 server %s, etcd v3 %s, mode record %s\n", cmd, src, strings.Join(endpoints, ","), o.Keys.Mode)
 	var res *cutover.Result
 	if cmd == "cutover" {
 		res, err = cutover.Cutover(ctx, o)
