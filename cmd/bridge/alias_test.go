@@ -15,7 +15,7 @@ import (
 
 // v2ServerFlags are the v2 server's flags of the migration commands, each
 // with its deprecated name, a value to give and how to read it back.
-func v2ServerFlags(f *oldServerFlags) []struct {
+func v2ServerFlagTable(f *v2ServerFlags) []struct {
 	name, old, value string
 	got              func() string
 } {
@@ -23,31 +23,31 @@ func v2ServerFlags(f *oldServerFlags) []struct {
 		name, old, value string
 		got              func() string
 	}{
-		{"v2-server", "from", "http://old-a:2379,http://old-b:2379", func() string { return f.from }},
-		{"v2-server-prefix", "from-prefix", "/coreos.com/network", func() string { return f.fromPrefix }},
-		{"v2-server-cacert", "from-cacert", "/etc/ca.pem", func() string { return f.fromCACert }},
-		{"v2-server-cert", "from-cert", "/etc/cert.pem", func() string { return f.fromCert }},
-		{"v2-server-key", "from-key", "/etc/key.pem", func() string { return f.fromKey }},
-		{"v2-server-insecure-skip-tls-verify", "from-insecure-skip-tls-verify", "true", func() string { return fmt.Sprint(f.fromInsecure) }},
-		{"v2-server-user", "from-user", "root:pw", func() string { return f.fromUser }},
-		{"v2-server-timeout", "from-timeout", "7s", func() string { return f.fromTimeout.String() }},
+		{"v2-server", "from", "http://old-a:2379,http://old-b:2379", func() string { return f.v2Server }},
+		{"v2-server-prefix", "from-prefix", "/coreos.com/network", func() string { return f.v2ServerPrefix }},
+		{"v2-server-cacert", "from-cacert", "/etc/ca.pem", func() string { return f.v2ServerCACert }},
+		{"v2-server-cert", "from-cert", "/etc/cert.pem", func() string { return f.v2ServerCert }},
+		{"v2-server-key", "from-key", "/etc/key.pem", func() string { return f.v2ServerKey }},
+		{"v2-server-insecure-skip-tls-verify", "from-insecure-skip-tls-verify", "true", func() string { return fmt.Sprint(f.v2ServerInsecure) }},
+		{"v2-server-user", "from-user", "root:pw", func() string { return f.v2ServerUser }},
+		{"v2-server-timeout", "from-timeout", "7s", func() string { return f.v2ServerTimeout.String() }},
 	}
 }
 
 // commandFlags parses args and env as cmd (migrate, verify, cutover or
 // rollback) does, and returns its v2 server flags and the warnings.
-func commandFlags(t *testing.T, cmd string, args []string, env map[string]string) (*oldServerFlags, []string, error) {
+func commandFlags(t *testing.T, cmd string, args []string, env map[string]string) (*v2ServerFlags, []string, error) {
 	t.Helper()
 	var c config
 	var fs *flag.FlagSet
-	var f *oldServerFlags
+	var f *v2ServerFlags
 	switch cmd {
 	case "cutover", "rollback":
 		var cf cutoverFlags
-		fs, f = newCutoverFlagSet(cmd, &c, &cf, io.Discard), &cf.oldServerFlags
+		fs, f = newCutoverFlagSet(cmd, &c, &cf, io.Discard), &cf.v2ServerFlags
 	default:
 		var mf migrateFlags
-		fs, f = newMigrateFlagSet(cmd, &c, &mf, io.Discard), &mf.oldServerFlags
+		fs, f = newMigrateFlagSet(cmd, &c, &mf, io.Discard), &mf.v2ServerFlags
 	}
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("%s %v: %v", cmd, args, err)
@@ -61,7 +61,7 @@ func commandFlags(t *testing.T, cmd string, args []string, env map[string]string
 // warning naming the new flag; the new names work without one.
 func TestEveryOldV2ServerFlagNameStillWorks(t *testing.T) {
 	for _, cmd := range []string{"migrate", "verify", "cutover", "rollback"} {
-		for i, fl := range v2ServerFlags(&oldServerFlags{}) {
+		for i, fl := range v2ServerFlagTable(&v2ServerFlags{}) {
 			for _, via := range []string{"flag", "environment", "config file"} {
 				for _, name := range []string{fl.old, fl.name} {
 					var args []string
@@ -78,7 +78,7 @@ func TestEveryOldV2ServerFlagNameStillWorks(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s: --%s by %s: %v", cmd, name, via, err)
 					}
-					if got := v2ServerFlags(f)[i].got(); got != fl.value {
+					if got := v2ServerFlagTable(f)[i].got(); got != fl.value {
 						t.Errorf("%s: --%s by %s: --%s is %q, want %q", cmd, name, via, fl.name, got, fl.value)
 					}
 					want := []string{fmt.Sprintf("warning: --%s (%s) is deprecated: use --%s (%s)",
@@ -99,8 +99,8 @@ func TestEveryOldV2ServerFlagNameStillWorks(t *testing.T) {
 // value, as --v2-server-insecure-skip-tls-verify does not.
 func TestOldBoolFlagNameStandsAlone(t *testing.T) {
 	f, _, err := commandFlags(t, "migrate", []string{"--from-insecure-skip-tls-verify", "--from", "http://a:2379"}, nil)
-	if err != nil || !f.fromInsecure || f.from != "http://a:2379" {
-		t.Fatalf("insecure %v, from %q, err %v; want true, http://a:2379", f.fromInsecure, f.from, err)
+	if err != nil || !f.v2ServerInsecure || f.v2Server != "http://a:2379" {
+		t.Fatalf("insecure %v, from %q, err %v; want true, http://a:2379", f.v2ServerInsecure, f.v2Server, err)
 	}
 }
 
@@ -109,8 +109,8 @@ func TestOldBoolFlagNameStandsAlone(t *testing.T) {
 func TestOldAndNewNameTogether(t *testing.T) {
 	f, warnings, err := commandFlags(t, "migrate", []string{"--from", "http://a:2379", "--v2-server", "http://a:2379",
 		"--from-timeout", "60s", "--v2-server-timeout", "1m"}, nil)
-	if err != nil || f.from != "http://a:2379" || f.fromTimeout != time.Minute || len(warnings) != 2 {
-		t.Fatalf("same values: from %q timeout %v warnings %q err %v", f.from, f.fromTimeout, warnings, err)
+	if err != nil || f.v2Server != "http://a:2379" || f.v2ServerTimeout != time.Minute || len(warnings) != 2 {
+		t.Fatalf("same values: from %q timeout %v warnings %q err %v", f.v2Server, f.v2ServerTimeout, warnings, err)
 	}
 	for _, c := range []struct {
 		args []string
@@ -187,12 +187,12 @@ func TestServeFlagOldNameIsIgnoredByTheCommands(t *testing.T) {
 	env := map[string]string{"V2BRIDGE_V2_UPSTREAM": "http://a:2379,http://b:2379"}
 	for _, cmd := range []string{"migrate", "cutover"} {
 		f, warnings, err := commandFlags(t, cmd, []string{"--v2-server", "http://c:2379"}, env)
-		if err != nil || f.from != "http://c:2379" || len(warnings) != 0 {
-			t.Errorf("%s: v2 server %q, warnings %q, err %v; want http://c:2379 alone", cmd, f.from, warnings, err)
+		if err != nil || f.v2Server != "http://c:2379" || len(warnings) != 0 {
+			t.Errorf("%s: v2 server %q, warnings %q, err %v; want http://c:2379 alone", cmd, f.v2Server, warnings, err)
 		}
 		f, _, err = commandFlags(t, cmd, []string{"--config-file", writeFile(t, "v2-upstream: http://a:2379\n")}, nil)
-		if err != nil || f.from != "" {
-			t.Errorf("%s: config file's v2-upstream: v2 server %q, err %v; want it ignored", cmd, f.from, err)
+		if err != nil || f.v2Server != "" {
+			t.Errorf("%s: config file's v2-upstream: v2 server %q, err %v; want it ignored", cmd, f.v2Server, err)
 		}
 	}
 }

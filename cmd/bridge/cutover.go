@@ -28,7 +28,7 @@ import (
 // cutoverFlags are the settings of `v2bridge migrate cutover` and `migrate
 // rollback`.
 type cutoverFlags struct {
-	oldServerFlags
+	v2ServerFlags
 	ackTimeout, followTimeout time.Duration
 	indexMargin               uint64
 	force                     bool
@@ -142,7 +142,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	// Settings missing or malformed are command-line mistakes (exit status
 	// 2), found before anything is connected to.
-	if cf.from == "" {
+	if cf.v2Server == "" {
 		return usageErrorf("migrate %s: --v2-server is required: the etcd v2 server's client URL, e.g. --v2-server http://old-etcd:2379", cmd)
 	}
 	endpoints := splitList(c.endpoints)
@@ -162,7 +162,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	src, err := cutover.NewV2Server(splitList(cf.from), srcTLS, cf.fromUser, cf.fromTimeout)
+	src, err := cutover.NewV2Server(splitList(cf.v2Server), srcTLS, cf.v2ServerUser, cf.v2ServerTimeout)
 	if err != nil { // only for a malformed URL or user
 		return usageError{fmt.Errorf("migrate %s: --v2-server: %w", cmd, err)}
 	}
@@ -178,7 +178,7 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	defer func() { _ = cli.Close() }()
 	o := cutover.Options{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Layout: layout, V2Server: src,
 		V3Index:        v3Index(cli, layout, c.requestTimeout),
-		V2ServerPadKey: path.Join("/", cf.fromPrefix, "_v2bridge_rollback_pad"),
+		V2ServerPadKey: path.Join("/", cf.v2ServerPrefix, "_v2bridge_rollback_pad"),
 		AckTimeout:     cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
 		By: whoRuns(), RequestTimeout: c.requestTimeout, Auth: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
 		AllowUnknownPasswords: cf.allowUnknownPasswords,
@@ -189,8 +189,8 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 			return fmt.Errorf("migrate %s: %w", cmd, err)
 		}
 		defer as.Close()
-		o.CopyAuth = copyAuthFunc(migrate.Options{V2ServerTLS: srcTLS, V2ServerUser: cf.fromUser, V2ServerTimeout: cf.fromTimeout,
-			Auth: as}, splitList(cf.from))
+		o.CopyAuth = copyAuthFunc(migrate.Options{V2ServerTLS: srcTLS, V2ServerUser: cf.v2ServerUser, V2ServerTimeout: cf.v2ServerTimeout,
+			Auth: as}, splitList(cf.v2Server))
 	}
 	_, _ = fmt.Fprintf(steps, "%s: v2 server %s, etcd v3 %s, mode record %s\n", cmd, src, strings.Join(endpoints, ","), o.Keys.Mode)
 	var res *cutover.Result

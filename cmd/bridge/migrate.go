@@ -38,7 +38,7 @@ var backendFlagNames = []string{
 
 // migrateFlags are the settings of `v2bridge migrate` and `v2bridge verify`.
 type migrateFlags struct {
-	oldServerFlags
+	v2ServerFlags
 	hidden                    string
 	noDiscovery               bool
 	dryRun, follow, overwrite bool
@@ -51,30 +51,30 @@ type migrateFlags struct {
 	output                    string
 }
 
-// oldServerFlags are the --v2-server* flags of the commands that talk to
+// v2ServerFlags are the --v2-server* flags of the commands that talk to
 // the v2 server: migrate, verify, and migrate cutover and rollback. Their
 // old names, --from*, still work (alias.go).
-type oldServerFlags struct {
-	from, fromPrefix              string
-	fromCACert, fromCert, fromKey string
-	fromInsecure                  bool
-	fromUser                      string
-	fromTimeout                   time.Duration
+type v2ServerFlags struct {
+	v2Server, v2ServerPrefix                  string
+	v2ServerCACert, v2ServerCert, v2ServerKey string
+	v2ServerInsecure                          bool
+	v2ServerUser                              string
+	v2ServerTimeout                           time.Duration
 }
 
 // add registers the flags on fs; what names what is asked of the v2 server
 // in --v2-server's usage, and timeout is --v2-server-timeout's default.
-func (f *oldServerFlags) add(fs *flag.FlagSet, what, prefixUsage, timeoutUsage string, timeout time.Duration) {
+func (f *v2ServerFlags) add(fs *flag.FlagSet, what, prefixUsage, timeoutUsage string, timeout time.Duration) {
 	const server = "the v2 server"
-	fs.StringVar(&f.from, "v2-server", "", "comma-separated client URLs of the etcd v2 server being migrated from (the v2 server; tried in list order), "+what+
+	fs.StringVar(&f.v2Server, "v2-server", "", "comma-separated client URLs of the etcd v2 server being migrated from (the v2 server; tried in list order), "+what+
 		" (required), e.g. http://old-etcd:2379")
-	fs.StringVar(&f.fromPrefix, "v2-server-prefix", "", prefixUsage+" (default: --serve-prefix, which defaults to /: all the bridges serve)")
-	fs.StringVar(&f.fromCACert, "v2-server-cacert", "", "CA bundle to verify "+server+"'s certificate")
-	fs.StringVar(&f.fromCert, "v2-server-cert", "", "client certificate for "+server)
-	fs.StringVar(&f.fromKey, "v2-server-key", "", "client key for "+server)
-	fs.BoolVar(&f.fromInsecure, "v2-server-insecure-skip-tls-verify", false, "do not verify "+server+"'s certificate")
-	fs.StringVar(&f.fromUser, "v2-server-user", "", "v2 server user as name:password (v2 auth)")
-	fs.DurationVar(&f.fromTimeout, "v2-server-timeout", timeout, timeoutUsage)
+	fs.StringVar(&f.v2ServerPrefix, "v2-server-prefix", "", prefixUsage+" (default: --serve-prefix, which defaults to /: all the bridges serve)")
+	fs.StringVar(&f.v2ServerCACert, "v2-server-cacert", "", "CA bundle to verify "+server+"'s certificate")
+	fs.StringVar(&f.v2ServerCert, "v2-server-cert", "", "client certificate for "+server)
+	fs.StringVar(&f.v2ServerKey, "v2-server-key", "", "client key for "+server)
+	fs.BoolVar(&f.v2ServerInsecure, "v2-server-insecure-skip-tls-verify", false, "do not verify "+server+"'s certificate")
+	fs.StringVar(&f.v2ServerUser, "v2-server-user", "", "v2 server user as name:password (v2 auth)")
+	fs.DurationVar(&f.v2ServerTimeout, "v2-server-timeout", timeout, timeoutUsage)
 	for _, n := range []string{"", "-prefix", "-cacert", "-cert", "-key", "-insecure-skip-tls-verify", "-user", "-timeout"} {
 		addAlias(fs, "from"+n, "v2-server"+n)
 	}
@@ -85,29 +85,29 @@ func (f *oldServerFlags) add(fs *flag.FlagSet, what, prefixUsage, timeoutUsage s
 // V2BRIDGE_* variables or --config-file), so that every command covers what
 // the bridges serve unless told otherwise. A migration covers one subtree:
 // bridges serving several need --v2-server-prefix.
-func (f *oldServerFlags) defaultPrefix(c *config) error {
-	if f.fromPrefix == "" {
+func (f *v2ServerFlags) defaultPrefix(c *config) error {
+	if f.v2ServerPrefix == "" {
 		p, err := cleanServePrefix(c)
 		if err != nil {
 			return err
 		}
-		f.fromPrefix = p
+		f.v2ServerPrefix = p
 	}
-	f.fromPrefix = path.Join("/", f.fromPrefix) // as the old server and the cutover's check name it
+	f.v2ServerPrefix = path.Join("/", f.v2ServerPrefix) // as the old server and the cutover's check name it
 	return nil
 }
 
 // tls is the client TLS for the old server (nil: its system defaults), and
 // checks --v2-server-user.
-func (f *oldServerFlags) tls() (*tls.Config, error) {
-	if f.fromUser != "" && !strings.Contains(f.fromUser, ":") {
+func (f *v2ServerFlags) tls() (*tls.Config, error) {
+	if f.v2ServerUser != "" && !strings.Contains(f.v2ServerUser, ":") {
 		return nil, usageErrorf("--v2-server-user must be name:password")
 	}
-	if f.fromCACert == "" && f.fromCert == "" && !f.fromInsecure {
+	if f.v2ServerCACert == "" && f.v2ServerCert == "" && !f.v2ServerInsecure {
 		return nil, nil
 	}
-	ti := transport.TLSInfo{CertFile: f.fromCert, KeyFile: f.fromKey, TrustedCAFile: f.fromCACert,
-		InsecureSkipVerify: f.fromInsecure}
+	ti := transport.TLSInfo{CertFile: f.v2ServerCert, KeyFile: f.v2ServerKey, TrustedCAFile: f.v2ServerCACert,
+		InsecureSkipVerify: f.v2ServerInsecure}
 	c, err := ti.ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("v2 server TLS: %w", err)
@@ -370,16 +370,16 @@ func (r *migrateRun) writeJSONSummary(err error) {
 // before anything is connected to (command-line mistakes: exit status 2),
 // and returns the v3 cluster's endpoints and the bridge's key layout.
 func (r *migrateRun) checkTarget(c *config) ([]string, translate.Layout, error) {
-	if len(splitList(r.mf.from)) == 0 {
+	if len(splitList(r.mf.v2Server)) == 0 {
 		return nil, translate.Layout{}, usageErrorf("%s: --v2-server is required: the client URL of the etcd v2 server, e.g. --v2-server http://old-etcd:2379", r.cmd)
 	}
-	for _, s := range splitList(r.mf.from) {
+	for _, s := range splitList(r.mf.v2Server) {
 		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, translate.Layout{}, usageErrorf("%s: bad --v2-server %q: want the etcd v2 server's client URL, e.g. --v2-server http://old-etcd:2379", r.cmd, s)
 		}
 	}
-	if _, verr := translate.CleanPath(r.mf.fromPrefix); verr != nil {
-		return nil, translate.Layout{}, usageErrorf("%s: bad --v2-server-prefix %q: %s", r.cmd, r.mf.fromPrefix, verr.Cause)
+	if _, verr := translate.CleanPath(r.mf.v2ServerPrefix); verr != nil {
+		return nil, translate.Layout{}, usageErrorf("%s: bad --v2-server-prefix %q: %s", r.cmd, r.mf.v2ServerPrefix, verr.Cause)
 	}
 	if r.mf.dryRun && r.mf.follow {
 		return nil, translate.Layout{}, usageErrorf("migrate: --follow cannot be combined with --dry-run")
@@ -401,7 +401,7 @@ func (r *migrateRun) checkTarget(c *config) ([]string, translate.Layout, error) 
 // reach it, and what to do; the target and the output are set later.
 func sourceOptions(mf *migrateFlags) (migrate.Options, error) {
 	o := migrate.Options{
-		V2Server: splitList(mf.from), V2ServerPrefix: mf.fromPrefix, V2ServerUser: mf.fromUser, V2ServerTimeout: mf.fromTimeout,
+		V2Server: splitList(mf.v2Server), V2ServerPrefix: mf.v2ServerPrefix, V2ServerUser: mf.v2ServerUser, V2ServerTimeout: mf.v2ServerTimeout,
 		Hidden: splitList(mf.hidden), NoHiddenDiscovery: mf.noDiscovery,
 		DryRun: mf.dryRun, Overwrite: mf.overwrite, Prune: mf.prune, Concurrency: mf.concurrency,
 		TTLTolerance: mf.ttlTolerance, TTLResync: mf.ttlResync, CompareExpiration: mf.compareExpiration,
@@ -486,7 +486,7 @@ func (r *migrateRun) notCompared(ctx context.Context) ([]string, error) {
 	if cutover.Covers(r.o.V2ServerPrefix, r.served) {
 		return nil, nil
 	}
-	src, err := cutover.NewV2Server(r.o.V2Server, r.o.V2ServerTLS, r.o.V2ServerUser, r.mf.fromTimeout)
+	src, err := cutover.NewV2Server(r.o.V2Server, r.o.V2ServerTLS, r.o.V2ServerUser, r.mf.v2ServerTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -558,7 +558,7 @@ func (r *migrateRun) watchMode(ctx context.Context, c *config, endpoints []strin
 	if err != nil {
 		return err
 	}
-	src, err := cutover.NewV2Server(r.o.V2Server, r.o.V2ServerTLS, r.o.V2ServerUser, r.mf.fromTimeout)
+	src, err := cutover.NewV2Server(r.o.V2Server, r.o.V2ServerTLS, r.o.V2ServerUser, r.mf.v2ServerTimeout)
 	if err != nil {
 		_ = cli.Close()
 		return err
