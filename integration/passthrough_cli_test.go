@@ -36,7 +36,7 @@ func TestBinaryServesPassthroughWithDefaultLiveness(t *testing.T) {
 	}
 
 	ch := startWatch(t, url, "/bin/w")
-	waitFor(t, 5*time.Second, "the watch parked on the upstream", func() bool {
+	waitFor(t, 5*time.Second, "the watch parked on the v2 server", func() bool {
 		return strings.Contains(do(t, "GET", url, "/v2/stats/store", nil).body, `"watchers":1`)
 	})
 	t0 := time.Now()

@@ -94,7 +94,7 @@ func TestPassthroughAnswersAsTheV2Server(t *testing.T) {
 			}
 			for _, h := range []string{"X-Etcd-Index", "X-Etcd-Cluster-Id", "Content-Type"} {
 				if got.header.Get(h) != want.header.Get(h) {
-					t.Errorf("%s %q through the bridge, %q from the upstream", h, got.header.Get(h), want.header.Get(h))
+					t.Errorf("%s %q through the bridge, %q from the v2 server", h, got.header.Get(h), want.header.Get(h))
 				}
 			}
 			if c.path == "/v2/stats/self" {
@@ -202,7 +202,7 @@ func TestPassthroughRelaysWatches(t *testing.T) {
 			r, err := w.Next(ctx)
 			got <- result{r, err}
 		}()
-		waitFor(t, 10*time.Second, "the watch parked on the upstream", func() bool { return e.pass.Watchers() == 1 })
+		waitFor(t, 10*time.Second, "the watch parked on the v2 server", func() bool { return e.pass.Watchers() == 1 })
 		if _, err := kapi.Set(ctx, "/w/lp", "v", nil); err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func openWatch(t *testing.T, base, path string) *rawWatch {
 // livenessBound is how long a lost v2 server may keep a watch parked.
 const livenessBound = 4 * time.Second
 
-func TestPassthroughEndsWatchesWhenTheUpstreamIsLost(t *testing.T) {
+func TestPassthroughEndsWatchesWhenTheV2ServerIsLost(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		fault, heal func(e *passEnv)
@@ -271,7 +271,7 @@ func TestPassthroughEndsWatchesWhenTheUpstreamIsLost(t *testing.T) {
 			t.Cleanup(func() { c.heal(e) }) // before the v2 server stops
 			lp := openWatch(t, e.url, "/v2/keys/lost/lp?wait=true")
 			st := openWatch(t, e.url, "/v2/keys/lost/st?wait=true&stream=true")
-			waitFor(t, 5*time.Second, "both watches parked on the upstream", func() bool { return e.pass.Watchers() == 2 })
+			waitFor(t, 5*time.Second, "both watches parked on the v2 server", func() bool { return e.pass.Watchers() == 2 })
 
 			t0 := time.Now()
 			c.fault(e)

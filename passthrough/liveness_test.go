@@ -177,7 +177,7 @@ func TestAWatchEndedByALossEndsBetweenEvents(t *testing.T) {
 	}
 }
 
-func TestARequestInFlightWhenTheUpstreamIsLostGetsError300BeforeItsDeadline(t *testing.T) {
+func TestARequestInFlightWhenTheV2ServerIsLostGetsError300BeforeItsDeadline(t *testing.T) {
 	healthy := atomic.Bool{}
 	healthy.Store(true)
 	parked, release := make(chan struct{}), make(chan struct{})
