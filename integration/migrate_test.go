@@ -290,7 +290,7 @@ func v2do(t *testing.T, base, method, p string, kv ...string) {
 	}
 }
 
-// Expected shape of the source tree built by buildSourceTree.
+// Expected shape of the v2 server tree built by buildSourceTree.
 const (
 	srcKeys      = 100*100 + 1 + 50 + 2 + 3 + 4 // registry, deep leaf, leases, ttldir children, special, hidden files
 	srcDirs      = 1 + 100 + 1 + 10 + 7 + 1 + 1 + 1 + 1
@@ -341,7 +341,7 @@ func buildSourceTree(t *testing.T, base string) {
 	// Recent hidden writes: within the v2 history (1000 events).
 	v2do(t, base, "PUT", "/registry/d02/_recent", "value", "found-in-history")
 	v2do(t, base, "PUT", "/_hidden_top/_nested", "value", "hidden-in-hidden")
-	t.Logf("built a source tree of %d nodes in %v", srcKeys+srcDirs+1, time.Since(start).Round(time.Millisecond))
+	t.Logf("built a v2 server's tree of %d nodes in %v", srcKeys+srcDirs+1, time.Since(start).Round(time.Millisecond))
 }
 
 // newTargetBackend connects a backend of its own to the cluster, as the
@@ -417,7 +417,7 @@ func diffPaths(rep *migrate.Report) []string {
 	return out
 }
 
-// waitVerified polls Verify until the bridge agrees with the source.
+// waitVerified polls Verify until the bridge agrees with the v2 server.
 func waitVerified(t *testing.T, ctx context.Context, o migrate.Options, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -427,7 +427,7 @@ func waitVerified(t *testing.T, ctx context.Context, o migrate.Options, d time.D
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("bridge still differs from the source after %v: %v", d, rep.Differences)
+			t.Fatalf("bridge still differs from the v2 server after %v: %v", d, rep.Differences)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -441,7 +441,7 @@ func getBridge(t *testing.T, base, p string) resp {
 // TestMigrateV2Reference migrates a 10,000+ node tree from a real etcd v2
 // server (etcd 3.5 with the v2 API): copy, verify, idempotent re-copy,
 // conflicts, dry run, overwrite, prune, follow with live changes, and the
-// re-sync after the source's history runs out.
+// re-sync after the v2 server's history runs out.
 func TestMigrateV2Reference(t *testing.T) {
 	ref := v2ref.StartT(t, v2ref.Options{})
 	cl := v2bridgetest.StartCluster(t, 1)
@@ -472,7 +472,7 @@ func TestMigrateV2Reference(t *testing.T) {
 		float64(sum.Nodes())/sum.WriteTime.Seconds())
 	if sum.Keys != srcKeys || sum.Dirs != srcDirs || sum.EmptyDirs != srcEmptyDirs || sum.TTLKeys != srcTTLNodes ||
 		sum.Hidden != srcHidden {
-		t.Errorf("source counts: keys %d dirs %d empty %d ttl %d hidden %d; want %d %d %d %d %d",
+		t.Errorf("v2 server counts: keys %d dirs %d empty %d ttl %d hidden %d; want %d %d %d %d %d",
 			sum.Keys, sum.Dirs, sum.EmptyDirs, sum.TTLKeys, sum.Hidden, srcKeys, srcDirs, srcEmptyDirs, srcTTLNodes, srcHidden)
 	}
 	if sum.Created != sum.Nodes() || sum.Updated+sum.Unchanged+sum.Extra+len(sum.Conflicts)+len(sum.Failures) != 0 || !sum.Complete {
@@ -538,8 +538,8 @@ func TestMigrateV2Reference(t *testing.T) {
 	}
 	t.Logf("idempotent re-copy of %d nodes in %v", again.Nodes(), again.Duration.Round(time.Millisecond))
 
-	// 4. Conflicts: a value changed on the bridge, a file where the source
-	// has a directory, and a node the source does not have.
+	// 4. Conflicts: a value changed on the bridge, a file where the v2 server
+	// has a directory, and a node the v2 server does not have.
 	do(t, "PUT", br.URL, "/v2/keys/registry/d03/k003", form("value", "written-on-the-bridge"))
 	do(t, "DELETE", br.URL, "/v2/keys/empty/e0", form("dir", "true"))
 	do(t, "PUT", br.URL, "/v2/keys/empty/e0", form("value", "now-a-file"))
@@ -586,7 +586,7 @@ func TestMigrateV2Reference(t *testing.T) {
 		t.Fatalf("verify after overwrite: %v", rep.Differences)
 	}
 
-	// 5. Follow: changes made on the source while following reach the bridge.
+	// 5. Follow: changes made on the v2 server while following reach the bridge.
 	fo := o
 	fo.TTLResync = time.Second
 	fo.Progress = nil
@@ -627,7 +627,7 @@ func TestMigrateV2Reference(t *testing.T) {
 		t.Errorf("follow stats: %+v (want 10 events: the refresh is not sent to watchers)", *st)
 	}
 	if r := getBridge(t, br.URL, "/registry/d07"); r.status != 404 {
-		t.Errorf("directory deleted on the source: %d %s", r.status, r.body)
+		t.Errorf("directory deleted on the v2 server: %d %s", r.status, r.body)
 	}
 	if r := getBridge(t, br.URL, "/_hidden_top/a"); !strings.Contains(r.body, "hidden-updated") {
 		t.Errorf("hidden node followed: %s", r.body)
@@ -640,7 +640,7 @@ func TestMigrateV2Reference(t *testing.T) {
 	}
 
 	// 6. A follower that falls more than 1000 events behind gets 401 from
-	// the source: it re-syncs with a full copy, says so, and goes on.
+	// the v2 server: it re-syncs with a full copy, says so, and goes on.
 	snap, err := migrate.Copy(ctx, poll)
 	if err != nil || snap.Unchanged != snap.Nodes() {
 		t.Fatalf("copy before the re-sync test: %+v %v", snap, err)
@@ -660,7 +660,7 @@ func TestMigrateV2Reference(t *testing.T) {
 		st, err := migrate.Follow(rctx, ro, snap)
 		rdone <- followResult{st, err}
 	}()
-	waitFor(t, 60*time.Second, "the re-sync", func() bool { return logs2.has("re-synced from the source") })
+	waitFor(t, 60*time.Second, "the re-sync", func() bool { return logs2.has("re-synced from the v2 server") })
 	v2do(t, ref.URL, "PUT", "/registry/d08/after-resync", "value", "x")
 	waitVerified(t, ctx, poll, 30*time.Second)
 	rcancel()
@@ -701,7 +701,7 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 	}
 	_ = a
 	logs := &logLines{}
-	// The follower reads the whole tree from the source for each TTL
+	// The follower reads the whole tree from the v2 server for each TTL
 	// re-sync (the only recursive read that is not a watch): counting those
 	// tells when re-syncs have run.
 	src := startCountingProxy(t, ref.URL, func(r *http.Request) bool {
@@ -804,7 +804,7 @@ func TestMigrateErrors(t *testing.T) {
 	// Nothing listens there.
 	_, err := migrate.Copy(ctx, migrate.Options{V2Server: []string{v2bridgetest.FreeURL(t)}, Target: be})
 	if !errors.Is(err, migrate.ErrUnreachable) || !strings.Contains(err.Error(), "cannot reach the v2 server") {
-		t.Errorf("unreachable source: %v", err)
+		t.Errorf("unreachable v2 server: %v", err)
 	}
 	// An etcd without the v2 API (3.6 answers /v2/keys with 404).
 	_, err = migrate.Copy(ctx, migrate.Options{V2Server: []string{cl.Endpoints()[0]}, Target: be})
@@ -814,7 +814,7 @@ func TestMigrateErrors(t *testing.T) {
 	if _, err := migrate.Verify(ctx, migrate.Options{V2Server: []string{cl.Endpoints()[0]}, Target: be}); !errors.Is(err, migrate.ErrNoV2API) {
 		t.Errorf("verify, no v2 API: %v", err)
 	}
-	// A prefix the source does not have.
+	// A prefix the v2 server does not have.
 	if _, err := migrate.Copy(ctx, migrate.Options{V2Server: []string{ref.URL}, V2ServerPrefix: "/nope", Target: be}); err == nil ||
 		!strings.Contains(err.Error(), "has no key /nope") {
 		t.Errorf("missing prefix: %v", err)
@@ -916,7 +916,7 @@ func TestMigrateCommand(t *testing.T) {
 	// A difference makes verify and migrate exit non-zero.
 	do(t, "PUT", br.URL, "/v2/keys/app/d1/k001", form("value", "changed"))
 	if r := runBridgeCmd(t, append([]string{"verify"}, common...)...); r.code == 0 ||
-		!strings.Contains(r.stdout, `/app/d1/k001: value: source holds "1", bridge holds "changed"`) ||
+		!strings.Contains(r.stdout, `/app/d1/k001: value: v2 server holds "1", bridge holds "changed"`) ||
 		!strings.Contains(r.stderr, "verify: 1 difference(s)") {
 		t.Fatalf("verify with a difference: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
