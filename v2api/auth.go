@@ -111,7 +111,8 @@ func needsRoot(p, method string) bool {
 	case p == "/v2/members":
 		return method == "POST"
 	case strings.HasPrefix(p, "/v2/members/"):
-		return change && !strings.Contains(p[len("/v2/members/"):], "/") && p != "/v2/members/"
+		id := p[len("/v2/members/"):] // the route's {id}: one name
+		return change && id != "" && !strings.Contains(id, "/")
 	}
 	for _, kind := range []string{"users", "roles"} {
 		if base := authPrefix + "/" + kind; p == base || strings.HasPrefix(p, base+"/") {

@@ -174,3 +174,18 @@ func TestAuthStepFailsClosed(t *testing.T) {
 		t.Errorf("refused requests were served: auth %q, store %+v", fa.mutated, st.recorded())
 	}
 }
+
+// BenchmarkKeysGetThroughAuth is the cost of a GET allowed by authStep,
+// its parse carried to the handler (go test -bench KeysGetThroughAuth
+// -benchmem ./v2api/).
+func BenchmarkKeysGetThroughAuth(b *testing.B) {
+	fa := &fakeAuth{state: testState(), keys: auth.Allow}
+	st := &fakeStore{storeMeta: Meta{ClusterID: 0xabc}, meta: Meta{ClusterID: 0xabc},
+		getEv: &translate.Event{Action: "get", EtcdIndex: 4}}
+	s := newTestServer(b, st, func(c *Config) { c.Auth = fa })
+	b.ReportAllocs()
+	for b.Loop() {
+		fa.checks = fa.checks[:0]
+		s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/v2/keys/foo/bar", nil))
+	}
+}
