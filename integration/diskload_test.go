@@ -32,7 +32,7 @@ import (
 
 // diskEnv runs TestLivenessFalsePositiveDiskSaturated (make liveness-disk):
 // it needs root, a loop device and cgroup v1's blkio controller, and takes
-// about 40 s.
+// about 70 s.
 const diskEnv = "V2BRIDGE_TEST_DISK"
 
 // The slow disk: what the member's process may write to it each second.
@@ -51,32 +51,49 @@ const (
 // walFsync is etcd's histogram of its WAL's fsyncs.
 const walFsync = "etcd_disk_wal_fsync_duration_seconds"
 
-// TestLivenessFalsePositiveDiskSaturated: the member's data directory sits
-// on a slow disk (a loop device whose writes its process may issue at
-// diskWriteBPS and diskWriteIOPS, by a blkio cgroup), and writers of large
-// values straight to the member keep that disk saturated, its WAL's fsyncs
-// taking over 100 ms at the 99th percentile (a precondition the test checks
-// from the member's own metrics), while the bridge serves watchers and a v2
-// writer. No loss is declared, and every v2 write reaches every watcher
-// once, in order.
+// TestLivenessFalsePositiveDiskSaturated: the members' data directories
+// sit on slow disks (a loop device each member's process may write at
+// diskWriteBPS and diskWriteIOPS, by a blkio cgroup of its own), and writers
+// of large values to the bridge's member keep its disk saturated, its WAL's
+// fsyncs taking over 100 ms at the 99th percentile (a precondition the test
+// checks from the member's own metrics), while the bridge serves watchers
+// and a v2 writer. No loss is declared, and every v2 write reaches every
+// watcher once, in order. Once with a single member, once with three (the
+// bridge's member leading: its slow disk delays its heartbeats to the
+// others).
 func TestLivenessFalsePositiveDiskSaturated(t *testing.T) {
 	if os.Getenv(diskEnv) == "" {
-		t.Skipf("puts a member on a slow loop device (root, cgroup v1 blkio; about 40 s): %s=1 to run it "+
+		t.Skipf("puts members on a slow loop device (root, cgroup v1 blkio; about 70 s): %s=1 to run it "+
 			"(make liveness-disk)", diskEnv)
 	}
 	if os.Geteuid() != 0 {
 		t.Skipf("%s is set, but a loop device and a blkio cgroup need root", diskEnv)
 	}
-	dir, procs := slowDisk(t, diskWriteBPS, diskWriteIOPS)
-	c := v2bridgetest.StartProcessClusterIn(t, 1, dir)
-	if err := os.WriteFile(procs, []byte(strconv.Itoa(c.PID(0))), 0o600); err != nil {
-		t.Fatalf("moving the member into the throttled cgroup: %v", err)
+	t.Run("one member", func(t *testing.T) { diskSaturated(t, 1) })
+	t.Run("three members", func(t *testing.T) { diskSaturated(t, 3) })
+}
+
+// diskSaturated runs TestLivenessFalsePositiveDiskSaturated on a cluster of
+// n members, the bridge on the first.
+func diskSaturated(t *testing.T, n int) {
+	dir, procs := slowDisk(t, n, diskWriteBPS, diskWriteIOPS)
+	c := v2bridgetest.StartProcessClusterIn(t, n, dir)
+	for i := range c.Members {
+		if err := os.WriteFile(procs[i], []byte(strconv.Itoa(c.PID(i))), 0o600); err != nil {
+			t.Fatalf("moving member %d into its throttled cgroup: %v", i, err)
+		}
 	}
+	if n > 1 {
+		if err := c.MoveLeader(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changes0 := memberMetric(t, c.Members[0].ClientURL, "etcd_server_leader_changes_seen_total").GetCounter().GetValue()
 	cli := c.MemberClient(t, 0)
 
 	o := heartbeatOptions(t)
 	o.DataPrefix = "/v2" // the load's keys are outside the bridge's data
-	br := v2bridgetest.StartBridge(t, c.ProxiedEndpoints(), o)
+	br := v2bridgetest.StartBridge(t, []string{c.Members[0].ProxyURL}, o)
 	reg := br.Registry
 	kapi := v2client(t, br.URL)
 	g, err := kapi.Get(ctxT(t, 30*time.Second), "/", nil)
@@ -177,13 +194,15 @@ func TestLivenessFalsePositiveDiskSaturated(t *testing.T) {
 	})
 	timeline = append(timeline, figures(time.Since(t0)))
 	close(stop)
-	n := <-written
+	writes := <-written
 
 	fsyncP99 := histQuantile(0.99, fsync)
-	t.Logf("load: %d writers of %d KiB values for %v: %d puts (%d failed); the member's disk: %d KiB/s, %d writes/s; "+
-		"WAL fsyncs: %d, p50 %v, p99 %v", loadWriters, loadValue>>10, took.Round(time.Millisecond), puts.Load(),
-		failed.Load(), diskWriteBPS>>10, diskWriteIOPS, fsync.GetSampleCount(), seconds(histQuantile(0.5, fsync)),
-		seconds(fsyncP99))
+	changes := memberMetric(t, c.Members[0].ClientURL, "etcd_server_leader_changes_seen_total").GetCounter().GetValue() -
+		changes0
+	t.Logf("load: %d writers of %d KiB values for %v: %d puts (%d failed); each member's disk: %d KiB/s, %d writes/s; "+
+		"the bridge's member's WAL fsyncs: %d, p50 %v, p99 %v; leader changes: %v", loadWriters, loadValue>>10,
+		took.Round(time.Millisecond), puts.Load(), failed.Load(), diskWriteBPS>>10, diskWriteIOPS,
+		fsync.GetSampleCount(), seconds(histQuantile(0.5, fsync)), seconds(fsyncP99), changes)
 	if fsyncP99 <= 0.1 {
 		t.Fatalf("precondition: the member's WAL fsync p99 over the load is %v, want > 100ms: the disk was not saturated",
 			seconds(fsyncP99))
@@ -191,8 +210,8 @@ func TestLivenessFalsePositiveDiskSaturated(t *testing.T) {
 
 	ctx := ctxT(t, time.Minute)
 	for i, w := range ws {
-		if !w.WaitFor(ctx, func(evs []v2bridgetest.WatchedEvent) bool { return len(evs) >= n }) {
-			t.Errorf("watcher %d: %d events, want %d", i, len(w.Events()), n)
+		if !w.WaitFor(ctx, func(evs []v2bridgetest.WatchedEvent) bool { return len(evs) >= writes }) {
+			t.Errorf("watcher %d: %d events, want %d", i, len(w.Events()), writes)
 			continue
 		}
 		var prev uint64
@@ -206,7 +225,7 @@ func TestLivenessFalsePositiveDiskSaturated(t *testing.T) {
 	}
 	last := timeline[len(timeline)-1]
 	t.Logf("%d v2 writes through the bridge; heartbeats during the load: %d answered, p50 %v, p99 %v; "+
-		"%v losses, %v misses, %v excused (the bridge ran late)", n, hb.GetSampleCount(),
+		"%v losses, %v misses, %v excused (the bridge ran late)", writes, hb.GetSampleCount(),
 		seconds(histQuantile(0.5, hb)), seconds(histQuantile(0.99, hb)), last.losses, last.misses, last.excused)
 	if last.misses > 0 || last.losses > 0 {
 		var b strings.Builder
@@ -217,7 +236,7 @@ func TestLivenessFalsePositiveDiskSaturated(t *testing.T) {
 		t.Logf("the heartbeat's figures as they changed:%s", b.String())
 	}
 	if last.losses != 0 {
-		t.Errorf("a member with a saturated disk was declared lost %v times", last.losses)
+		t.Errorf("a member whose disk was saturated was declared lost %v times", last.losses)
 	}
 }
 
@@ -227,13 +246,13 @@ func seconds(s float64) time.Duration {
 }
 
 // slowDisk makes an ext4 file system on a loop device of its own, mounted
-// in a temporary directory (returned), and a blkio cgroup (cgroup v1) whose
-// processes may write to that device at most bps bytes and iops writes a
-// second; it returns the file a process id is written to to join it. All of
-// it is undone when the test ends, after the test's later cleanups (the
-// member's process must be gone first). It fails the test when any step
-// fails.
-func slowDisk(t *testing.T, bps, iops int) (dir, procs string) {
+// in a temporary directory (returned), and n blkio cgroups (cgroup v1) whose
+// processes may each write to that device at most bps bytes and iops writes
+// a second; it returns the files a process id is written to to join each.
+// All of it is undone when the test ends, after the test's later cleanups
+// (the members' processes must be gone first). It fails the test when any
+// step fails.
+func slowDisk(t *testing.T, n, bps, iops int) (dir string, procs []string) {
 	t.Helper()
 	root := "/sys/fs/cgroup/blkio"
 	if _, err := os.Stat(filepath.Join(root, "blkio.throttle.write_bps_device")); err != nil {
@@ -282,30 +301,34 @@ func slowDisk(t *testing.T, bps, iops int) (dir, procs string) {
 	})
 	majmin := run("cat", filepath.Join("/sys/block", filepath.Base(dev), "dev"))
 
-	cg := filepath.Join(root, fmt.Sprintf("v2bridge-disk-%d", os.Getpid()))
-	if err := os.Mkdir(cg, 0o750); err != nil {
-		t.Fatalf("making a blkio cgroup: %v", err)
-	}
-	t.Cleanup(func() {
-		var err error
-		for i := 0; i < 50; i++ { // until the member's process has left it
-			if err = syscall.Rmdir(cg); err == nil {
-				return
+	for i := 0; i < n; i++ {
+		cg := filepath.Join(root, fmt.Sprintf("v2bridge-disk-%d-%d", os.Getpid(), i))
+		if err := os.Mkdir(cg, 0o750); err != nil {
+			t.Fatalf("making a blkio cgroup: %v", err)
+		}
+		t.Cleanup(func() {
+			var err error
+			for i := 0; i < 50; i++ { // until the member's process has left it
+				if err = syscall.Rmdir(cg); err == nil {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			time.Sleep(100 * time.Millisecond)
+			t.Errorf("rmdir %s: %v", cg, err)
+		})
+		for file, v := range map[string]int{"blkio.throttle.write_bps_device": bps, "blkio.throttle.write_iops_device": iops} {
+			if err := os.WriteFile(filepath.Join(cg, file), []byte(majmin+" "+strconv.Itoa(v)), 0o600); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
 		}
-		t.Errorf("rmdir %s: %v", cg, err)
-	})
-	for file, v := range map[string]int{"blkio.throttle.write_bps_device": bps, "blkio.throttle.write_iops_device": iops} {
-		if err := os.WriteFile(filepath.Join(cg, file), []byte(majmin+" "+strconv.Itoa(v)), 0o600); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
+		procs = append(procs, filepath.Join(cg, "cgroup.procs"))
 	}
-	return dir, filepath.Join(cg, "cgroup.procs")
+	return dir, procs
 }
 
-// memberHistogram is the histogram name on an etcd member's /metrics.
-func memberHistogram(t *testing.T, base, name string) *dto.Histogram {
+// memberMetric is the metric name (one series) on an etcd member's
+// /metrics.
+func memberMetric(t *testing.T, base, name string) *dto.Metric {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctxT(t, 30*time.Second), "GET", base+"/metrics", nil)
 	if err != nil {
@@ -322,10 +345,20 @@ func memberHistogram(t *testing.T, base, name string) *dto.Histogram {
 		t.Fatalf("%s/metrics: %v", base, err)
 	}
 	mf, ok := mfs[name]
-	if !ok || len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetHistogram() == nil {
-		t.Fatalf("%s/metrics: no histogram %s", base, name)
+	if !ok || len(mf.GetMetric()) != 1 {
+		t.Fatalf("%s/metrics: no single series %s", base, name)
 	}
-	return mf.GetMetric()[0].GetHistogram()
+	return mf.GetMetric()[0]
+}
+
+// memberHistogram is the histogram name on an etcd member's /metrics.
+func memberHistogram(t *testing.T, base, name string) *dto.Histogram {
+	t.Helper()
+	h := memberMetric(t, base, name).GetHistogram()
+	if h == nil {
+		t.Fatalf("%s/metrics: %s is no histogram", base, name)
+	}
+	return h
 }
 
 // bridgeHistogram is the histogram name (one series) of a bridge's registry.
