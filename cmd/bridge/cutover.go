@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/v2bridge/v2bridge/assemble"
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
@@ -177,7 +175,6 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	}
 	defer func() { _ = cli.Close() }()
 	o := cutover.Options{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Layout: layout, Source: src,
-		V3Index:      v3Index(cli, layout, c.requestTimeout),
 		SourcePadKey: path.Join("/", cf.fromPrefix, "_v2bridge_rollback_pad"),
 		AckTimeout:   cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
 		By: whoRuns(), RequestTimeout: c.requestTimeout, Auth: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
@@ -230,21 +227,6 @@ func copyAuthFunc(o migrate.Options, urls []string) func(context.Context, bool) 
 			}
 		}
 		return cutover.AuthCopy{}, err
-	}
-}
-
-// v3Index is the v2 index the v3 side gives clients now: that of the
-// revision a linearizable read sees (what a quorum GET through a bridge
-// reports), read without a value, one key at most.
-func v3Index(kv clientv3.KV, layout translate.Layout, timeout time.Duration) func(context.Context) (uint64, error) {
-	return func(ctx context.Context) (uint64, error) {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		resp, err := kv.Get(ctx, layout.MetaPrefix, clientv3.WithCountOnly(), clientv3.WithLimit(1))
-		if err != nil {
-			return 0, fmt.Errorf("reading the etcd v3 revision: %w", err)
-		}
-		return translate.Index(resp.Header.Revision), nil
 	}
 }
 
