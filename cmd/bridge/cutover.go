@@ -10,16 +10,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"os/user"
-	"path"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/v2bridge/v2bridge/assemble"
-	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
+	"github.com/v2bridge/v2bridge/migration"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -84,24 +80,6 @@ func runCutoverCommand(cmd string, args []string, stdout, stderr io.Writer) erro
 	return cutoverMain(ctx, cmd, args, getenv, stdout, stderr)
 }
 
-// jsonSwitch is the --output json result of cutover and rollback.
-type jsonSwitch struct {
-	Command  string          `json:"command"`
-	OK       bool            `json:"ok"`
-	Error    string          `json:"error,omitempty"`
-	Changed  bool            `json:"changed"`
-	Record   *cutover.Record `json:"record,omitempty"`
-	Bridges  int             `json:"bridges"`
-	Padded   int             `json:"padded"`
-	V3Writes int             `json:"v3Writes,omitempty"`
-	// Discarded (rollback) is every node written through etcd v3 since the
-	// cutover, as it is now: what --force loses.
-	Discarded []cutover.Discarded `json:"discarded,omitempty"`
-	// Auth (cutover) is the last copy of the users and roles.
-	Auth    *cutover.AuthCopy `json:"auth,omitempty"`
-	Seconds float64           `json:"durationSeconds"`
-}
-
 func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	var c config
 	var cf cutoverFlags
@@ -120,17 +98,9 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if cf.output != "text" && cf.output != "json" {
 		return usageErrorf("migrate %s: --output must be text or json, not %q", cmd, cf.output)
 	}
-	js := &jsonSwitch{Command: "migrate " + cmd}
-	steps := stdout
+	sum := migration.Failed("migrate " + cmd)
 	if cf.output == "json" {
-		steps = stderr
-		defer func() {
-			js.OK = err == nil
-			if err != nil {
-				js.Error = err.Error()
-			}
-			writeJSON(stdout, js)
-		}()
+		defer func() { migration.WriteJSON(stdout, sum, err) }()
 	}
 	if err := applySources(fs, getenv); err != nil {
 		return err
@@ -169,73 +139,10 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	cli, err := assemble.ControlClient(bcfg, lg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cli.Close() }()
-	o := cutover.Options{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Layout: layout, Source: src,
-		SourcePadKey: path.Join("/", cf.fromPrefix, "_v2bridge_rollback_pad"),
-		AckTimeout:   cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
-		By: whoRuns(), RequestTimeout: c.requestTimeout, Auth: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
-		AllowUnknownPasswords: cf.allowUnknownPasswords,
-		Log:                   func(s string) { _, _ = fmt.Fprintln(steps, s) }}
-	if cmd == "cutover" {
-		as, err := assemble.OpenAuthStore(ctx, bcfg, c.requestTimeout, lg)
-		if err != nil {
-			return fmt.Errorf("migrate %s: %w", cmd, err)
-		}
-		defer as.Close()
-		o.CopyAuth = copyAuthFunc(migrate.Options{SourceTLS: srcTLS, SourceUser: cf.fromUser, SourceTimeout: cf.fromTimeout,
-			Auth: as}, splitList(cf.from))
-	}
-	_, _ = fmt.Fprintf(steps, "%s: old server %s, etcd v3 %s, mode record %s\n", cmd, src, strings.Join(endpoints, ","), o.Keys.Mode)
-	var res *cutover.Result
-	if cmd == "cutover" {
-		res, err = cutover.Cutover(ctx, o)
-	} else {
-		res, err = cutover.Rollback(ctx, o)
-	}
-	if res != nil {
-		js.Changed, js.Record, js.Bridges, js.Padded, js.V3Writes, js.Discarded, js.Auth, js.Seconds =
-			res.Changed, res.Record, res.Bridges, res.Padded, res.V3Writes, res.Discarded, res.Auth, res.Duration.Seconds()
-	}
-	if err != nil {
-		return fmt.Errorf("migrate %s: %w", cmd, err)
-	}
-	if res.Changed {
-		_, _ = fmt.Fprintf(steps, "done in %s: %d bridge(s) serve in %s mode (generation %d)\n",
-			res.Duration.Round(time.Millisecond), res.Bridges, res.Record.Mode, res.Record.Generation)
-	}
-	return nil
-}
-
-// copyAuthFunc copies the users and roles of the first of the old server's
-// URLs that answers, for the cutover.
-func copyAuthFunc(o migrate.Options, urls []string) func(context.Context, bool) (cutover.AuthCopy, error) {
-	return func(ctx context.Context, dryRun bool) (cutover.AuthCopy, error) {
-		var err error
-		for _, u := range urls {
-			o.From, o.DryRun = u, dryRun
-			var sum *migrate.AuthSummary
-			if sum, err = migrate.CopyAuth(ctx, o); err == nil {
-				return cutover.AuthCopy{Enabled: sum.Enabled, Users: len(sum.Users), Roles: len(sum.Roles),
-					UnknownPasswords: sum.UnknownPasswords}, nil
-			}
-			if !errors.Is(err, migrate.ErrUnreachable) {
-				break
-			}
-		}
-		return cutover.AuthCopy{}, err
-	}
-}
-
-// whoRuns names the operator for the mode record: user@host.
-func whoRuns() string {
-	name := "unknown"
-	if u, err := user.Current(); err == nil {
-		name = u.Username
-	}
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s@%s (pid %d)", name, host, os.Getpid())
+	sum, err = migration.Switch(ctx, cmd, migration.SwitchConfig{
+		Steps: cutover.Options{Source: src, AckTimeout: cf.ackTimeout, FollowTimeout: cf.followTimeout,
+			IndexMargin: cf.indexMargin, Force: cf.force, AllowUnknownPasswords: cf.allowUnknownPasswords},
+		Old:  migrate.Options{FromPrefix: cf.fromPrefix, SourceTLS: srcTLS, SourceUser: cf.fromUser, SourceTimeout: cf.fromTimeout},
+		URLs: splitList(cf.from), Backend: bcfg, Logger: lg, JSON: cf.output == "json", Stdout: stdout, Stderr: stderr})
+	return err
 }
