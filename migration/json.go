@@ -5,6 +5,7 @@ package migration
 import (
 	"encoding/json"
 	"io"
+	"strings"
 
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
@@ -35,8 +36,8 @@ func (r *result) setResult(err error) {
 // cutover", "migrate rollback") failing before it started; cutover's and
 // rollback's have all their fields.
 func Failed(command string) Summary {
-	if command == "migrate cutover" || command == "migrate rollback" {
-		return &jsonSwitch{result: result{Command: command}}
+	if cmd, ok := strings.CutPrefix(command, "migrate "); ok {
+		return switchSummary(cmd, nil)
 	}
 	return &result{Command: command}
 }

@@ -47,13 +47,18 @@ type SwitchConfig struct {
 // Switch runs the cutover (cmd "cutover") or the rollback (cmd
 // "rollback"); the summary is the JSON one, for SwitchConfig.JSON.
 func Switch(ctx context.Context, cmd string, cfg SwitchConfig) (Summary, error) {
-	js := &jsonSwitch{result: result{Command: "migrate " + cmd}}
 	res, err := switchSides(ctx, cmd, cfg)
+	return switchSummary(cmd, res), err
+}
+
+// switchSummary is the summary of cmd's result res (nil: none).
+func switchSummary(cmd string, res *cutover.Result) *jsonSwitch {
+	js := &jsonSwitch{result: result{Command: "migrate " + cmd}}
 	if res != nil {
 		js.Changed, js.Record, js.Bridges, js.Padded, js.V3Writes, js.Discarded, js.Auth, js.Seconds =
 			res.Changed, res.Record, res.Bridges, res.Padded, res.V3Writes, res.Discarded, res.Auth, res.Duration.Seconds()
 	}
-	return js, err
+	return js
 }
 
 func switchSides(ctx context.Context, cmd string, cfg SwitchConfig) (*cutover.Result, error) {
