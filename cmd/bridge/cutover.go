@@ -8,9 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/v2bridge/v2bridge/cutover"
@@ -71,13 +68,6 @@ A failure before step 3 lifts the fence. Already in v3 mode: nothing to do.
 	}
 	setCommandUsage(fs, intro, "The old server and the command:", "The etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
 	return fs
-}
-
-// runCutoverCommand runs `v2bridge migrate cutover` or `migrate rollback`.
-func runCutoverCommand(cmd string, args []string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return cutoverMain(ctx, cmd, args, getenv, stdout, stderr)
 }
 
 func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {

@@ -11,10 +11,8 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"os/signal"
 	"path"
 	"strings"
-	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -199,13 +197,6 @@ With --follow it keeps applying the source's changes until interrupted.
 	}
 	setCommandUsage(fs, intro, "Source and behaviour:", "Target etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
 	return fs
-}
-
-// runMigrateCommand runs `v2bridge migrate` or `v2bridge verify`.
-func runMigrateCommand(cmd string, args []string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return migrateMain(ctx, cmd, args, getenv, stdout, stderr, isTerminal(os.Stderr))
 }
 
 func isTerminal(f *os.File) bool {
