@@ -70,6 +70,7 @@ A failure before step 3 lifts the fence. Already in v3 mode: nothing to do.
 	return fs
 }
 
+// cutoverMain runs `v2bridge migrate cutover` or `migrate rollback`.
 func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	var c config
 	var cf cutoverFlags

@@ -204,6 +204,7 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// migrateMain runs `v2bridge migrate` or `v2bridge verify`.
 func migrateMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer, tty bool) (err error) {
 	var c config
 	var mf migrateFlags
