@@ -3,10 +3,12 @@
 // Package assemble builds and runs a bridge in any of its modes: v3,
 // passthrough (to a v2 server) or dual (the cutover.Switch over both).
 // Every mode has the same HTTP lifecycle (server.Servers), the same request
-// chain (limits, request log, served subtrees, then the Side that answers,
-// which checks auth) and the same shutdown order: the Side leaves (its
-// registration, its watches), the HTTP servers stop, the Side closes, then
-// what it stood on (auth, the etcd v3 client, an embedded etcd).
+// chain (limits, request log, served subtrees, auth, then the Side that
+// answers: auth is the v3 side's first step, v2api.Server's, deciding each
+// request before its handler; the old server decides its own) and the same
+// shutdown order: the Side leaves (its registration, its watches), the HTTP
+// servers stop, the Side closes, then what it stood on (auth, the etcd v3
+// client, an embedded etcd).
 package assemble
 
 import (
@@ -95,7 +97,7 @@ type Embedded struct {
 // Side is what answers the v2 API: the v3 bridge, the passthrough to the v2
 // server, or, in dual mode, the Switch over those two.
 type Side interface {
-	http.Handler // the v2 API; it checks auth itself
+	http.Handler // the v2 API, auth its first step
 	// Metrics serves the metrics listeners: /metrics and the probes.
 	Metrics() http.Handler
 	// Ready reports what /readyz does.

@@ -29,7 +29,8 @@ type Options struct {
 	V2Server *V2Server
 	// V3Index is the v2 index the v3 side gives clients now (a
 	// linearizable read through the bridge's own read path): the cutover
-	// compares and records indexes in the numbering clients see.
+	// compares and records indexes in the numbering clients see. Default:
+	// that of the revision a count-only linearizable read of Client sees.
 	V3Index func(ctx context.Context) (uint64, error)
 	// Auth are the keys of the key space's users, roles and enabled flag:
 	// a change of them through etcd v3 since the cutover is a write a
@@ -94,6 +95,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.V3Index == nil {
+		o.V3Index = countIndex(o.Client, o.Layout, o.RequestTimeout)
 	}
 }
 

@@ -8,20 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"os/user"
-	"path"
-	"strings"
-	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/v2bridge/v2bridge/assemble"
-	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
+	"github.com/v2bridge/v2bridge/migration"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -78,31 +69,7 @@ A failure before step 3 lifts the fence. Already in v3 mode: nothing to do.
 	return fs
 }
 
-// runCutoverCommand runs `v2bridge migrate cutover` or `migrate rollback`.
-func runCutoverCommand(cmd string, args []string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return cutoverMain(ctx, cmd, args, getenv, stdout, stderr)
-}
-
-// jsonSwitch is the --output json result of cutover and rollback.
-type jsonSwitch struct {
-	Command  string          `json:"command"`
-	OK       bool            `json:"ok"`
-	Error    string          `json:"error,omitempty"`
-	Changed  bool            `json:"changed"`
-	Record   *cutover.Record `json:"record,omitempty"`
-	Bridges  int             `json:"bridges"`
-	Padded   int             `json:"padded"`
-	V3Writes int             `json:"v3Writes,omitempty"`
-	// Discarded (rollback) is every node written through etcd v3 since the
-	// cutover, as it is now: what --force loses.
-	Discarded []cutover.Discarded `json:"discarded,omitempty"`
-	// Auth (cutover) is the last copy of the users and roles.
-	Auth    *cutover.AuthCopy `json:"auth,omitempty"`
-	Seconds float64           `json:"durationSeconds"`
-}
-
+// cutoverMain runs `v2bridge migrate cutover` or `migrate rollback`.
 func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	var c config
 	var cf cutoverFlags
@@ -121,17 +88,9 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if cf.output != "text" && cf.output != "json" {
 		return usageErrorf("migrate %s: --output must be text or json, not %q", cmd, cf.output)
 	}
-	js := &jsonSwitch{Command: "migrate " + cmd}
-	steps := stdout
+	sum := migration.Failed("migrate " + cmd)
 	if cf.output == "json" {
-		steps = stderr
-		defer func() {
-			js.OK = err == nil
-			if err != nil {
-				js.Error = err.Error()
-			}
-			writeJSON(stdout, js)
-		}()
+		defer func() { migration.WriteJSON(stdout, sum, err) }()
 	}
 	if err := applySources(fs, getenv); err != nil {
 		return err
@@ -171,89 +130,10 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	cli, err := assemble.ControlClient(bcfg, lg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cli.Close() }()
-	o := cutover.Options{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Layout: layout, V2Server: src,
-		V3Index:        v3Index(cli, layout, c.requestTimeout),
-		V2ServerPadKey: path.Join("/", cf.v2ServerPrefix, "_v2bridge_rollback_pad"),
-		AckTimeout:     cf.ackTimeout, FollowTimeout: cf.followTimeout, IndexMargin: cf.indexMargin, Force: cf.force,
-		By: whoRuns(), RequestTimeout: c.requestTimeout, Auth: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
-		AllowUnknownPasswords: cf.allowUnknownPasswords,
-		Log:                   func(s string) { _, _ = fmt.Fprintln(steps, s) }}
-	if cmd == "cutover" {
-		as, err := assemble.OpenAuthStore(ctx, bcfg, c.requestTimeout, lg)
-		if err != nil {
-			return fmt.Errorf("migrate %s: %w", cmd, err)
-		}
-		defer as.Close()
-		o.CopyAuth = copyAuthFunc(migrate.Options{V2ServerTLS: srcTLS, V2ServerUser: cf.v2ServerUser, V2ServerTimeout: cf.v2ServerTimeout,
-			Auth: as}, splitList(cf.v2Server))
-	}
-	_, _ = fmt.Fprintf(steps, "%s: v2 server %s, etcd v3 %s, mode record %s\n", cmd, src, strings.Join(endpoints, ","), o.Keys.Mode)
-	var res *cutover.Result
-	if cmd == "cutover" {
-		res, err = cutover.Cutover(ctx, o)
-	} else {
-		res, err = cutover.Rollback(ctx, o)
-	}
-	if res != nil {
-		js.Changed, js.Record, js.Bridges, js.Padded, js.V3Writes, js.Discarded, js.Auth, js.Seconds =
-			res.Changed, res.Record, res.Bridges, res.Padded, res.V3Writes, res.Discarded, res.Auth, res.Duration.Seconds()
-	}
-	if err != nil {
-		return fmt.Errorf("migrate %s: %w", cmd, err)
-	}
-	if res.Changed {
-		_, _ = fmt.Fprintf(steps, "done in %s: %d bridge(s) serve in %s mode (generation %d)\n",
-			res.Duration.Round(time.Millisecond), res.Bridges, res.Record.Mode, res.Record.Generation)
-	}
-	return nil
-}
-
-// copyAuthFunc copies the users and roles of the first of the old server's
-// URLs that answers, for the cutover.
-func copyAuthFunc(o migrate.Options, urls []string) func(context.Context, bool) (cutover.AuthCopy, error) {
-	return func(ctx context.Context, dryRun bool) (cutover.AuthCopy, error) {
-		var err error
-		for _, u := range urls {
-			o.V2Server, o.DryRun = []string{u}, dryRun
-			var sum *migrate.AuthSummary
-			if sum, err = migrate.CopyAuth(ctx, o); err == nil {
-				return cutover.AuthCopy{Enabled: sum.Enabled, Users: len(sum.Users), Roles: len(sum.Roles),
-					UnknownPasswords: sum.UnknownPasswords}, nil
-			}
-			if !errors.Is(err, migrate.ErrUnreachable) {
-				break
-			}
-		}
-		return cutover.AuthCopy{}, err
-	}
-}
-
-// v3Index is the v2 index the v3 side gives clients now: that of the
-// revision a linearizable read sees (what a quorum GET through a bridge
-// reports), read without a value, one key at most.
-func v3Index(kv clientv3.KV, layout translate.Layout, timeout time.Duration) func(context.Context) (uint64, error) {
-	return func(ctx context.Context) (uint64, error) {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		resp, err := kv.Get(ctx, layout.MetaPrefix, clientv3.WithCountOnly(), clientv3.WithLimit(1))
-		if err != nil {
-			return 0, fmt.Errorf("reading the etcd v3 revision: %w", err)
-		}
-		return translate.Index(resp.Header.Revision), nil
-	}
-}
-
-// whoRuns names the operator for the mode record: user@host.
-func whoRuns() string {
-	name := "unknown"
-	if u, err := user.Current(); err == nil {
-		name = u.Username
-	}
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s@%s (pid %d)", name, host, os.Getpid())
+	sum, err = migration.Switch(ctx, cmd, migration.SwitchConfig{
+		Steps: cutover.Options{V2Server: src, AckTimeout: cf.ackTimeout, FollowTimeout: cf.followTimeout,
+			IndexMargin: cf.indexMargin, Force: cf.force, AllowUnknownPasswords: cf.allowUnknownPasswords},
+		Old:  migrate.Options{V2ServerPrefix: cf.v2ServerPrefix, V2ServerTLS: srcTLS, V2ServerUser: cf.v2ServerUser, V2ServerTimeout: cf.v2ServerTimeout},
+		URLs: splitList(cf.v2Server), Backend: bcfg, Logger: lg, JSON: cf.output == "json", Stdout: stdout, Stderr: stderr})
+	return err
 }
