@@ -187,9 +187,9 @@ var mutations = []Mutation{
 		Test: "go test -count=1 -run ^TestStoreReplaceLearn$ ./auth/",
 	},
 	{
-		Name: "watch-unchecked", File: "v2api/server.go",
+		Name: "watch-unchecked", File: "v2api/auth.go",
 		What: "a watch is served without checking the user may read what it watches",
-		Find: "\tif s.cfg.Auth != nil {\n\t\tif code = s.checkKeys(", Replace: "\tif s.cfg.Auth != nil && !req.IsWatch() {\n\t\tif code = s.checkKeys(",
+		Find: "if kr.err == nil && !s.checkKeys(w, r, kr) {", Replace: "if kr.err == nil && !kr.req.IsWatch() && !s.checkKeys(w, r, kr) {",
 		Test: "go test -short -count=1 ./v2api/",
 	},
 	{
@@ -310,7 +310,7 @@ var mutations = []Mutation{
 	},
 	{
 		Name: "shadow-divergence-taken-for-lag", File: "shadow/compare.go",
-		What: "a read the v3 side answers differently, while the upstream's answer stands, is counted as lagging",
+		What: "a read the v3 side answers differently, while the v2 server's answer stands, is counted as lagging",
 		Find: "\tif s.same(q, ref, again) {\n\t\treturn res\n\t}\n",
 		Test: "go test -short -count=1 -run ^TestDivergencesAreCountedByKind$ ./shadow/",
 	},
