@@ -5,7 +5,7 @@ COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.gitCommit=$(COMMIT)
 TESTTIME ?= 20m
 
-.PHONY: all build run test race fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-shared bench-heartbeat-cost liveness-defrag bench-failover soak vet lint golangci-lint tidy clean
+.PHONY: all build run test race fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-shared bench-heartbeat-cost liveness-defrag liveness-disk bench-failover soak vet lint golangci-lint tidy clean
 
 all: build
 
@@ -19,7 +19,7 @@ run: build
 	./bin/v2bridge $(ARGS)
 
 # The packages with unit tests (make unit, make cover).
-UNIT_PKGS := ./assemble/... ./auth/... ./translate/... ./v2diff/... ./internal/... ./detach/... ./v2api/... ./v3backend/... ./upstream/... ./membership/... ./cutover/... ./shadow/... ./migrate/... ./cmd/... ./server/...
+UNIT_PKGS := ./assemble/... ./auth/... ./translate/... ./v2diff/... ./internal/... ./detach/... ./v2api/... ./v3backend/... ./passthrough/... ./membership/... ./cutover/... ./shadow/... ./migrate/... ./cmd/... ./server/...
 # RACE_SKIP: the tests that hold the bridge's heartbeat to never declaring a
 # busy member lost, with its production settings. The race detector slows
 # this process several times over, and on a loaded machine starves the
@@ -122,6 +122,10 @@ bench-heartbeat-cost:
 DEFRAG_MB ?= 1100
 liveness-defrag:
 	V2BRIDGE_TEST_DEFRAG_MB=$(DEFRAG_MB) $(GO) test -count=1 -timeout 30m -run '^TestLivenessFalsePositiveDefrag$$' -v ./integration/
+
+## liveness-disk: no member declared lost while a write load saturates its disk (a throttled loop device; root, cgroup v1 blkio)
+liveness-disk:
+	V2BRIDGE_TEST_DISK=1 $(GO) test -count=1 -timeout 10m -run '^TestLivenessFalsePositiveDiskSaturated$$' -v ./integration/
 
 ## bench-failover: time for v2 watchers to learn of a lost backend, the bridge vs the incident's TCP forwarder (< 10 min;
 ##                 bench/FAILOVER.md, and bench/failover-timeline.png: one fault drawn from the bridge's metrics)

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package assemble builds and runs a bridge in any of its modes: v3,
-// passthrough (to an old v2 server) or dual (the cutover.Switch over both).
+// passthrough (to a v2 server) or dual (the cutover.Switch over both).
 // Every mode has the same HTTP lifecycle (server.Servers), the same request
-// chain (limits, request log, served subtrees, then the Side that answers,
-// which checks auth) and the same shutdown order: the Side leaves (its
-// registration, its watches), the HTTP servers stop, the Side closes, then
-// what it stood on (auth, the etcd v3 client, an embedded etcd).
+// chain (limits, request log, served subtrees, auth, then the Side that
+// answers: auth is the v3 side's first step, v2api.Server's, deciding each
+// request before its handler; the old server decides its own) and the same
+// shutdown order: the Side leaves (its registration, its watches), the HTTP
+// servers stop, the Side closes, then what it stood on (auth, the etcd v3
+// client, an embedded etcd).
 package assemble
 
 import (
@@ -29,7 +31,7 @@ import (
 // Mode is which sides a bridge has.
 type Mode int
 
-// The modes: etcd v3 only, the old v2 server only, or both.
+// The modes: etcd v3 only, the v2 server only, or both.
 const (
 	V3 Mode = iota
 	Passthrough
@@ -74,8 +76,8 @@ type Config struct {
 	ShadowPrefix                              string
 	ShadowQueue                               int
 
-	// V2Upstream are the old v2 server's URLs (passthrough, dual mode).
-	V2Upstream []string
+	// V2Server are the v2 server's URLs (passthrough, dual mode).
+	V2Server []string
 	// Backend is the v3 side (v3, dual mode).
 	Backend v3backend.Config
 	// Embedded, if set, is the private etcd a v3-mode bridge starts and
@@ -92,10 +94,10 @@ type Embedded struct {
 	InProcess bool
 }
 
-// Side is what answers the v2 API: the v3 bridge, the passthrough to the old
+// Side is what answers the v2 API: the v3 bridge, the passthrough to the v2
 // server, or, in dual mode, the Switch over those two.
 type Side interface {
-	http.Handler // the v2 API; it checks auth itself
+	http.Handler // the v2 API, auth its first step
 	// Metrics serves the metrics listeners: /metrics and the probes.
 	Metrics() http.Handler
 	// Ready reports what /readyz does.

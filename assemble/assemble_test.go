@@ -18,7 +18,7 @@ import (
 
 // TestPassthroughModeRunsTheOneChainAndShutsDown: a passthrough-mode bridge
 // built by Run serves the v2 API through the request chain (a key outside
-// the served subtree is answered without reaching the old server; one
+// the served subtree is answered without reaching the v2 server; one
 // inside is forwarded as is), serves its metrics on the metrics listener,
 // and on ctx's end shuts down cleanly, closing its listeners.
 func TestPassthroughModeRunsTheOneChainAndShutsDown(t *testing.T) {
@@ -51,7 +51,7 @@ func TestPassthroughModeRunsTheOneChainAndShutsDown(t *testing.T) {
 		Client: []Listener{{URL: cu, Ln: client}}, Metrics: []Listener{{URL: murl, Ln: metrics}},
 		Name: "p", AdvertiseURLs: []string{cu}, Served: []string{"/a"}, ServePrefix: "/a",
 		RequestTimeout: 5 * time.Second, HeartbeatInterval: 20 * time.Millisecond, HeartbeatTimeout: time.Second,
-		HeartbeatFailures: 3, V2Upstream: []string{up.URL}}
+		HeartbeatFailures: 3, V2Server: []string{up.URL}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()
@@ -100,7 +100,7 @@ func TestPassthroughModeRunsTheOneChainAndShutsDown(t *testing.T) {
 	}
 	mu.Lock()
 	if len(asked) != 1 || asked[0] != "GET /v2/keys/a/x" {
-		t.Errorf("the old server was asked %q, want only GET /v2/keys/a/x", asked)
+		t.Errorf("the v2 server was asked %q, want only GET /v2/keys/a/x", asked)
 	}
 	mu.Unlock()
 	_, body = get(murl + "/metrics")

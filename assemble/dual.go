@@ -16,12 +16,12 @@ import (
 
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
-	"github.com/v2bridge/v2bridge/upstream"
+	"github.com/v2bridge/v2bridge/passthrough"
 )
 
 // dualSide is a dual-mode bridge: the cutover.Switch over the passthrough
-// and the v3 side. The v3 side comes up in the background (the old server is
-// served meanwhile). The shadow comparison of the old server's answers with
+// and the v3 side. The v3 side comes up in the background (the v2 server is
+// served meanwhile). The shadow comparison of the v2 server's answers with
 // the v3 side's hooks in here: the passthrough is built with shadow as its
 // observer, which samples nothing until the v3 side has started the
 // comparer.
@@ -60,9 +60,9 @@ func (d *dualSide) Close(ctx context.Context) error {
 	return nil
 }
 
-// asBackend is a Side as one of the Switch's.
-func asBackend(s Side) cutover.Backend {
-	b := cutover.Backend{API: s, Probes: s.Metrics(), Ready: s.Ready}
+// asSideHandlers is a Side as one of the Switch's.
+func asSideHandlers(s Side) cutover.SideHandlers {
+	b := cutover.SideHandlers{API: s, Probes: s.Metrics(), Ready: s.Ready}
 	if e, ok := s.(interface{ EndWatches(string) }); ok {
 		b.EndWatches = e.EndWatches
 	}
@@ -72,7 +72,7 @@ func asBackend(s Side) cutover.Backend {
 	return b
 }
 
-// buildDual builds a bridge with both the old server and an etcd v3
+// buildDual builds a bridge with both the v2 server and an etcd v3
 // cluster: it serves from the side the mode record in etcd v3 names, and
 // switches every bridge at once when `migrate cutover` or `migrate
 // rollback` rewrites the record.
@@ -103,13 +103,13 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 		return nil, err
 	}
 	res.add(d.pass.p.Close)
-	// The passwords the old server accepts go to the v3 side's users, for
+	// The passwords the v2 server accepts go to the v3 side's users, for
 	// the cutover.
-	learn := auth.NewLearner(au.svc.Store, auth.OldServerAuthEnabled(d.pass.p), cfg.RequestTimeout, lg.Named("learn"), reg)
+	learn := auth.NewLearner(au.svc.Store, auth.V2ServerAuthEnabled(d.pass.p), cfg.RequestTimeout, lg.Named("learn"), reg)
 	res.add(learn.Stop) // after the servers: no request offers any more
 	d.pass.h = learn.Wrap(d.pass.p)
 	d.Switch = cutover.NewSwitch(cutover.SwitchConfig{
-		Passthrough: asBackend(d.pass),
+		Passthrough: asSideHandlers(d.pass),
 		Metrics:     promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}),
 		Logger:      lg.Named("mode"),
 		OnChange:    mm.set,
@@ -139,7 +139,7 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 		}
 	}
 	return &built{side: d, serving: "serving in dual mode: from the side the mode record names", start: start,
-		fields: []zap.Field{zap.Strings("v2-upstream", cfg.V2Upstream), zap.Strings("backend", cfg.Backend.Endpoints)}}, nil
+		fields: []zap.Field{zap.Strings("v2-server", cfg.V2Server), zap.Strings("backend", cfg.Backend.Endpoints)}}, nil
 }
 
 // connectV3 connects the v3 side, retrying until it answers or ctx ends,
@@ -156,7 +156,7 @@ func (d *dualSide) connectV3(ctx context.Context, cfg *Config, mem *bridgeMember
 		if err == nil {
 			v3reg.Store(reg)
 			d.v3.Store(s)
-			d.SetV3(asBackend(s))
+			d.SetV3(asSideHandlers(s))
 			lg.Info("dual mode: the etcd v3 side is connected", zap.Strings("backend", cfg.Backend.Endpoints), zap.Int("attempt", attempt))
 			obs, stop, err := startShadow(cfg, s.br, shadowReg)
 			if err != nil {
@@ -166,7 +166,7 @@ func (d *dualSide) connectV3(ctx context.Context, cfg *Config, mem *bridgeMember
 			d.shadow.set(obs, stop)
 			return
 		}
-		lg.Warn("dual mode: cannot reach etcd v3 yet; the old server is served meanwhile if the mode record says so",
+		lg.Warn("dual mode: cannot reach etcd v3 yet; the v2 server is served meanwhile if the mode record says so",
 			zap.Strings("backend", cfg.Backend.Endpoints), zap.Error(err))
 		t := time.NewTimer(backoff)
 		select {
@@ -178,28 +178,28 @@ func (d *dualSide) connectV3(ctx context.Context, cfg *Config, mem *bridgeMember
 	}
 }
 
-// lateObserver is an upstream.Observer whose comparer arrives after the
+// lateObserver is a passthrough.Observer whose comparer arrives after the
 // passthrough was built; until then it samples nothing.
 type lateObserver struct {
-	obs  atomic.Pointer[upstream.Observer]
+	obs  atomic.Pointer[passthrough.Observer]
 	stop atomic.Pointer[func()]
 }
 
-func (l *lateObserver) set(obs upstream.Observer, stop func()) {
+func (l *lateObserver) set(obs passthrough.Observer, stop func()) {
 	l.stop.Store(&stop)
 	if obs != nil {
 		l.obs.Store(&obs)
 	}
 }
 
-// Sample implements upstream.Observer.
+// Sample implements passthrough.Observer.
 func (l *lateObserver) Sample(r *http.Request) bool {
 	o := l.obs.Load()
 	return o != nil && (*o).Sample(r)
 }
 
-// Observe implements upstream.Observer.
-func (l *lateObserver) Observe(r *http.Request, a upstream.Answer) {
+// Observe implements passthrough.Observer.
+func (l *lateObserver) Observe(r *http.Request, a passthrough.Answer) {
 	if o := l.obs.Load(); o != nil {
 		(*o).Observe(r, a)
 	}

@@ -15,7 +15,7 @@ import (
 
 // bridgeMembers is a bridge's part in the member list of its key space: the
 // list of the registered bridges /v2/members serves, and, for a bridge
-// without --v2-upstream, its own registration (a dual-mode bridge's agent
+// without --v2-server, its own registration (a dual-mode bridge's agent
 // registers it). With --advertise-only-self there is none: the bridge
 // advertises itself alone, as a node-local bridge must.
 type bridgeMembers struct {

@@ -32,11 +32,11 @@ func registerBridgeInfo(reg prometheus.Registerer, ver, commit string, embedded 
 }
 
 // registerMode adds v2bridge_mode: 1 for the mode the bridge serves in
-// ("passthrough" to a v2 upstream, or "v3"), 0 for the other.
+// ("passthrough" to a v2 server, or "v3"), 0 for the other.
 func registerMode(reg prometheus.Registerer, passthrough bool) {
 	mode := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "v2bridge_mode",
-		Help: "1 for the mode the bridge serves in: passthrough (to an old v2 server) or v3.",
+		Help: "1 for the mode the bridge serves in: passthrough (to a v2 server) or v3.",
 	}, []string{"mode"})
 	on, off := "v3", "passthrough"
 	if passthrough {
@@ -55,7 +55,7 @@ type dualModeMetrics struct {
 	generation prometheus.Gauge
 	// fenced reads the switch's count of refused writes.
 	fenced func() int64
-	// headroom reads how far the old server's index is below a rollback's
+	// headroom reads how far the v2 server's index is below a rollback's
 	// watch ceiling, and whether one applies.
 	headroom func() (uint64, bool)
 }
@@ -68,11 +68,11 @@ func registerDualMode(reg prometheus.Registerer) *dualModeMetrics {
 	m := &dualModeMetrics{
 		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "v2bridge_mode",
-			Help: "1 for the mode the bridge serves in: passthrough (to an old v2 server), fencing (a cutover or rollback is switching: writes refused) or v3.",
+			Help: "1 for the mode the bridge serves in: passthrough (to a v2 server), fencing (a cutover or rollback is switching: writes refused) or v3.",
 		}, []string{"mode"}),
 		since: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "v2bridge_mode_since_seconds",
-			Help: "Unix time at which the bridge began serving from its current side (the old v2 server or etcd v3).",
+			Help: "Unix time at which the bridge began serving from its current side (the v2 server or etcd v3).",
 		}),
 		generation: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "v2bridge_mode_generation",
@@ -93,7 +93,7 @@ func registerDualMode(reg prometheus.Registerer) *dualModeMetrics {
 	})
 	headroom := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "v2bridge_mode_watch_ceiling_headroom",
-		Help: "After a rollback that set a watch ceiling: how many more indexes the old v2 server can take before its own index reaches the ceiling (0: it has; run the next cutover well before). +Inf when no ceiling applies.",
+		Help: "After a rollback that set a watch ceiling: how many more indexes the v2 server can take before its own index reaches the ceiling (0: it has; run the next cutover well before). +Inf when no ceiling applies.",
 	}, func() float64 {
 		if m.headroom == nil {
 			return math.Inf(1)

@@ -9,13 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/v2bridge/v2bridge/upstream"
+	"github.com/v2bridge/v2bridge/passthrough"
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
-// passSide is the passthrough to the old v2 server as a Side.
+// passSide is the passthrough to the v2 server as a Side.
 type passSide struct {
-	p *upstream.Passthrough
+	p *passthrough.Passthrough
 	h http.Handler // p, or p seen by dual mode's password learner
 }
 
@@ -25,7 +25,7 @@ func (s *passSide) Metrics() http.Handler { return s.p.MetricsHandler() }
 
 func (s *passSide) Ready() bool { return s.p.Ready() }
 
-// LastIndex is the last X-Etcd-Index the old server answered with.
+// LastIndex is the last X-Etcd-Index the v2 server answered with.
 func (s *passSide) LastIndex() uint64 { return s.p.LastIndex() }
 
 // Leave ends the watches (clients re-issue them elsewhere); the requests
@@ -35,14 +35,14 @@ func (s *passSide) Leave() { s.p.Close() }
 // Close has nothing left to do: Leave closed the passthrough.
 func (s *passSide) Close(context.Context) error { return nil }
 
-// newPassSide forwards to the old server; members and obs may be nil.
+// newPassSide forwards to the v2 server; members and obs may be nil.
 func newPassSide(cfg *Config, reg prometheus.Registerer, g prometheus.Gatherer, members v2api.Members,
-	obs upstream.Observer) (*passSide, error) {
-	p, err := upstream.New(upstream.Config{URLs: cfg.V2Upstream, Members: members,
+	obs passthrough.Observer) (*passSide, error) {
+	p, err := passthrough.New(passthrough.Config{URLs: cfg.V2Server, Members: members,
 		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		HeartbeatFailures: cfg.HeartbeatFailures, RequestTimeout: cfg.RequestTimeout,
 		Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs, EnablePprof: cfg.EnablePprof,
-		Logger: cfg.Logger.Named("upstream"), Registry: reg, Gatherer: g, Observer: obs})
+		Logger: cfg.Logger.Named("passthrough"), Registry: reg, Gatherer: g, Observer: obs})
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func newPassSide(cfg *Config, reg prometheus.Registerer, g prometheus.Gatherer, 
 }
 
 // buildPassthrough builds a passthrough-mode bridge: every v2 request is
-// forwarded to the old v2 server; no etcd v3 (nor an embedded one) is used.
+// forwarded to the v2 server; no etcd v3 (nor an embedded one) is used.
 func buildPassthrough(cfg *Config, res *cleanups) (*built, error) {
 	reg := newRegistry(cfg, false)
 	registerMode(reg, true)
@@ -60,5 +60,5 @@ func buildPassthrough(cfg *Config, res *cleanups) (*built, error) {
 	}
 	res.add(s.p.Close)
 	return &built{side: s, serving: "serving in passthrough mode",
-		fields: []zap.Field{zap.Strings("v2-upstream", cfg.V2Upstream)}}, nil
+		fields: []zap.Field{zap.Strings("v2-server", cfg.V2Server)}}, nil
 }

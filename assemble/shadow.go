@@ -11,9 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/cutover"
+	"github.com/v2bridge/v2bridge/passthrough"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/shadow"
-	"github.com/v2bridge/v2bridge/upstream"
 )
 
 // startShadow builds the shadow comparison of a dual-mode bridge's
@@ -22,7 +22,7 @@ import (
 // the sample rate is 0. On a client of their own, the shadow watches the
 // follower's changes and progress, and the bridge's counters go to a
 // leased record in the v3 cluster, where `v2bridge verify` reads them.
-func startShadow(cfg *Config, br *server.Bridge, reg prometheus.Registerer) (obs upstream.Observer, stop func(), err error) {
+func startShadow(cfg *Config, br *server.Bridge, reg prometheus.Registerer) (obs passthrough.Observer, stop func(), err error) {
 	if cfg.ShadowSampleRate == 0 {
 		return nil, func() {}, nil
 	}
@@ -38,7 +38,7 @@ func startShadow(cfg *Config, br *server.Bridge, reg prometheus.Registerer) (obs
 	}
 	sh, err := shadow.New(shadow.Config{Store: server.Store{B: br.Backend}, SampleRate: cfg.ShadowSampleRate,
 		Prefix: cfg.ShadowPrefix, Queue: cfg.ShadowQueue,
-		Feed:     &shadow.V3Feed{Client: cli, Layout: layout, Timeout: cfg.RequestTimeout},
+		Updates:  &shadow.V3Updates{Client: cli, Layout: layout, Timeout: cfg.RequestTimeout},
 		Recorder: shadow.NewV3Recorder(cli, layout, cfg.Name, 0), Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
 		Logger: lg.Named("shadow"), Registry: reg})
 	if err != nil {

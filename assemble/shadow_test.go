@@ -15,10 +15,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/passthrough"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/shadow"
 	"github.com/v2bridge/v2bridge/translate"
-	"github.com/v2bridge/v2bridge/upstream"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
@@ -71,7 +71,7 @@ func TestStartShadowObservesForThePassthrough(t *testing.T) {
 		_, _ = io.WriteString(w, `{"errorCode":100,"message":"Key not found","cause":"/k","index":3}`+"\n")
 	}))
 	defer up.Close()
-	p, err := upstream.New(upstream.Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond, Observer: obs})
+	p, err := passthrough.New(passthrough.Config{URLs: []string{up.URL}, HeartbeatInterval: 20 * time.Millisecond, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,22 +28,22 @@ type learnStore interface {
 	Learn(ctx context.Context, name, password string) (changed bool, err error)
 }
 
-// Learner adopts, in dual mode, the passwords the old v2 server accepts:
+// Learner adopts, in dual mode, the passwords the v2 server accepts:
 // the v2 auth API never shows hashes, so a password is known to etcd v3
-// once a request the old server let through has carried it. It works
+// once a request the v2 server let through has carried it. It works
 // beside the request path: a request is never slowed or failed by it, and
 // credentials are never logged.
 type Learner struct {
 	store learnStore
-	// sourceAuthOn asks the old server whether auth is enabled now: with
+	// v2ServerAuthOn asks the v2 server whether auth is enabled now: with
 	// auth off, v2 accepts any password, so none is learned.
-	sourceAuthOn func(ctx context.Context) (bool, error)
-	timeout      time.Duration
-	lg           *zap.Logger
-	results      *prometheus.CounterVec // by result, never by name
-	key          []byte                 // of the HMAC that stands for a password in memory
-	queue        chan learnCredential
-	wg           sync.WaitGroup // the worker
+	v2ServerAuthOn func(ctx context.Context) (bool, error)
+	timeout        time.Duration
+	lg             *zap.Logger
+	results        *prometheus.CounterVec // by result, never by name
+	key            []byte                 // of the HMAC that stands for a password in memory
+	queue          chan learnCredential
+	wg             sync.WaitGroup // the worker
 
 	mu      sync.Mutex        // guards learned, pending, stopped and sending on queue
 	learned map[string]learnt // by user: the password last learned (or found known)
@@ -52,7 +52,7 @@ type Learner struct {
 }
 
 // learnt is a password stored: its HMAC, and the hash etcd v3 held for the
-// user then. Once the hash changes (a copy from the old server replaced
+// user then. Once the hash changes (a copy from the v2 server replaced
 // it, the user was made again) the password is offered again.
 type learnt struct {
 	mac  [32]byte
@@ -65,14 +65,14 @@ type learnCredential struct {
 }
 
 // NewLearner starts a learner's worker; Stop ends it.
-func NewLearner(st learnStore, sourceAuthOn func(context.Context) (bool, error), timeout time.Duration,
+func NewLearner(st learnStore, v2ServerAuthOn func(context.Context) (bool, error), timeout time.Duration,
 	lg *zap.Logger, reg prometheus.Registerer) *Learner {
-	l := &Learner{store: st, sourceAuthOn: sourceAuthOn, timeout: timeout, lg: lg,
+	l := &Learner{store: st, v2ServerAuthOn: v2ServerAuthOn, timeout: timeout, lg: lg,
 		key: make([]byte, 32), queue: make(chan learnCredential, learnQueue),
 		learned: map[string]learnt{}, pending: map[string]bool{}}
 	_, _ = rand.Read(l.key) // never fails (crypto/rand)
 	l.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_auth_learned_total",
-		Help: "Passwords of requests the old server accepted, offered to etcd v3 in dual mode, by result (learned; " +
+		Help: "Passwords of requests the v2 server accepted, offered to etcd v3 in dual mode, by result (learned; " +
 			"known: already stored; skipped: auth off, or the user unknown; dropped: the queue was full; failed)."},
 		[]string{"result"})
 	if reg != nil {
@@ -169,16 +169,16 @@ func (l *Learner) run() {
 func (l *Learner) learn(c learnCredential) string {
 	st, ok := l.store.State()
 	if !ok || !st.Enabled {
-		return "skipped" // the copy of the old server's flag says auth is off
+		return "skipped" // the copy of the v2 server's flag says auth is off
 	}
 	if _, ok := st.Users[c.user]; !ok {
 		return "skipped"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
-	on, err := l.sourceAuthOn(ctx)
+	on, err := l.v2ServerAuthOn(ctx)
 	if err != nil {
-		l.lg.Warn("dual mode: cannot ask the old server whether auth is on; a password is not learned", zap.Error(err))
+		l.lg.Warn("dual mode: cannot ask the v2 server whether auth is on; a password is not learned", zap.Error(err))
 		return "failed"
 	}
 	if !on {
@@ -187,10 +187,10 @@ func (l *Learner) learn(c learnCredential) string {
 	changed, err := l.store.Learn(ctx, c.user, c.password)
 	switch {
 	case err != nil:
-		l.lg.Warn("dual mode: storing a password the old server accepted failed", zap.Error(err))
+		l.lg.Warn("dual mode: storing a password the v2 server accepted failed", zap.Error(err))
 		return "failed"
 	case changed:
-		l.lg.Info("dual mode: learned a user's password from a request the old server accepted")
+		l.lg.Info("dual mode: learned a user's password from a request the v2 server accepted")
 		return "learned"
 	}
 	return "known"
@@ -228,9 +228,9 @@ func (w *statusWatcher) Flush() {
 // Unwrap lets http.ResponseController reach the connection underneath.
 func (w *statusWatcher) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// OldServerAuthEnabled asks the old server, through h (the passthrough),
+// V2ServerAuthEnabled asks the v2 server, through h (the passthrough),
 // whether auth is enabled: GET /v2/auth/enable, open to all in v2.
-func OldServerAuthEnabled(h http.Handler) func(context.Context) (bool, error) {
+func V2ServerAuthEnabled(h http.Handler) func(context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
 		r, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v2/auth/enable", nil)
 		if err != nil {
@@ -251,5 +251,5 @@ func OldServerAuthEnabled(h http.Handler) func(context.Context) (bool, error) {
 type httpStatusError struct{ code int }
 
 func (e *httpStatusError) Error() string {
-	return "GET /v2/auth/enable on the old server answered " + http.StatusText(e.code) + " without the flag"
+	return "GET /v2/auth/enable on the v2 server answered " + http.StatusText(e.code) + " without the flag"
 }

@@ -61,13 +61,13 @@ func (f *fakeLearnStore) calls() []string {
 
 func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
 	st := &fakeLearnStore{st: &State{Enabled: true, Users: map[string]User{"alice": {User: "alice"}, "root": {User: "root"}}}}
-	var sourceOn atomic.Bool
-	sourceOn.Store(true)
+	var v2ServerOn atomic.Bool
+	v2ServerOn.Store(true)
 	var asked atomic.Int64
-	l := NewLearner(st, func(context.Context) (bool, error) { asked.Add(1); return sourceOn.Load(), nil },
+	l := NewLearner(st, func(context.Context) (bool, error) { asked.Add(1); return v2ServerOn.Load(), nil },
 		5*time.Second, zap.NewNop(), nil)
 	defer l.Stop()
-	// The old server answers with the status the query names.
+	// The v2 server answers with the status the query names.
 	h := l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code, _ := strconv.Atoi(r.URL.Query().Get("status"))
 		w.WriteHeader(code)
@@ -107,14 +107,14 @@ func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
 	send("/v2/keys/b?status=201", "alice", "alicepw") // learned already: not offered again
 	send("/v2/auth/users?status=200", "root", "rootpw")
 	waitHandled(2)
-	st.setHash("root", "") // a copy from the old server lost it
+	st.setHash("root", "") // a copy from the v2 server lost it
 	send("/v2/keys/b?status=200", "alice", "alicepw")
 	send("/v2/keys/b?status=200", "root", "rootpw") // offered again
 	waitHandled(3)
 	send("/v2/keys/a?status=200", "bob", "bobpw") // no such user in etcd v3
 	waitHandled(4)
-	sourceOn.Store(false)
-	send("/v2/keys/a?status=200", "alice", "other") // the old server accepts anything
+	v2ServerOn.Store(false)
+	send("/v2/keys/a?status=200", "alice", "other") // the v2 server accepts anything
 	waitHandled(5)
 	if got, want := st.calls(), []string{"alice:alicepw", "root:rootpw", "root:rootpw"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("learned %q, want %q", got, want)
@@ -126,14 +126,14 @@ func TestLearnerLearnsOnlyWhatTheOldServerAccepted(t *testing.T) {
 		t.Errorf("skipped counted %v times, want 2", n)
 	}
 	if n := asked.Load(); n != 4 {
-		t.Errorf("the old server was asked %d times whether auth is on, want 4", n)
+		t.Errorf("the v2 server was asked %d times whether auth is on, want 4", n)
 	}
 
 	// With etcd v3's copy of the flag off, nothing is learned nor asked.
 	st.mu.Lock()
 	st.st = &State{Users: st.st.Users}
 	st.mu.Unlock()
-	sourceOn.Store(true)
+	v2ServerOn.Store(true)
 	send("/v2/keys/a?status=200", "alice", "third")
 	waitHandled(6)
 	if got := st.calls(); len(got) != 3 || asked.Load() != 4 {

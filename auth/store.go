@@ -679,7 +679,7 @@ func (s *Store) commitGuarded(ctx context.Context, rev int64, ops []clientv3.Op)
 
 // Learn stores bcrypt(password) as user name's hash if the user exists and
 // its stored hash does not verify password: dual mode's adoption of a
-// password the old v2 server accepted. changed reports whether it stored
+// password the v2 server accepted. changed reports whether it stored
 // one.
 func (s *Store) Learn(ctx context.Context, name, password string) (changed bool, err error) {
 	h := &hasher{cost: s.cfg.HashCost, password: password}

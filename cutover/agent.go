@@ -173,7 +173,7 @@ func (a *Agent) read(ctx context.Context) (*Record, int64, int64, error) {
 // A record that disappears after this bridge applied one keeps the bridge
 // on its side with writes fenced (Vanished): the end of a migration deletes
 // the bookkeeping, and an absent record must not send a bridge serving
-// etcd v3 back to the old server.
+// etcd v3 back to the v2 server.
 func (a *Agent) apply(ctx context.Context, rec *Record) error {
 	st := StateOf(rec)
 	if rec == nil && a.applied.Generation > 0 {

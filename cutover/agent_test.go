@@ -23,9 +23,9 @@ func newBareSwitch(t *testing.T) (*Switch, *fakeSide, *fakeSide) {
 	t.Helper()
 	pass, v3 := &fakeSide{name: "old"}, &fakeSide{name: "v3"}
 	ok := func() bool { return true }
-	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: pass, Probes: pass, Ready: ok},
+	s := NewSwitch(SwitchConfig{Passthrough: SideHandlers{API: pass, Probes: pass, Ready: ok},
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "metrics") })})
-	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok})
+	s.SetV3(SideHandlers{API: v3, Probes: v3, Ready: ok})
 	return s, pass, v3
 }
 
@@ -171,7 +171,7 @@ func TestAgentKeepsItsSideWhenTheRecordIsDeleted(t *testing.T) {
 	}{
 		{"serving etcd v3: stays there, fenced", &Record{Mode: ModeV3, Generation: 2, WatchFloor: 100}, SideV3, "", ModeFencing, 2,
 			&Record{Mode: ModeV3, Generation: 3, WatchFloor: 100}, "v3"},
-		{"serving the old server after a rollback: stays there, fenced", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6},
+		{"serving the v2 server after a rollback: stays there, fenced", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6},
 			SidePassthrough, "", ModeFencing, 4, &Record{Mode: ModePassthrough, Generation: 5, WatchFloor: 6}, "old"},
 		{"never saw a record: passthrough as before", nil, SidePassthrough, "old", ModePassthrough, 0,
 			&Record{Mode: ModeV3, Generation: 1}, "v3"},

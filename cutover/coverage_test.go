@@ -17,7 +17,7 @@ import (
 	"github.com/v2bridge/v2bridge/membership"
 )
 
-// treeServer is an old v2 server holding dirs (each listed with its
+// treeServer is a v2 server holding dirs (each listed with its
 // children) for the coverage check's non-recursive listings.
 type treeServer struct {
 	children map[string][]string // dir -> child keys; a key absent here is a file or missing
@@ -81,14 +81,14 @@ func TestCoverageNamesWhatTheCopyLeavesOut(t *testing.T) {
 		errText string // "" for none
 	}{
 		{"whole tree served, part copied", flannel, []string{""}, "/coreos.com/network",
-			"the old server holds /apps, /coreos.com/other, /top outside the copy"},
+			"the v2 server holds /apps, /coreos.com/other, /top outside the copy"},
 		{"whole tree served and copied", flannel, []string{""}, "/", ""},
 		{"the served prefix copied", flannel, []string{"/coreos.com/network"}, "/coreos.com/network", ""},
 		{"a wider copy than served", flannel, []string{"/coreos.com/network"}, "/coreos.com", ""},
 		{"a middle prefix served", flannel, []string{"/coreos.com"}, "/coreos.com/network",
-			"the old server holds /coreos.com/other outside the copy"},
+			"the v2 server holds /coreos.com/other outside the copy"},
 		{"served apart from the copy", flannel, []string{"/apps", "/coreos.com/network"}, "/coreos.com/network",
-			"the old server holds /apps outside the copy"},
+			"the v2 server holds /apps outside the copy"},
 		{"served apart, nothing there", flannel, []string{"/nothing"}, "/coreos.com/network", ""},
 		{"nothing outside the copy", onlyFlannel, []string{""}, "/coreos.com/network", ""},
 		{"no bridge registered", flannel, nil, "/coreos.com/network", ""},
@@ -101,7 +101,7 @@ func TestCoverageNamesWhatTheCopyLeavesOut(t *testing.T) {
 			}
 			srv := httptest.NewServer(c.tree)
 			t.Cleanup(srv.Close)
-			src, err := NewSource([]string{srv.URL}, nil, "", 2*time.Second)
+			src, err := NewV2Server([]string{srv.URL}, nil, "", 2*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +117,7 @@ func TestCoverageNamesWhatTheCopyLeavesOut(t *testing.T) {
 				t.Fatalf("checkCoverage: %v; want it to name --serve-prefix %s", err, c.copied)
 			}
 			if c.name == "nothing outside the copy" && !strings.Contains(log.String(), "lists nothing else") {
-				t.Errorf("no note that the old server lists nothing outside the copy:\n%s", log)
+				t.Errorf("no note that the v2 server lists nothing outside the copy:\n%s", log)
 			}
 		})
 	}
@@ -127,11 +127,11 @@ func TestCutoverRefusesAPartialCopyBeforeFencing(t *testing.T) {
 	f := newFakeEtcd(testKeys)
 	b, _ := json.Marshal(membership.Registration{Name: "b", Mode: ModePassthrough})
 	f.put(testKeys.Bridges+"a", string(b), 0)
-	fr, _ := json.Marshal(FollowRecord{Source: "old", Prefix: "/coreos.com/network", Index: 27})
+	fr, _ := json.Marshal(FollowRecord{V2Server: "old", Prefix: "/coreos.com/network", Index: 27})
 	f.put(testKeys.Follow, string(fr), 0)
 	srv := httptest.NewServer(newTree("/coreos.com/network/config", "/apps/a"))
 	t.Cleanup(srv.Close)
-	src, err := NewSource([]string{srv.URL}, nil, "", 2*time.Second)
+	src, err := NewV2Server([]string{srv.URL}, nil, "", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,20 +150,20 @@ func TestCutoverAbortsWhenThePartialCopyShowsUpWhileFenced(t *testing.T) {
 	f := newFakeEtcd(testKeys)
 	b, _ := json.Marshal(membership.Registration{Name: "b", Mode: ModeFencing, Generation: 9}) // acknowledges at once
 	f.put(testKeys.Bridges+"a", string(b), 0)
-	fr, _ := json.Marshal(FollowRecord{Source: "old", Prefix: "/coreos.com/network", Index: 27})
+	fr, _ := json.Marshal(FollowRecord{V2Server: "old", Prefix: "/coreos.com/network", Index: 27})
 	var once sync.Once
 	f.afterTxn = func() { // the follower records its progress only once the fence is written
 		once.Do(func() { f.put(testKeys.Follow, string(fr), 0) })
 	}
 	srv := httptest.NewServer(newTree("/coreos.com/network/config", "/apps/a"))
 	t.Cleanup(srv.Close)
-	src, err := NewSource([]string{srv.URL}, nil, "", 2*time.Second)
+	src, err := NewV2Server([]string{srv.URL}, nil, "", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o, log := testOptions(t, f, src)
 	_, err = Cutover(context.Background(), o)
-	if err == nil || !strings.Contains(err.Error(), "cutover aborted, the old server stays the authority") ||
+	if err == nil || !strings.Contains(err.Error(), "cutover aborted, the v2 server stays the authority") ||
 		!strings.Contains(err.Error(), "holds /apps outside the copy") {
 		t.Fatalf("cutover: %v; want an abort naming /apps\n%s", err, log)
 	}

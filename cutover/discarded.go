@@ -151,10 +151,10 @@ func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, 
 // after revision rev; a directory only when no file below it is listed (a
 // file's write creates its ancestors' markers). Changes no client made are
 // left out: lease expiries (a deleted key that carried a lease, in a
-// revision without a bridge's journal record), which the old server has of
+// revision without a bridge's journal record), which the v2 server has of
 // its own, and the sweeps that remove what was below an expired directory
 // (a revision whose journal record is a sweep). A refresh is a client's
-// write: the old server would let the key expire.
+// write: the v2 server would let the key expire.
 func (o *Options) v3ChangesSince(ctx context.Context, rev int64) ([]Discarded, error) {
 	cctx, cancel := o.call(ctx)
 	resp, err := o.Client.Get(cctx, o.Keys.Mode, clientv3.WithCountOnly())
@@ -230,7 +230,7 @@ func (o *Options) v3ChangesSince(ctx context.Context, rev int64) ([]Discarded, e
 				dir = true
 			}
 			if ev.Type == clientv3.EventTypeDelete && ev.PrevKv != nil && ev.PrevKv.Lease != 0 && !byRev[ev.Kv.ModRevision] {
-				continue // an expiry, which the old server has of its own
+				continue // an expiry, which the v2 server has of its own
 			}
 			d := Discarded{Path: p, Dir: dir, Deleted: ev.Type == clientv3.EventTypeDelete}
 			if !dir && !d.Deleted {

@@ -14,20 +14,20 @@ import (
 )
 
 // ErrSwitched ends a follower: the mode record says etcd v3 is the
-// authority, so the old server's changes must no longer be applied.
+// authority, so the v2 server's changes must no longer be applied.
 var ErrSwitched = errors.New("the cutover to etcd v3 is done")
 
-// FollowReporter records how far `migrate --follow` has applied the old
+// FollowReporter records how far `migrate --follow` has applied the v2
 // server's changes (Keys.Follow), for the cutover to wait on. While the
-// follower is idle it proves progress itself with a probe of the old server
+// follower is idle it proves progress itself with a probe of the v2 server
 // (a watch from the next index that parks), so an idle follower's record
-// stays within the old server's event history. It also watches the mode
+// stays within the v2 server's event history. It also watches the mode
 // record and ends the follower once the cutover is done.
 type FollowReporter struct {
-	Client *clientv3.Client
-	Keys   Keys
-	Source *Source
-	Prefix string
+	Client   *clientv3.Client
+	Keys     Keys
+	V2Server *V2Server
+	Prefix   string
 	// Interval between writes of the record (default 100ms); an idle
 	// follower is probed every ten intervals.
 	Interval       time.Duration
@@ -37,7 +37,7 @@ type FollowReporter struct {
 	applied atomic.Uint64
 }
 
-// Applied notes that every source event up to index is handled.
+// Applied notes that every v2 server event up to index is handled.
 func (f *FollowReporter) Applied(index uint64) {
 	for {
 		old := f.applied.Load()
@@ -47,7 +47,7 @@ func (f *FollowReporter) Applied(index uint64) {
 	}
 }
 
-// Check refuses to follow once etcd v3 is the authority: the old server's
+// Check refuses to follow once etcd v3 is the authority: the v2 server's
 // changes would overwrite what clients wrote since.
 func (f *FollowReporter) Check(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, f.timeout())
@@ -65,7 +65,7 @@ func (f *FollowReporter) Check(ctx context.Context) error {
 	}
 	if rec.Mode == ModeV3 || rec.Mode == ModeFencing && rec.From == ModeV3 {
 		return fmt.Errorf("%w: the mode record says etcd v3 is the authority (generation %d, %s, set by %s at %s): "+
-			"copying the old server now would overwrite what clients wrote since; run `migrate rollback` first",
+			"copying the v2 server now would overwrite what clients wrote since; run `migrate rollback` first",
 			ErrSwitched, rec.Generation, rec.Mode, rec.By, rec.At.Format(time.RFC3339))
 	}
 	return nil
@@ -91,11 +91,11 @@ func (f *FollowReporter) Run(ctx context.Context) error {
 	if interval <= 0 {
 		interval = 100 * time.Millisecond
 	}
-	_, cid, err := f.Source.Index(ctx)
+	_, cid, err := f.V2Server.Index(ctx)
 	if err != nil {
-		f.logf("follow progress: reading the old server's cluster id: %v", err)
+		f.logf("follow progress: reading the v2 server's cluster id: %v", err)
 	}
-	rec := FollowRecord{Source: f.Source.String(), ClusterID: cid, Prefix: f.Prefix}
+	rec := FollowRecord{V2Server: f.V2Server.String(), ClusterID: cid, Prefix: f.Prefix}
 	wch, stop := f.watch(ctx)
 	defer func() { stop() }()
 	tick := time.NewTicker(interval)
@@ -138,7 +138,7 @@ func (f *FollowReporter) Run(ctx context.Context) error {
 				}
 				// Idle: prove that nothing below the prefix came since.
 				idle = 0
-				if ok, at, err := f.Source.Caught(ctx, f.Prefix, cur+1); err == nil && ok {
+				if ok, at, err := f.V2Server.Caught(ctx, f.Prefix, cur+1); err == nil && ok {
 					f.Applied(at)
 					cur = f.applied.Load()
 				}

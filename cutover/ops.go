@@ -23,29 +23,30 @@ import (
 
 // Options configure the cutover and rollback commands.
 type Options struct {
-	Client Etcd
-	Keys   Keys
-	Layout translate.Layout
-	Source *Source
+	Client   Etcd
+	Keys     Keys
+	Layout   translate.Layout
+	V2Server *V2Server
 	// V3Index is the v2 index the v3 side gives clients now (a
 	// linearizable read through the bridge's own read path): the cutover
-	// compares and records indexes in the numbering clients see.
+	// compares and records indexes in the numbering clients see. Default:
+	// that of the revision a count-only linearizable read of Client sees.
 	V3Index func(ctx context.Context) (uint64, error)
 	// Auth are the keys of the key space's users, roles and enabled flag:
 	// a change of them through etcd v3 since the cutover is a write a
 	// rollback discards.
 	Auth auth.Keys
-	// CopyAuth, if set, copies the old server's users, roles and enabled
+	// CopyAuth, if set, copies the v2 server's users, roles and enabled
 	// flag into etcd v3 (with dryRun: only reads and reports): the cutover
-	// makes its last copy once the old server no longer changes.
+	// makes its last copy once the v2 server no longer changes.
 	CopyAuth func(ctx context.Context, dryRun bool) (AuthCopy, error)
-	// AllowUnknownPasswords lets the cutover go on while the old server
+	// AllowUnknownPasswords lets the cutover go on while the v2 server
 	// has auth enabled and users whose password the bridges do not know
 	// (they cannot log in once etcd v3 serves).
 	AllowUnknownPasswords bool
-	// SourcePadKey is the hidden key a rollback rewrites on the old server
+	// V2ServerPadKey is the hidden key a rollback rewrites on the v2 server
 	// to raise its index past every v3 index, then deletes.
-	SourcePadKey string
+	V2ServerPadKey string
 
 	AckTimeout    time.Duration // for the bridges' acknowledgements (default 30s)
 	FollowTimeout time.Duration // for the follower to catch up (default 1m)
@@ -95,9 +96,12 @@ func (o *Options) setDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.V3Index == nil {
+		o.V3Index = countIndex(o.Client, o.Layout, o.RequestTimeout)
+	}
 }
 
-// AuthCopy is what a copy of the old server's auth data found.
+// AuthCopy is what a copy of the v2 server's auth data found.
 type AuthCopy struct {
 	Enabled          bool     `json:"enabled"`
 	Users            int      `json:"users"`
@@ -116,7 +120,7 @@ func (o *Options) checkAuth(ctx context.Context, dryRun bool) (*AuthCopy, error)
 		return nil, fmt.Errorf("copying the users and roles: %w", err)
 	}
 	if ac.Enabled && len(ac.UnknownPasswords) > 0 {
-		msg := fmt.Sprintf("auth is enabled on the old server and the bridges know no password for %s: "+
+		msg := fmt.Sprintf("auth is enabled on the v2 server and the bridges know no password for %s: "+
 			"once etcd v3 serves they cannot log in (each password is learned from a request a dual-mode bridge "+
 			"forwards with it)", strings.Join(ac.UnknownPasswords, ", "))
 		if !o.AllowUnknownPasswords {
@@ -206,9 +210,9 @@ type direction struct {
 
 var (
 	cutoverDir = direction{cmd: "cutover", undo: "rollback", from: ModePassthrough, to: ModeV3,
-		fromName: "the old server", toName: "etcd v3"}
+		fromName: "the v2 server", toName: "etcd v3"}
 	rollbackDir = direction{cmd: "rollback", undo: "cutover", from: ModeV3, to: ModePassthrough,
-		fromName: "etcd v3", toName: "the old server",
+		fromName: "etcd v3", toName: "the v2 server",
 		// The revision the rollback scans etcd v3 from is its fencing's.
 		aborted: func(r *Record) { r.V3Revision = 0 }}
 )
@@ -312,12 +316,12 @@ func (r *run) finish(ctx context.Context, next Record, line string) (*Result, er
 	return r.res, nil
 }
 
-// Cutover moves every dual-mode bridge from the old server to etcd v3:
+// Cutover moves every dual-mode bridge from the v2 server to etcd v3:
 // (1) fence writes and wait for every live bridge to acknowledge, (2) wait
-// until the follower has applied everything the old server holds, (3) raise
-// the v3 index past the old server's if it is not already, then switch to
+// until the follower has applied everything the v2 server holds, (3) raise
+// the v3 index past the v2 server's if it is not already, then switch to
 // v3. A failure before (3) puts the record back to passthrough, so writes
-// go to the old server again. Already in v3 mode, it does nothing.
+// go to the v2 server again. Already in v3 mode, it does nothing.
 func Cutover(ctx context.Context, o Options) (*Result, error) {
 	r, step, msg, err := begin(ctx, &o, cutoverDir, PlanCutover)
 	if err != nil {
@@ -332,7 +336,7 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 		o.Log(msg)
 	case StepFence:
 		// A copy that cannot hold what the bridges serve is refused before
-		// anything is fenced; checked again once fenced, when the old
+		// anything is fenced; checked again once fenced, when the v2
 		// server no longer changes.
 		if fr, err := o.readFollow(ctx); err != nil {
 			return nil, err
@@ -344,12 +348,12 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 		if _, err := o.checkAuth(ctx, true); err != nil {
 			return nil, err
 		}
-		idx, cid, err := o.Source.Index(ctx)
+		idx, cid, err := o.V2Server.Index(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("the old v2 server must answer before writes are fenced: %w", err)
+			return nil, fmt.Errorf("the v2 server must answer before writes are fenced: %w", err)
 		}
-		if err := r.fence(ctx, fmt.Sprintf(" (old server %s at index %d)", o.Source, idx), func(n *Record) {
-			n.Source, n.SourceClusterID = o.Source.String(), cid
+		if err := r.fence(ctx, fmt.Sprintf(" (v2 server %s at index %d)", o.V2Server, idx), func(n *Record) {
+			n.V2Server, n.V2ServerClusterID = o.V2Server.String(), cid
 		}); err != nil {
 			return nil, err
 		}
@@ -370,14 +374,14 @@ func Cutover(ctx context.Context, o Options) (*Result, error) {
 	}
 	r.res.Padded = padded
 	return r.switchOver(ctx, c3, func(n *Record) {
-		n.SourceIndex, n.CutoverIndex, n.WatchFloor, n.WatchCeiling, n.V3Writes = s2, c3, c3, 0, 0
+		n.V2ServerIndex, n.CutoverIndex, n.WatchFloor, n.WatchCeiling, n.V3Writes = s2, c3, c3, 0, 0
 	})
 }
 
-// Rollback moves every dual-mode bridge back to the old server while it is
+// Rollback moves every dual-mode bridge back to the v2 server while it is
 // intact. Writes made through etcd v3 since the cutover are not copied back:
 // it refuses when it finds any, unless Force. Steps: fence writes and wait
-// for the bridges, raise the old server's index past every v3 index, switch
+// for the bridges, raise the v2 server's index past every v3 index, switch
 // to passthrough. Already in passthrough mode, it does nothing.
 func Rollback(ctx context.Context, o Options) (*Result, error) {
 	r, step, msg, err := begin(ctx, &o, rollbackDir, PlanRollback)
@@ -409,10 +413,10 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 	case writes > 0 && !o.Force:
 		o.listDiscarded("written through etcd v3 since the cutover, as they are now", first)
 		return res, fmt.Errorf("writes to %d node(s) were made through etcd v3 since the cutover (%s); they are not copied "+
-			"back to the old server, which does not have them: rollback with --force discards them", writes, names(first))
+			"back to the v2 server, which does not have them: rollback with --force discards them", writes, names(first))
 	case err != nil || writes > 0:
 		o.listDiscarded(fmt.Sprintf("--force: discarding %d write(s) made through etcd v3 since the cutover; each node "+
-			"once, as it is now (the old server keeps its own)", writes), first)
+			"once, as it is now (the v2 server keeps its own)", writes), first)
 	}
 	if step == StepFence {
 		if err := r.fence(ctx, "", func(n *Record) { n.V3Revision, n.V3Writes = since, writes }); err != nil {
@@ -433,7 +437,7 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 	case len(more) > 0 && !o.Force:
 		o.listDiscarded("written through etcd v3 while the rollback fenced", more)
 		return r.abort(ctx, fmt.Errorf("%d write(s) were made through etcd v3 while the rollback fenced (%s); they are not "+
-			"copied back to the old server: rollback with --force discards them", len(more), names(more)))
+			"copied back to the v2 server: rollback with --force discards them", len(more), names(more)))
 	case err != nil:
 		o.logf("--force: cannot tell whether etcd v3 was written while fencing (%v); discarding any such writes", err)
 	case len(more) > 0:
@@ -442,7 +446,7 @@ func Rollback(ctx context.Context, o Options) (*Result, error) {
 	if err == nil {
 		res.V3Writes, res.Discarded = len(again), again
 	}
-	s2, ceiling, padded, err := o.raiseSource(ctx, r.rec)
+	s2, ceiling, padded, err := o.raiseV2Server(ctx, r.rec)
 	if err != nil {
 		return r.abort(ctx, err)
 	}
@@ -472,7 +476,7 @@ func (o *Options) settle(ctx context.Context, dropped int, side string) error {
 }
 
 // registrations lists the dual-mode bridges registered now (not the static
-// ones: they never serve the old server).
+// ones: they never serve the v2 server).
 func (o *Options) registrations(ctx context.Context) (map[string]membership.Registration, error) {
 	cctx, cancel := o.call(ctx)
 	defer cancel()
@@ -539,7 +543,7 @@ func (o *Options) waitAcks(ctx context.Context, gen uint64, timeout time.Duratio
 		}
 		if err == nil && len(waiting) == 0 {
 			if acked == 0 {
-				o.Log("  no bridge is registered in dual mode (is any bridge started with both --v2-upstream and --endpoints?)")
+				o.Log("  no bridge is registered in dual mode (is any bridge started with both --v2-server and --endpoints?)")
 			}
 			return acked, dropped, nil
 		}
@@ -577,17 +581,17 @@ func (o *Options) readFollow(ctx context.Context) (*FollowRecord, error) {
 	return &fr, nil
 }
 
-// waitFollower waits until the follower has applied every event of the old
+// waitFollower waits until the follower has applied every event of the v2
 // server up to its current index (at least atLeast), and returns the index
 // it is proven caught up to.
 func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64) (uint64, error) {
 	deadline := o.Now().Add(o.FollowTimeout)
-	s, cid, err := o.Source.Index(ctx)
+	s, cid, err := o.V2Server.Index(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if rec.SourceClusterID != "" && cid != "" && cid != rec.SourceClusterID {
-		return 0, fmt.Errorf("the old server %s is cluster %s, but the cutover began against cluster %s", o.Source, cid, rec.SourceClusterID)
+	if rec.V2ServerClusterID != "" && cid != "" && cid != rec.V2ServerClusterID {
+		return 0, fmt.Errorf("the v2 server %s is cluster %s, but the cutover began against cluster %s", o.V2Server, cid, rec.V2ServerClusterID)
 	}
 	s = max(s, atLeast)
 	var last string
@@ -605,9 +609,9 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 		case fr == nil:
 			say("  waiting for `migrate --follow` to record its progress (is it running?)")
 		case fr.ClusterID != "" && cid != "" && fr.ClusterID != cid:
-			return 0, fmt.Errorf("the follower follows cluster %s at %s, not the old server %s (cluster %s)", fr.ClusterID, fr.Source, o.Source, cid)
+			return 0, fmt.Errorf("the follower follows cluster %s at %s, not the v2 server %s (cluster %s)", fr.ClusterID, fr.V2Server, o.V2Server, cid)
 		case fr.Stopped != "":
-			return 0, fmt.Errorf("the follower stopped (%s) at source index %d; start `migrate --follow` again", fr.Stopped, fr.Index)
+			return 0, fmt.Errorf("the follower stopped (%s) at v2 server index %d; start `migrate --follow` again", fr.Stopped, fr.Index)
 		case o.covered != fr.Prefix:
 			if err := o.checkCoverage(ctx, fr.Prefix); err != nil {
 				return 0, err
@@ -615,27 +619,27 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 			o.covered = fr.Prefix
 			continue
 		default:
-			ok, at, err := o.Source.Caught(ctx, fr.Prefix, fr.Index+1)
+			ok, at, err := o.V2Server.Caught(ctx, fr.Prefix, fr.Index+1)
 			var ve *translate.Error
 			switch {
 			case errors.As(err, &ve) && ve.Code == translate.EcodeEventIndexCleared:
-				say(fmt.Sprintf("  the old server's history no longer reaches the follower's index %d; waiting for it to record newer progress", fr.Index))
+				say(fmt.Sprintf("  the v2 server's history no longer reaches the follower's index %d; waiting for it to record newer progress", fr.Index))
 			case err != nil:
-				say(fmt.Sprintf("  probing the old server: %v", err))
+				say(fmt.Sprintf("  probing the v2 server: %v", err))
 			case ok && at >= s:
-				o.logf("step 2/3: the follower has applied every change of %s below %s up to index %d (old server at %d)",
-					o.Source, fr.Prefix, at, s)
+				o.logf("step 2/3: the follower has applied every change of %s below %s up to index %d (v2 server at %d)",
+					o.V2Server, fr.Prefix, at, s)
 				return at, nil
 			case ok:
-				say(fmt.Sprintf("  the follower is caught up to index %d; the old server is at %d", at, s))
+				say(fmt.Sprintf("  the follower is caught up to index %d; the v2 server is at %d", at, s))
 			default:
-				say(fmt.Sprintf("  the follower has applied up to index %d; the old server holds a change at %d it has not applied yet (old server at %d)",
+				say(fmt.Sprintf("  the follower has applied up to index %d; the v2 server holds a change at %d it has not applied yet (v2 server at %d)",
 					fr.Index, at, s))
 			}
 		}
 		if o.Now().After(deadline) {
-			return 0, fmt.Errorf("the follower did not apply the old server's changes up to index %d within %v "+
-				"(is `migrate --follow` running against %s?)", s, o.FollowTimeout, o.Source)
+			return 0, fmt.Errorf("the follower did not apply the v2 server's changes up to index %d within %v "+
+				"(is `migrate --follow` running against %s?)", s, o.FollowTimeout, o.V2Server)
 		}
 		if !ctxsleep.Sleep(ctx, o.Poll) {
 			return 0, ctx.Err()
@@ -643,19 +647,19 @@ func (o *Options) waitFollower(ctx context.Context, rec *Record, atLeast uint64)
 	}
 }
 
-// raiseV3 makes the v3 side's index larger than the old server's plus the
-// margin, so no index a client got from the old server can be taken for
+// raiseV3 makes the v3 side's index larger than the v2 server's plus the
+// margin, so no index a client got from the v2 server can be taken for
 // one of etcd v3 (both count from their own start), writing the pad key as
-// often as it takes. It returns the v3 index and the old server's index it
+// often as it takes. It returns the v3 index and the v2 server's index it
 // was compared with.
 func (o *Options) raiseV3(ctx context.Context, rec *Record, caught uint64) (c3, s2 uint64, padded int, err error) {
 	for {
-		s2, _, err = o.Source.Index(ctx)
+		s2, _, err = o.V2Server.Index(ctx)
 		if err != nil {
 			return 0, 0, padded, err
 		}
 		if s2 > caught {
-			// TTL expiries moved the old server: the follower must have them.
+			// TTL expiries moved the v2 server: the follower must have them.
 			if caught, err = o.waitFollower(ctx, rec, s2); err != nil {
 				return 0, 0, padded, err
 			}
@@ -667,7 +671,7 @@ func (o *Options) raiseV3(ctx context.Context, rec *Record, caught uint64) (c3, 
 		if c3 > target {
 			return c3, s2, padded, nil
 		}
-		o.logf("  raising the v3 index from %d past %d (the old server's index %d + margin %d): writing %s",
+		o.logf("  raising the v3 index from %d past %d (the v2 server's index %d + margin %d): writing %s",
 			c3, target, s2, o.IndexMargin, o.Keys.Pad)
 		// In batches, reading the index between them: how far one write
 		// moves it is the v3 side's numbering's business.
@@ -684,62 +688,62 @@ func (o *Options) raiseV3(ctx context.Context, rec *Record, caught uint64) (c3, 
 	}
 }
 
-// raiseSource keeps the two index spaces apart for a rollback. When the
-// old server's index plus the margin is below the cutover's index, every
+// raiseV2Server keeps the two index spaces apart for a rollback. When the
+// v2 server's index plus the margin is below the cutover's index, every
 // index etcd v3 gave clients since the cutover is above both, and the
 // cutover's index becomes a ceiling (returned) above which a waitIndex gets
-// 401 on the old server. Otherwise it makes the old server's index larger
+// 401 on the v2 server. Otherwise it makes the v2 server's index larger
 // than the v3 side's plus the margin (the mirror of raiseV3), then deletes
-// the pad key. It returns the old server's index after that.
-func (o *Options) raiseSource(ctx context.Context, rec *Record) (uint64, uint64, int, error) {
-	if s, _, err := o.Source.Index(ctx); err != nil {
+// the pad key. It returns the v2 server's index after that.
+func (o *Options) raiseV2Server(ctx context.Context, rec *Record) (uint64, uint64, int, error) {
+	if s, _, err := o.V2Server.Index(ctx); err != nil {
 		return 0, 0, 0, err
 	} else if c := rec.CutoverIndex; c > 0 && s+o.IndexMargin < c {
-		o.logf("step 2/3: the old server's index %d + margin %d is below the cutover's index %d: "+
-			"a waitIndex above %d (issued by etcd v3) will get 401 from the old server's side", s, o.IndexMargin, c, c)
+		o.logf("step 2/3: the v2 server's index %d + margin %d is below the cutover's index %d: "+
+			"a waitIndex above %d (issued by etcd v3) will get 401 from the v2 server's side", s, o.IndexMargin, c, c)
 		return s, c, 0, nil
 	}
-	s, padded, err := o.padSource(ctx)
+	s, padded, err := o.padV2Server(ctx)
 	return s, 0, padded, err
 }
 
-// padSource raises the old server's index past the v3 side's plus the
+// padV2Server raises the v2 server's index past the v3 side's plus the
 // margin by rewriting a hidden pad key, then deletes it.
-func (o *Options) padSource(ctx context.Context) (uint64, int, error) {
+func (o *Options) padV2Server(ctx context.Context) (uint64, int, error) {
 	padded := 0
 	for {
 		v, err := o.V3Index(ctx)
 		if err != nil {
 			return 0, padded, fmt.Errorf("reading the v3 index: %w", err)
 		}
-		s, _, err := o.Source.Index(ctx)
+		s, _, err := o.V2Server.Index(ctx)
 		if err != nil {
 			return 0, padded, err
 		}
 		target := v + o.IndexMargin
 		if s > target {
 			if padded > 0 {
-				if s, err = o.Source.Delete(ctx, o.SourcePadKey); err != nil {
-					return 0, padded, fmt.Errorf("deleting %s on the old server: %w", o.SourcePadKey, err)
+				if s, err = o.V2Server.Delete(ctx, o.V2ServerPadKey); err != nil {
+					return 0, padded, fmt.Errorf("deleting %s on the v2 server: %w", o.V2ServerPadKey, err)
 				}
 			}
-			o.logf("step 2/3: the old server's index %d is past etcd v3's %d + margin %d", s, v, o.IndexMargin)
+			o.logf("step 2/3: the v2 server's index %d is past etcd v3's %d + margin %d", s, v, o.IndexMargin)
 			return s, padded, nil
 		}
-		if need := target - s + 2; need > maxSourcePad && padded == 0 {
-			return 0, padded, fmt.Errorf("the old server's index %d is %d below etcd v3's %d + margin %d: raising it "+
-				"would take %d writes to the old server (more than %d), so the two index spaces cannot be told apart "+
-				"after a rollback", s, target-s, v, o.IndexMargin, need, maxSourcePad)
+		if need := target - s + 2; need > maxV2ServerPad && padded == 0 {
+			return 0, padded, fmt.Errorf("the v2 server's index %d is %d below etcd v3's %d + margin %d: raising it "+
+				"would take %d writes to the v2 server (more than %d), so the two index spaces cannot be told apart "+
+				"after a rollback", s, target-s, v, o.IndexMargin, need, maxV2ServerPad)
 		}
-		o.logf("  raising the old server's index from %d past %d (etcd v3's index %d + margin %d): writing %s there",
-			s, target, v, o.IndexMargin, o.SourcePadKey)
+		o.logf("  raising the v2 server's index from %d past %d (etcd v3's index %d + margin %d): writing %s there",
+			s, target, v, o.IndexMargin, o.V2ServerPadKey)
 		n, err := o.pad(ctx, int(min(target-s+2, padBatch)), func(ctx context.Context, i int) error {
-			_, err := o.Source.Put(ctx, o.SourcePadKey, strconv.Itoa(i))
+			_, err := o.V2Server.Put(ctx, o.V2ServerPadKey, strconv.Itoa(i))
 			return err
 		})
 		padded += n
 		if err != nil {
-			return 0, padded, fmt.Errorf("raising the old server's index: %w", err)
+			return 0, padded, fmt.Errorf("raising the v2 server's index: %w", err)
 		}
 	}
 }
@@ -747,9 +751,9 @@ func (o *Options) padSource(ctx context.Context) (uint64, int, error) {
 // padBatch is how many pad writes go between two reads of the index.
 const padBatch = 4096
 
-// maxSourcePad bounds the writes a rollback makes to the old server to
+// maxV2ServerPad bounds the writes a rollback makes to the v2 server to
 // raise its index; beyond it the rollback stops.
-const maxSourcePad = 1_000_000
+const maxV2ServerPad = 1_000_000
 
 // pad runs write n times, eight at a time, and returns how many succeeded.
 func (o *Options) pad(ctx context.Context, n int, write func(context.Context, int) error) (int, error) {

@@ -21,7 +21,7 @@ import (
 	"github.com/v2bridge/v2bridge/v2client"
 )
 
-// fakeOldServer answers what the commands ask an old v2 server: a quorum
+// fakeOldServer answers what the commands ask a v2 server: a quorum
 // GET with its index, and a probe's watch, which parks until the request
 // ends. It notes when each index read came.
 type fakeOldServer struct {
@@ -53,12 +53,12 @@ func (o *fakeOldServer) readTimes() []time.Time {
 	return append([]time.Time(nil), o.reads...)
 }
 
-func startOldServer(t *testing.T, index uint64) (*fakeOldServer, *Source) {
+func startOldServer(t *testing.T, index uint64) (*fakeOldServer, *V2Server) {
 	t.Helper()
 	old := &fakeOldServer{index: index}
 	srv := httptest.NewServer(old)
 	t.Cleanup(srv.Close)
-	src, err := NewSource([]string{srv.URL}, nil, "", 2*time.Second)
+	src, err := NewV2Server([]string{srv.URL}, nil, "", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func startOldServer(t *testing.T, index uint64) (*fakeOldServer, *Source) {
 	return old, src
 }
 
-func testOptions(t *testing.T, f *fakeEtcd, src *Source) (Options, *strings.Builder) {
+func testOptions(t *testing.T, f *fakeEtcd, src *V2Server) (Options, *strings.Builder) {
 	t.Helper()
 	layout, err := translate.NewLayout("", "_v2bridge/")
 	if err != nil {
@@ -75,9 +75,9 @@ func testOptions(t *testing.T, f *fakeEtcd, src *Source) (Options, *strings.Buil
 	}
 	var mu sync.Mutex // guards log
 	log := &strings.Builder{}
-	return Options{Client: f, Keys: testKeys, Layout: layout, Source: src,
-		V3Index:      func(context.Context) (uint64, error) { return 58_000_000, nil },
-		SourcePadKey: "/_v2bridge_rollback_pad", AckTimeout: 5 * time.Second, FollowTimeout: 5 * time.Second,
+	return Options{Client: f, Keys: testKeys, Layout: layout, V2Server: src,
+		V3Index:        func(context.Context) (uint64, error) { return 58_000_000, nil },
+		V2ServerPadKey: "/_v2bridge_rollback_pad", AckTimeout: 5 * time.Second, FollowTimeout: 5 * time.Second,
 		RequestTimeout: time.Second, Poll: 10 * time.Millisecond, By: "test",
 		Log: func(s string) {
 			mu.Lock()
@@ -149,7 +149,7 @@ func TestRollbackCountsOnlyClientsWrites(t *testing.T) {
 		{"a v3 client's put", []change{{key: "/x", val: "v"}}, 1},
 		{"a bridge's write", []change{{key: "/d/b", val: "v"},
 			journal(translate.Journal{Action: translate.ActionSet, Node: &translate.Node{Key: "/d/b"}})}, 1},
-		{"a refresh: the old server would let the key expire", []change{{key: "/t", val: "v", lease: 7},
+		{"a refresh: the v2 server would let the key expire", []change{{key: "/t", val: "v", lease: 7},
 			journal(translate.Journal{Action: translate.ActionSet, Node: &translate.Node{Key: "/t"}, Refresh: true})}, 1},
 		{"a key's lease expired", []change{{key: "/t", del: true}}, 0},
 		{"a directory's TTL ran out: its marker's lease expired", []change{{key: layout.MarkerKey("/d"), del: true}}, 0},
@@ -225,7 +225,7 @@ func TestCutoverWaitsForWritesOfABridgeThatDroppedOut(t *testing.T) {
 		}
 	}
 	if next.IsZero() || next.Sub(dropped) < 450*time.Millisecond {
-		t.Errorf("the old server's index was read %v after a bridge dropped out; want at least the request timeout (500ms)\n%s",
+		t.Errorf("the v2 server's index was read %v after a bridge dropped out; want at least the request timeout (500ms)\n%s",
 			next.Sub(dropped), log)
 	}
 	if !strings.Contains(log.String(), "dropped out without acknowledging") {
@@ -249,7 +249,7 @@ func TestCaughtIsNoProofWhenTheCallerGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &Source{c: c, timeout: 5 * time.Second, Quiet: time.Minute}
+	src := &V2Server{c: c, timeout: 5 * time.Second, Quiet: time.Minute}
 	defer src.Close()
 	ok, at, err := src.Caught(ctx, "/", 28)
 	if ok || err == nil {

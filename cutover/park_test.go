@@ -22,7 +22,7 @@ type parkingSide struct {
 }
 
 func (p *parkingSide) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Etcd-Cluster-Id", "v3side") // the switch presents the old server's
+	w.Header().Set("X-Etcd-Cluster-Id", "v3side") // the switch presents the v2 server's
 	w.Header().Set("X-Etcd-Index", "9")
 	if !detach.Park(w, r, func(gone <-chan struct{}) []byte {
 		select {
@@ -48,8 +48,8 @@ func TestSwitchEndsParkedWatchesWhenTheSideChanges(t *testing.T) {
 	s, _, _ := newTestSwitch(t)
 	v3 := &parkingSide{end: make(chan struct{}), ended: make(chan string, 1)}
 	ok := func() bool { return true }
-	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok, EndWatches: v3.endWatches})
-	apply(t, s, &Record{Mode: ModeV3, Generation: 2, SourceClusterID: "0ld"})
+	s.SetV3(SideHandlers{API: v3, Probes: v3, Ready: ok, EndWatches: v3.endWatches})
+	apply(t, s, &Record{Mode: ModeV3, Generation: 2, V2ServerClusterID: "0ld"})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -84,11 +84,11 @@ func TestSwitchEndsParkedWatchesWhenTheSideChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	if resp.StatusCode != 200 || resp.Header.Get("X-Etcd-Cluster-Id") != "0ld" || resp.Header.Get("X-Etcd-Index") != "9" {
-		t.Fatalf("the watch's head: %d %v, want 200, the old server's cluster ID, index 9", resp.StatusCode, resp.Header)
+		t.Fatalf("the watch's head: %d %v, want 200, the v2 server's cluster ID, index 9", resp.StatusCode, resp.Header)
 	}
 	waitUntil(t, func() bool { return dl.Parked() == 1 })
 
-	apply(t, s, &Record{Mode: ModePassthrough, Generation: 3, SourceClusterID: "0ld"})
+	apply(t, s, &Record{Mode: ModePassthrough, Generation: 3, V2ServerClusterID: "0ld"})
 	if got := recv(t, "EndWatches", v3.ended); got != "the bridge switched to the passthrough side" {
 		t.Errorf("EndWatches(%q)", got)
 	}
@@ -96,13 +96,13 @@ func TestSwitchEndsParkedWatchesWhenTheSideChanges(t *testing.T) {
 		t.Fatalf("the parked watch after the switch: %q %v, want an empty, complete body", b, err)
 	}
 	waitUntil(t, func() bool { return dl.Parked() == 0 })
-	// The connection serves on, from the old server now.
+	// The connection serves on, from the v2 server now.
 	_, _ = io.WriteString(c, "GET /v2/keys/a HTTP/1.1\r\nHost: x\r\n\r\n")
 	resp, err = http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(b) != "old" {
-		t.Fatalf("the next request: %d %q, want the old server's answer", resp.StatusCode, b)
+		t.Fatalf("the next request: %d %q, want the v2 server's answer", resp.StatusCode, b)
 	}
 }

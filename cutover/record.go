@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package cutover is the one switch of a migration from an old etcd v2
-// server to etcd v3: bridges in dual mode (a --v2-upstream and an etcd v3
+// Package cutover is the one switch of a migration from a v2 server to etcd v3: bridges in dual mode (a --v2-server and an etcd v3
 // cluster) serve from whichever side the mode record in etcd v3 names, and
 // the cutover and rollback commands move every bridge at once by rewriting
 // that record, fencing writes while the authority changes hands.
@@ -10,7 +9,7 @@
 // handler a dual-mode bridge serves through (switch.go), the agent that
 // keeps a bridge registered and in step with the record (agent.go), and the
 // operator's commands (ops.go, their steps written once for both
-// directions) with the old server's side of them (source.go) and the
+// directions) with the v2 server's side of them (v2server.go) and the
 // rollback's scan for writes it would discard (discarded.go). The agent's
 // registration is the bridge's entry in package membership, which the
 // commands list to wait for every bridge.
@@ -27,7 +26,7 @@ import (
 
 // Modes a record can name.
 const (
-	// ModePassthrough: the old v2 server is the authority; bridges forward
+	// ModePassthrough: the v2 server is the authority; bridges forward
 	// every request to it. An absent record means this.
 	ModePassthrough = "passthrough"
 	// ModeFencing: the authority is changing hands; bridges refuse writes
@@ -44,7 +43,7 @@ const (
 	// SideUnknown is a bridge's side before it has read the record: it
 	// serves nothing.
 	SideUnknown Side = iota
-	// SidePassthrough forwards requests to the old v2 server.
+	// SidePassthrough forwards requests to the v2 server.
 	SidePassthrough
 	// SideV3 serves requests from etcd v3.
 	SideV3
@@ -72,31 +71,31 @@ type Record struct {
 	Generation uint64    `json:"generation"`
 	By         string    `json:"by"`
 	At         time.Time `json:"at"`
-	// Source is the old v2 server the switch was made against, and its
+	// V2Server is the v2 server the switch was made against, and its
 	// cluster id.
-	Source          string `json:"source,omitempty"`
-	SourceClusterID string `json:"sourceClusterId,omitempty"`
-	// SourceIndex is the old server's index when the cutover switched to
+	V2Server          string `json:"source,omitempty"`
+	V2ServerClusterID string `json:"sourceClusterId,omitempty"`
+	// V2ServerIndex is the v2 server's index when the cutover switched to
 	// v3 (every index a client got from it is at most about this).
-	SourceIndex uint64 `json:"sourceIndex,omitempty"`
+	V2ServerIndex uint64 `json:"sourceIndex,omitempty"`
 	// CutoverIndex is the v2 index of the v3 side when the cutover switched
-	// to v3, made larger than SourceIndex first; V3Revision the revision
+	// to v3, made larger than V2ServerIndex first; V3Revision the revision
 	// of the v3 record, from which a rollback looks for writes made through
 	// v3.
 	CutoverIndex uint64 `json:"cutoverIndex,omitempty"`
 	V3Revision   int64  `json:"v3Revision,omitempty"`
-	// RollbackIndex is the old server's index when a rollback switched back
+	// RollbackIndex is the v2 server's index when a rollback switched back
 	// to it, made larger than every v3 index first.
 	RollbackIndex uint64 `json:"rollbackIndex,omitempty"`
 	// WatchFloor: a waitIndex at or below it was issued by the other side
 	// (or before the switch) and gets error 401, so the client re-lists.
-	// It is CutoverIndex while v3 serves and RollbackIndex while the old
+	// It is CutoverIndex while v3 serves and RollbackIndex while the v2
 	// server serves after a rollback.
 	WatchFloor uint64 `json:"watchFloor,omitempty"`
 	// WatchCeiling: a waitIndex above it was issued by etcd v3 and gets
-	// error 401 on the old server. A rollback sets it (to CutoverIndex)
-	// instead of raising the old server's index, when every index etcd v3
-	// gave clients since the cutover is above it and the old server's is
+	// error 401 on the v2 server. A rollback sets it (to CutoverIndex)
+	// instead of raising the v2 server's index, when every index etcd v3
+	// gave clients since the cutover is above it and the v2 server's is
 	// well below it.
 	WatchCeiling uint64 `json:"watchCeiling,omitempty"`
 	// V3Writes, on a rollback's fencing record, counts the writes found in
@@ -144,7 +143,7 @@ type State struct {
 	// Vanished: the record was deleted after the bridge applied this
 	// generation (see Vanished).
 	Vanished bool
-	// ClusterID is the old server's X-Etcd-Cluster-Id as the cutover read
+	// ClusterID is the v2 server's X-Etcd-Cluster-Id as the cutover read
 	// it (empty before a cutover): every answer presents it, whichever
 	// side serves.
 	ClusterID string
@@ -160,7 +159,7 @@ func StateOf(r *Record) State {
 		return State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true}
 	}
 	st := State{Mode: r.Mode, Generation: r.Generation, WatchFloor: r.WatchFloor, WatchCeiling: r.WatchCeiling,
-		ClusterID: r.SourceClusterID}
+		ClusterID: r.V2ServerClusterID}
 	switch r.Mode {
 	case ModePassthrough:
 		st.Side, st.Writes = SidePassthrough, true
@@ -179,7 +178,7 @@ func StateOf(r *Record) State {
 // deleted: it keeps its side, its watch bounds and its generation, and
 // refuses writes until an operator writes a record. Only a bridge that
 // never applied a record takes an absent one for passthrough: one that
-// served etcd v3 must not go back to the old server because the
+// served etcd v3 must not go back to the v2 server because the
 // bookkeeping was cleaned up, and no side may take writes while nothing
 // says which is the authority.
 func Vanished(st State) State {
@@ -235,7 +234,7 @@ func PlanRollback(r *Record) (Step, string) {
 			r.Generation, r.By, r.At.Format(time.RFC3339))
 	}
 	return StepRestore, fmt.Sprintf("a cutover was interrupted while fencing (generation %d, by %s at %s): "+
-		"etcd v3 never served, so writes go back to the old server at once", r.Generation, r.By, r.At.Format(time.RFC3339))
+		"etcd v3 never served, so writes go back to the v2 server at once", r.Generation, r.By, r.At.Format(time.RFC3339))
 }
 
 // Next is the record that follows r: mode set, generation raised, the
@@ -255,12 +254,12 @@ func Next(r *Record, mode, from, by string, at time.Time) Record {
 func Covers(copied, served string) bool { return translate.Within(copied, served) }
 
 // FollowRecord is what `migrate --follow` writes at Keys.Follow: how far it
-// applied the old server's events.
+// applied the v2 server's events.
 type FollowRecord struct {
-	Source    string    `json:"source"`
+	V2Server  string    `json:"source"`
 	ClusterID string    `json:"clusterId,omitempty"`
 	Prefix    string    `json:"prefix"`
-	Index     uint64    `json:"index"` // every source event up to it is applied
+	Index     uint64    `json:"index"` // every v2 server event up to it is applied
 	Updated   time.Time `json:"updated"`
 	Stopped   string    `json:"stopped,omitempty"` // why the follower stopped, once it has
 }

@@ -18,7 +18,7 @@ func TestStateOfEachRecord(t *testing.T) {
 			State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true, Generation: 4, WatchFloor: 221}},
 		{"passthrough after a rollback under a ceiling", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6, WatchCeiling: 12000000},
 			State{Mode: ModePassthrough, Side: SidePassthrough, Writes: true, Generation: 4, WatchFloor: 6, WatchCeiling: 12000000}},
-		{"fencing a cutover serves reads from the old server", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1},
+		{"fencing a cutover serves reads from the v2 server", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1},
 			State{Mode: ModeFencing, Side: SidePassthrough, Generation: 1}},
 		{"fencing a rollback serves reads from v3 above the cutover floor", &Record{Mode: ModeFencing, From: ModeV3, Generation: 3, WatchFloor: 107},
 			State{Mode: ModeFencing, Side: SideV3, Generation: 3, WatchFloor: 107}},
@@ -63,9 +63,9 @@ func TestPlansOfCutoverAndRollback(t *testing.T) {
 
 func TestNextRaisesTheGenerationAndKeepsTheRest(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	r := &Record{Mode: ModeV3, Generation: 2, CutoverIndex: 107, WatchFloor: 107, Source: "http://old:2379"}
+	r := &Record{Mode: ModeV3, Generation: 2, CutoverIndex: 107, WatchFloor: 107, V2Server: "http://old:2379"}
 	n := Next(r, ModeFencing, ModeV3, "op@host", at)
-	if n.Generation != 3 || n.Mode != ModeFencing || n.From != ModeV3 || n.WatchFloor != 107 || n.Source != r.Source || !n.At.Equal(at) {
+	if n.Generation != 3 || n.Mode != ModeFencing || n.From != ModeV3 || n.WatchFloor != 107 || n.V2Server != r.V2Server || !n.At.Equal(at) {
 		t.Errorf("next: %+v", n)
 	}
 	if first := Next(nil, ModeFencing, ModePassthrough, "op", at); first.Generation != 1 {
@@ -118,7 +118,7 @@ func TestAVanishedRecordKeepsTheSideAndFencesWrites(t *testing.T) {
 		rec  *Record
 	}{
 		{"etcd v3", &Record{Mode: ModeV3, Generation: 2, WatchFloor: 100}},
-		{"the old server after a rollback", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6, WatchCeiling: 100}},
+		{"the v2 server after a rollback", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 6, WatchCeiling: 100}},
 		{"fencing a cutover", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -19,9 +19,9 @@ import (
 	"github.com/v2bridge/v2bridge/translate"
 )
 
-// Backend is one side a dual-mode bridge serves from: the passthrough to the
-// old server, or the v3-mode bridge.
-type Backend struct {
+// SideHandlers serve one side of a dual-mode bridge: the passthrough to the
+// v2 server, or the v3-mode bridge.
+type SideHandlers struct {
 	// API serves the v2 API (and the bridge's own membership and probes).
 	API http.Handler
 	// Probes serves /health, /readyz and /livez for metrics listeners.
@@ -41,8 +41,8 @@ type Backend struct {
 
 // SwitchConfig configures a Switch.
 type SwitchConfig struct {
-	// Passthrough is the forwarder to the old server; always there.
-	Passthrough Backend
+	// Passthrough is the forwarder to the v2 server; always there.
+	Passthrough SideHandlers
 	// Metrics serves /metrics (every side's metrics).
 	Metrics http.Handler
 	Logger  *zap.Logger
@@ -61,18 +61,18 @@ type Switch struct {
 	cfg SwitchConfig
 	lg  *zap.Logger
 	now func() time.Time
-	v3  atomic.Pointer[Backend] // nil until the v3 side is connected
+	v3  atomic.Pointer[SideHandlers] // nil until the v3 side is connected
 	// writeUntil is until when the bridge's registration is surely alive
 	// in etcd v3 (nil: not at all); a write is served only before it. It
 	// keeps the monotonic clock reading of the time.Now it was computed
 	// from, so a step of the wall clock cannot stretch it.
 	writeUntil atomic.Pointer[time.Time]
 	fenced     atomic.Int64 // writes refused, for the metric
-	// ceilingWarned is how far the old server's index has come towards the
+	// ceilingWarned is how far the v2 server's index has come towards the
 	// watch ceiling, as last logged (ceilingNear, ceilingPassed); Apply
 	// resets it.
 	ceilingWarned atomic.Int32
-	// passID is the last X-Etcd-Cluster-Id the old server answered with
+	// passID is the last X-Etcd-Cluster-Id the v2 server answered with
 	// (nil: none yet), presented while no cutover has recorded one.
 	passID atomic.Pointer[string]
 
@@ -109,7 +109,7 @@ func NewSwitch(cfg SwitchConfig) *Switch {
 }
 
 // SetV3 hands the switch the v3 side once it is connected.
-func (s *Switch) SetV3(b Backend) { s.v3.Store(&b) }
+func (s *Switch) SetV3(b SideHandlers) { s.v3.Store(&b) }
 
 // ExtendWrites lets writes be served until t: the bridge's registration
 // lease is alive in etcd v3 at least until then. t must come from time.Now
@@ -222,7 +222,7 @@ func (s *Switch) Apply(ctx context.Context, st State) error {
 	for _, w := range ended {
 		w.cancel()
 	}
-	if old := s.backend(prev.Side); old != nil && prev.Side != st.Side && old.EndWatches != nil {
+	if old := s.handlers(prev.Side); old != nil && prev.Side != st.Side && old.EndWatches != nil {
 		for _, w := range ended {
 			select {
 			case <-w.served:
@@ -244,11 +244,11 @@ func (s *Switch) Apply(ctx context.Context, st State) error {
 // Ready reports whether the bridge knows its mode and its side can serve.
 func (s *Switch) Ready() bool {
 	st, _ := s.State()
-	b := s.backend(st.Side)
+	b := s.handlers(st.Side)
 	return b != nil && b.Ready()
 }
 
-func (s *Switch) backend(side Side) *Backend {
+func (s *Switch) handlers(side Side) *SideHandlers {
 	switch side {
 	case SidePassthrough:
 		return &s.cfg.Passthrough
@@ -272,7 +272,7 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, _ := s.State()
-	b := s.backend(st.Side)
+	b := s.handlers(st.Side)
 	w = &clusterIDWriter{ResponseWriter: w, s: s, st: st, pass: b == nil || st.Side == SidePassthrough}
 	keys := r.URL.Path == "/v2/keys" || strings.HasPrefix(r.URL.Path, "/v2/keys/")
 	authAPI := isAuthAPI(r)
@@ -321,7 +321,7 @@ func isAuthAPI(r *http.Request) bool {
 	return r.URL.Path == "/v2/auth" || strings.HasPrefix(r.URL.Path, "/v2/auth/")
 }
 
-func sideIndex(b *Backend) uint64 {
+func sideIndex(b *SideHandlers) uint64 {
 	if b.Index == nil {
 		return 0
 	}
@@ -334,9 +334,9 @@ const (
 	ceilingPassed = 2
 )
 
-// CeilingHeadroom is how many more indexes the old server can take before
+// CeilingHeadroom is how many more indexes the v2 server can take before
 // its index reaches the watch ceiling of a rollback (0 once it has), and
-// whether a ceiling applies now (serving the old server under one, its
+// whether a ceiling applies now (serving the v2 server under one, its
 // index known).
 func (s *Switch) CeilingHeadroom() (uint64, bool) {
 	st, _ := s.State()
@@ -353,10 +353,10 @@ func (s *Switch) CeilingHeadroom() (uint64, bool) {
 	return st.WatchCeiling - idx, true
 }
 
-// checkCeiling warns, once per state, when the old server's index comes
+// checkCeiling warns, once per state, when the v2 server's index comes
 // within a tenth of the room a rollback left below its watch ceiling, and
 // again when it passes it: from then on an index etcd v3 gave a client
-// before the rollback may name a moment of the old server's.
+// before the rollback may name a moment of the v2 server's.
 func (s *Switch) checkCeiling(st State) {
 	if st.Side != SidePassthrough || st.WatchCeiling == 0 || s.ceilingWarned.Load() == ceilingPassed {
 		return
@@ -382,13 +382,13 @@ func (s *Switch) checkCeiling(st State) {
 		}
 	}
 	if level == ceilingPassed {
-		s.lg.Warn("the old v2 server's index has passed the watch ceiling the rollback set: a waitIndex at or below "+
+		s.lg.Warn("the v2 server's index has passed the watch ceiling the rollback set: a waitIndex at or below "+
 			"its index is passed through, and one etcd v3 gave a client before the rollback may now name a moment "+
-			"of the old server's; run the next cutover",
+			"of the v2 server's; run the next cutover",
 			zap.Uint64("index", idx), zap.Uint64("watch-ceiling", st.WatchCeiling), zap.Uint64("generation", st.Generation))
 		return
 	}
-	s.lg.Warn("the old v2 server's index nears the watch ceiling the rollback set: run the next cutover before it "+
+	s.lg.Warn("the v2 server's index nears the watch ceiling the rollback set: run the next cutover before it "+
 		"passes it", zap.Uint64("index", idx), zap.Uint64("watch-ceiling", st.WatchCeiling),
 		zap.Uint64("headroom", st.WatchCeiling-idx), zap.Uint64("generation", st.Generation))
 }
@@ -396,7 +396,7 @@ func (s *Switch) checkCeiling(st State) {
 func (s *Switch) unavailable(st State) string {
 	if st.Side == SideUnknown {
 		return "v2bridge: the bridge has not read its mode record from etcd v3 yet, so it cannot tell " +
-			"whether the old v2 server or etcd v3 is the authority; retry"
+			"whether the v2 server or etcd v3 is the authority; retry"
 	}
 	return "v2bridge: serving from etcd v3 (mode record generation " + strconv.FormatUint(st.Generation, 10) +
 		"), which this bridge has not connected to yet; retry"
@@ -405,7 +405,7 @@ func (s *Switch) unavailable(st State) string {
 // serveWrite serves a write while writes are open and the registration is
 // alive, bounding it by the registration's lease, and counts it in flight so
 // a fence waits for it.
-func (s *Switch) serveWrite(w http.ResponseWriter, r *http.Request, st State, b *Backend) {
+func (s *Switch) serveWrite(w http.ResponseWriter, r *http.Request, st State, b *SideHandlers) {
 	until := s.WritesUntil()
 	now := s.now()
 	s.mu.Lock()
@@ -457,10 +457,10 @@ func (s *Switch) doneWrite() {
 // serveWatch refuses a waitIndex from the other side's index space and
 // tracks the watch so a change of side ends it. A waitIndex above the watch
 // ceiling but at or below the last index the side itself answered with is
-// the side's own: once the old server's index has passed the ceiling, its
+// the side's own: once the v2 server's index has passed the ceiling, its
 // clients' watches must go on (and the ceiling no longer tells the two
 // index spaces apart, which checkCeiling warns about beforehand).
-func (s *Switch) serveWatch(w http.ResponseWriter, r *http.Request, st State, b *Backend) {
+func (s *Switch) serveWatch(w http.ResponseWriter, r *http.Request, st State, b *SideHandlers) {
 	if wi, err := strconv.ParseUint(r.URL.Query().Get("waitIndex"), 10, 64); err == nil && wi > 0 &&
 		(wi <= st.WatchFloor || st.WatchCeiling > 0 && wi > st.WatchCeiling && wi > sideIndex(b)) {
 		s.writeV2Error(w, st, translate.NewError(translate.EcodeEventIndexCleared,
@@ -514,14 +514,14 @@ func (s *Switch) notReady(st State) string {
 		}
 		return "etcd v3 backend or its watch unavailable"
 	}
-	return "v2 upstream unavailable"
+	return "v2 server unavailable"
 }
 
 // statsSelf is the serving side's /v2/stats/self with the bridge's mode
 // added: v2 clients ignore fields they do not know.
 func (s *Switch) statsSelf(w http.ResponseWriter, r *http.Request) {
 	st, since := s.State()
-	b := s.backend(st.Side)
+	b := s.handlers(st.Side)
 	if b == nil {
 		b = &s.cfg.Passthrough
 	}
@@ -565,7 +565,7 @@ func (s *Switch) MetricsHandler() http.Handler {
 			s.readyz(w)
 		default:
 			st, _ := s.State()
-			b := s.backend(st.Side)
+			b := s.handlers(st.Side)
 			if b == nil {
 				if r.URL.Path == "/health" {
 					writeJSON(w, http.StatusServiceUnavailable, map[string]string{"health": "false"})
@@ -578,8 +578,8 @@ func (s *Switch) MetricsHandler() http.Handler {
 	})
 }
 
-// clusterID is the X-Etcd-Cluster-Id the bridge presents under st: the old
-// server's, as the cutover recorded it or, before any cutover, as the old
+// clusterID is the X-Etcd-Cluster-Id the bridge presents under st: the v2
+// server's, as the cutover recorded it or, before any cutover, as the v2
 // server last sent it ("" while unknown). v2 clients may take a change of
 // it for a change of cluster (python-etcd raises EtcdClusterIdChanged), so
 // it stays the same whichever side serves.
@@ -604,7 +604,7 @@ const clusterIDHeader = "X-Etcd-Cluster-Id"
 
 // clusterIDWriter replaces the X-Etcd-Cluster-Id of an answer, where the
 // side sets one, by the one the switch presents; on the passthrough it first
-// notes the one the old server sent.
+// notes the one the v2 server sent.
 type clusterIDWriter struct {
 	http.ResponseWriter
 	s    *Switch

@@ -50,9 +50,9 @@ func newTestSwitch(t *testing.T) (*Switch, *fakeSide, *fakeSide) {
 	t.Helper()
 	pass, v3 := &fakeSide{name: "old"}, &fakeSide{name: "v3"}
 	ok := func() bool { return true }
-	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: pass, Probes: pass, Ready: ok},
+	s := NewSwitch(SwitchConfig{Passthrough: SideHandlers{API: pass, Probes: pass, Ready: ok},
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "metrics") })})
-	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok})
+	s.SetV3(SideHandlers{API: v3, Probes: v3, Ready: ok})
 	s.ExtendWrites(time.Now().Add(time.Hour))
 	return s, pass, v3
 }
@@ -83,8 +83,8 @@ func TestSwitchRoutesByTheRecord(t *testing.T) {
 		rec               *Record
 		read, write, code string
 	}{
-		{"no record: the old server", nil, "old", "old", ""},
-		{"fencing a cutover: reads from the old server, writes refused", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}, "old", "", "cutover is in progress"},
+		{"no record: the v2 server", nil, "old", "old", ""},
+		{"fencing a cutover: reads from the v2 server, writes refused", &Record{Mode: ModeFencing, From: ModePassthrough, Generation: 1}, "old", "", "cutover is in progress"},
 		{"v3", &Record{Mode: ModeV3, Generation: 2, WatchFloor: 100}, "v3", "v3", ""},
 		{"fencing a rollback: reads from v3", &Record{Mode: ModeFencing, From: ModeV3, Generation: 3, WatchFloor: 100}, "v3", "", "cutover is in progress"},
 		{"passthrough again", &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 300}, "old", "old", ""},
@@ -190,7 +190,7 @@ func TestSwitchAnswersAnIndexAboveTheCeilingWith401(t *testing.T) {
 		refused     bool
 	}{
 		{"an index of etcd v3's", "wait=true&waitIndex=12000001", true},
-		{"the old server's next index", "wait=true&waitIndex=7", false},
+		{"the v2 server's next index", "wait=true&waitIndex=7", false},
 		{"at the ceiling", "wait=true&waitIndex=12000000", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -223,11 +223,11 @@ func TestSwitchEndsWatchesWhenTheSideChanges(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		t.Fatal("a watch on the old server outlived the switch to v3")
+		t.Fatal("a watch on the v2 server outlived the switch to v3")
 	}
 }
 
-// writeInFlight starts s in passthrough with a PUT held at the old server
+// writeInFlight starts s in passthrough with a PUT held at the v2 server
 // (until pass.release is closed); wrote is closed once it is answered.
 func writeInFlight(t *testing.T, s *Switch, pass *fakeSide) (wrote chan struct{}) {
 	t.Helper()
@@ -256,11 +256,11 @@ func TestSwitchFencesOnlyAfterTheWritesInFlight(t *testing.T) {
 	}()
 	select {
 	case <-applied:
-		t.Fatal("the fence was applied while a write to the old server was in flight")
+		t.Fatal("the fence was applied while a write to the v2 server was in flight")
 	case <-time.After(100 * time.Millisecond):
 	}
 	// The fence closes the write gate before it waits (a write let through
-	// would wait at the old server for good).
+	// would wait at the v2 server for good).
 	waitUntil(t, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -368,13 +368,13 @@ func TestSwitchPassesTheOldServersOwnIndexAboveTheCeiling(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	pass, v3 := &fakeSide{name: "old"}, &fakeSide{name: "v3"}
 	ok := func() bool { return true }
-	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: pass, Probes: pass, Ready: ok, Index: idx.Load},
+	s := NewSwitch(SwitchConfig{Passthrough: SideHandlers{API: pass, Probes: pass, Ready: ok, Index: idx.Load},
 		Metrics: http.NotFoundHandler(), Logger: zap.New(core)})
-	s.SetV3(Backend{API: v3, Probes: v3, Ready: ok})
+	s.SetV3(SideHandlers{API: v3, Probes: v3, Ready: ok})
 	apply(t, s, &Record{Mode: ModePassthrough, Generation: 4, WatchFloor: 1000, WatchCeiling: 11000})
 	for _, c := range []struct {
 		name    string
-		index   uint64 // the old server's last X-Etcd-Index
+		index   uint64 // the v2 server's last X-Etcd-Index
 		query   string
 		refused bool
 		room    uint64
@@ -428,8 +428,8 @@ func idSide(id string) http.Handler {
 
 func TestSwitchPresentsTheOldServersClusterIDOnEverySide(t *testing.T) {
 	ok := func() bool { return true }
-	s := NewSwitch(SwitchConfig{Passthrough: Backend{API: idSide("01d"), Probes: idSide("01d"), Ready: ok}})
-	s.SetV3(Backend{API: idSide("3e3"), Probes: idSide("3e3"), Ready: ok})
+	s := NewSwitch(SwitchConfig{Passthrough: SideHandlers{API: idSide("01d"), Probes: idSide("01d"), Ready: ok}})
+	s.SetV3(SideHandlers{API: idSide("3e3"), Probes: idSide("3e3"), Ready: ok})
 	s.ExtendWrites(time.Now().Add(time.Hour))
 	check := func(when, method, target string, code int, id string) {
 		t.Helper()
@@ -442,17 +442,17 @@ func TestSwitchPresentsTheOldServersClusterIDOnEverySide(t *testing.T) {
 	apply(t, s, nil)
 	check("passthrough", "GET", "/v2/keys/a", 200, "01d")
 	check("passthrough, a watch", "GET", "/v2/keys/a?wait=true", 200, "01d")
-	// No cutover has recorded the old server's id yet: the one it sent.
+	// No cutover has recorded the v2 server's id yet: the one it sent.
 	apply(t, s, &Record{Mode: ModeV3, Generation: 1, WatchFloor: 1000})
 	check("v3, before a cutover recorded an id", "GET", "/v2/keys/a", 200, "01d")
-	check("v3, a waitIndex of the old server's", "GET", "/v2/keys/a?wait=true&waitIndex=7", 400, "01d")
-	rec := &Record{Mode: ModeV3, Generation: 2, WatchFloor: 1000, SourceClusterID: "0ab"}
+	check("v3, a waitIndex of the v2 server's", "GET", "/v2/keys/a?wait=true&waitIndex=7", 400, "01d")
+	rec := &Record{Mode: ModeV3, Generation: 2, WatchFloor: 1000, V2ServerClusterID: "0ab"}
 	apply(t, s, rec)
 	for _, c := range []struct{ method, target string }{{"GET", "/v2/keys/a"}, {"PUT", "/v2/keys/a"},
 		{"GET", "/v2/keys/a?wait=true&waitIndex=2000"}, {"GET", "/v2/members"}} {
 		check("v3", c.method, c.target, 200, "0ab")
 	}
-	check("v3, a waitIndex of the old server's", "GET", "/v2/keys/a?wait=true&waitIndex=7", 400, "0ab")
+	check("v3, a waitIndex of the v2 server's", "GET", "/v2/keys/a?wait=true&waitIndex=7", 400, "0ab")
 	fenced := Next(rec, ModeFencing, ModeV3, "t", time.Now())
 	apply(t, s, &fenced)
 	check("fenced on v3, a write", "PUT", "/v2/keys/a", 500, "0ab")

@@ -65,18 +65,18 @@ func TestCLIHelpVersionAndMistakes(t *testing.T) {
 		{"--version", nil, []string{"--version"}, 0, []string{"git commit:"}, ""},
 		{"unknown command", nil, []string{"serve"}, 2, nil, `v2bridge: unknown command "serve"`},
 		{"unknown flag", nil, []string{"--endpoint", "x"}, 2, nil, "v2bridge: flag provided but not defined: -endpoint"},
-		{"migrate without --from", nil, []string{"migrate"}, 2, nil, "v2bridge: migrate: --from is required: "},
-		{"verify without --from", nil, []string{"verify", "--endpoints", "http://127.0.0.1:1"}, 2, nil,
-			"v2bridge: verify: --from is required: "},
-		{"verify without --endpoints", nil, []string{"verify", "--from", "http://127.0.0.1:1"}, 2, nil,
+		{"migrate without --v2-server", nil, []string{"migrate"}, 2, nil, "v2bridge: migrate: --v2-server is required: "},
+		{"verify without --v2-server", nil, []string{"verify", "--endpoints", "http://127.0.0.1:1"}, 2, nil,
+			"v2bridge: verify: --v2-server is required: "},
+		{"verify without --endpoints", nil, []string{"verify", "--v2-server", "http://127.0.0.1:1"}, 2, nil,
 			"v2bridge: verify: --endpoints is required: "},
-		{"migrate with a --from that is no URL", nil, []string{"migrate", "--from", "old-etcd:2379", "--endpoints", "http://127.0.0.1:1"}, 2, nil,
-			`v2bridge: migrate: bad --from "old-etcd:2379": want the etcd v2 server's client URL`},
-		{"migrate cutover without --from", nil, []string{"migrate", "cutover"}, 2, nil, "v2bridge: migrate cutover: --from is required: "},
-		{"migrate rollback without --endpoints", nil, []string{"migrate", "rollback", "--from", "http://127.0.0.1:1"}, 2, nil,
+		{"migrate with a --v2-server that is no URL", nil, []string{"migrate", "--v2-server", "old-etcd:2379", "--endpoints", "http://127.0.0.1:1"}, 2, nil,
+			`v2bridge: migrate: bad --v2-server "old-etcd:2379": want the etcd v2 server's client URL`},
+		{"migrate cutover without --v2-server", nil, []string{"migrate", "cutover"}, 2, nil, "v2bridge: migrate cutover: --v2-server is required: "},
+		{"migrate rollback without --endpoints", nil, []string{"migrate", "rollback", "--v2-server", "http://127.0.0.1:1"}, 2, nil,
 			"v2bridge: migrate rollback: --endpoints is required: "},
 		{"version with an argument", nil, []string{"version", "x"}, 2, nil, `v2bridge: version: unexpected argument "x"`},
-		{"verify against nothing", nil, []string{"verify", "--from", "http://127.0.0.1:1", "--endpoints", "http://127.0.0.1:1",
+		{"verify against nothing", nil, []string{"verify", "--v2-server", "http://127.0.0.1:1", "--endpoints", "http://127.0.0.1:1",
 			"--dial-timeout", "500ms", "--progress", "none"}, 1, nil, "v2bridge: cannot reach the etcd v3 cluster at http://127.0.0.1:1: "},
 		{"unknown variable", []string{"V2BRIDGE_ENDPOINT=http://m1:2379"}, nil, 1, nil,
 			"v2bridge: unknown environment variable V2BRIDGE_ENDPOINT (did you mean V2BRIDGE_ENDPOINTS?)"},
@@ -300,7 +300,7 @@ func TestCLINotifiesSystemdWhenReadyAndStopping(t *testing.T) {
 }
 
 func TestCLIMigrateAndVerifyPrintOneJSONSummary(t *testing.T) {
-	// The v2 source is the bridge itself, the target its embedded etcd: every
+	// The v2 server is the bridge itself, the target its embedded etcd: every
 	// node is already there.
 	url, args := embeddedArgs(t)
 	ep := args[3] // --embedded-client-urls
@@ -308,7 +308,7 @@ func TestCLIMigrateAndVerifyPrintOneJSONSummary(t *testing.T) {
 	p.waitHealthy(t, url)
 	do(t, "PUT", url, "/v2/keys/src/a", form("value", "1"))
 	do(t, "PUT", url, "/v2/keys/src/b", form("value", "2"))
-	common := []string{"--from", url, "--from-prefix", "/src", "--endpoints", ep, "--progress", "none", "--output", "json"}
+	common := []string{"--v2-server", url, "--v2-server-prefix", "/src", "--endpoints", ep, "--progress", "none", "--output", "json"}
 
 	// A global flag before the command reaches it.
 	r := runBinary(t, nil, append([]string{"--log-level", "error", "migrate"}, common...)...)
@@ -328,7 +328,7 @@ func TestCLIMigrateAndVerifyPrintOneJSONSummary(t *testing.T) {
 	}
 	// A command that fails before it counts anything still prints one object
 	// (here a command-line mistake: exit status 2).
-	r = runBinary(t, nil, "verify", "--output", "json", "--from", url, "--progress", "none")
+	r = runBinary(t, nil, "verify", "--output", "json", "--v2-server", url, "--progress", "none")
 	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil || r.code != 2 || m["ok"] != false ||
 		!strings.Contains(m["error"].(string), "--endpoints is required") {
 		t.Fatalf("failed verify --output json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)

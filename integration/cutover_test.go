@@ -23,7 +23,7 @@ import (
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 
-// dualEnv is an old etcd v2 server, an etcd v3 cluster and bridge binaries
+// dualEnv is a v2 server, an etcd v3 cluster and bridge binaries
 // in dual mode in front of both, with `migrate --follow` between them.
 type dualEnv struct {
 	ref      *v2ref.Server
@@ -40,7 +40,7 @@ func newDualEnv(t *testing.T) *dualEnv {
 	e := &dualEnv{ref: v2ref.StartT(t, v2ref.Options{}), cl: v2bridgetest.StartCluster(t, 1)}
 	e.v3 = e.cl.Client(t)
 	if r := do(t, "PUT", e.ref.URL, "/v2/keys"+network+"/config", form("value", `{"Network":"10.5.0.0/16"}`)); r.status != 201 {
-		t.Fatalf("seeding the old server: %d %s", r.status, r.body)
+		t.Fatalf("seeding the v2 server: %d %s", r.status, r.body)
 	}
 	return e
 }
@@ -57,7 +57,7 @@ func (e *dualEnv) startBridge(t *testing.T, url string) *proc {
 			u = v2bridgetest.FreeURL(t)
 		}
 		return u, []string{"V2BRIDGE_LOG_LEVEL=info", "V2BRIDGE_LOG_FORMAT=console"},
-			[]string{"--v2-upstream", e.ref.URL, "--endpoints", e.endpoints(), "--listen-client-urls", u,
+			[]string{"--v2-server", e.ref.URL, "--endpoints", e.endpoints(), "--listen-client-urls", u,
 				"--mode-lease-ttl", "3s", "--heartbeat-interval", "200ms", "--heartbeat-timeout", "300ms",
 				"--request-timeout", "2s"}
 	})
@@ -67,7 +67,7 @@ func (e *dualEnv) startBridge(t *testing.T, url string) *proc {
 // progress in etcd v3.
 func (e *dualEnv) startFollower(t *testing.T, prefix string) {
 	t.Helper()
-	e.follower = startBridgeProcess(t, nil, "migrate", "--from", e.ref.URL, "--from-prefix", prefix,
+	e.follower = startBridgeProcess(t, nil, "migrate", "--v2-server", e.ref.URL, "--v2-server-prefix", prefix,
 		"--endpoints", e.endpoints(), "--follow", "--progress", "none", "--ttl-resync", "0")
 	waitFor(t, 30*time.Second, "the follower's progress record", func() bool {
 		r, err := e.v3.Get(ctxT(t, 5*time.Second), "_v2bridge/migrate/follow")
@@ -78,7 +78,7 @@ func (e *dualEnv) startFollower(t *testing.T, prefix string) {
 // command runs `v2bridge migrate cutover|rollback` with extra arguments.
 func (e *dualEnv) command(t *testing.T, cmd string, extra ...string) cmdResult {
 	t.Helper()
-	return runBinary(t, nil, append([]string{"migrate", cmd, "--from", e.ref.URL, "--from-prefix", network,
+	return runBinary(t, nil, append([]string{"migrate", cmd, "--v2-server", e.ref.URL, "--v2-server-prefix", network,
 		"--endpoints", e.endpoints(), "--index-margin", "100", "--ack-timeout", "20s"}, extra...)...)
 }
 
@@ -372,21 +372,21 @@ func TestCutoverMovesEveryBridgeToV3(t *testing.T) {
 	}
 	stop := func() { cancel(); writers.Wait() }
 	defer func() { stop(); stopWatching(); watchers.Wait() }()
-	waitFor(t, 20*time.Second, "every client holding a lease on the old server", func() bool {
+	waitFor(t, 20*time.Second, "every client holding a lease on the v2 server", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return len(f.holders) == len(clients)
 	})
-	// Leases traded through the old server, and carried over by the
+	// Leases traded through the v2 server, and carried over by the
 	// follower: etcd v3 has a lease for every client.
-	waitFor(t, 30*time.Second, "leases traded on the old server and copied to etcd v3", func() bool {
+	waitFor(t, 30*time.Second, "leases traded on the v2 server and copied to etcd v3", func() bool {
 		f.mu.Lock()
 		traded := f.released
 		f.mu.Unlock()
 		return traded >= 3 && len(e.v3Leases(t)) == len(clients)
 	})
 
-	// The shadow comparison: a clean copy agrees with the old server; a v3
+	// The shadow comparison: a clean copy agrees with the v2 server; a v3
 	// key changed behind the follower's back is caught on the next read.
 	waitFor(t, 20*time.Second, "the bridges comparing their traffic with etcd v3", func() bool {
 		return shadowSum(t, urls, "v2bridge_shadow_compared_total") >= 10
@@ -406,7 +406,7 @@ func TestCutoverMovesEveryBridgeToV3(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "a shadow divergence for the corrupted key", func() bool {
 		for _, u := range urls {
-			do(t, "GET", u, "/v2/keys"+cfgKey, nil) // answered by the old server, compared with v3
+			do(t, "GET", u, "/v2/keys"+cfgKey, nil) // answered by the v2 server, compared with v3
 		}
 		return shadowSum(t, urls, "v2bridge_shadow_divergences_total") > 0
 	})
@@ -440,7 +440,7 @@ func TestCutoverMovesEveryBridgeToV3(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Errorf("the follower still runs after the cutover:\n%s", e.follower.logs)
 	}
-	// The old server is no longer written: its leases stop being renewed.
+	// The v2 server is no longer written: its leases stop being renewed.
 	before := do(t, "GET", e.ref.URL, "/v2/keys"+subnets, form("recursive", "true", "sorted", "true"))
 	// The clients keep renewing and trading, now on etcd v3: wait until
 	// every lease there was written since.
@@ -462,7 +462,7 @@ func TestCutoverMovesEveryBridgeToV3(t *testing.T) {
 	})
 	after := do(t, "GET", e.ref.URL, "/v2/keys"+subnets, form("recursive", "true", "sorted", "true"))
 	if normalized(t, before.body) != normalized(t, after.body) && !strings.Contains(after.body, `"errorCode":100`) {
-		t.Errorf("the old server was written after the cutover:\nbefore %s\nafter  %s", before.body, after.body)
+		t.Errorf("the v2 server was written after the cutover:\nbefore %s\nafter  %s", before.body, after.body)
 	}
 	stop()
 
@@ -502,17 +502,17 @@ func TestCutoverMovesEveryBridgeToV3(t *testing.T) {
 	}
 }
 
-// TestCutoverWithFaults: the old server frozen during passthrough ends the
+// TestCutoverWithFaults: the v2 server frozen during passthrough ends the
 // watches in time; a bridge restarted while a cutover waits (fenced) comes
 // up fenced, one restarted after it comes up in v3 mode; a waitIndex of the
-// old server's index space gets 401; a rollback goes back, and again is a
+// v2 server's index space gets 401; a rollback goes back, and again is a
 // no-op.
 func TestCutoverWithFaults(t *testing.T) {
 	e := newDualEnv(t)
 	a := e.startBridge(t, "")
 	b := e.startBridge(t, "")
 
-	// The old server frozen: a watch through a dual-mode bridge ends as in
+	// The v2 server frozen: a watch through a dual-mode bridge ends as in
 	// passthrough mode.
 	w := startWatch(t, a.url, "/frozen")
 	waitFor(t, 5*time.Second, "the watch parked", func() bool {
@@ -525,11 +525,11 @@ func TestCutoverWithFaults(t *testing.T) {
 	select {
 	case ev := <-w:
 		if ev.status != 200 || ev.Action != "" {
-			t.Errorf("a watch on a frozen old server must end with an empty 200: %d %q", ev.status, ev.Action)
+			t.Errorf("a watch on a frozen v2 server must end with an empty 200: %d %q", ev.status, ev.Action)
 		}
-		t.Logf("the watch ended %v after the old server froze", time.Since(t0))
+		t.Logf("the watch ended %v after the v2 server froze", time.Since(t0))
 	case <-time.After(livenessBound):
-		t.Errorf("a watch still parked %v after the old server froze", livenessBound)
+		t.Errorf("a watch still parked %v after the v2 server froze", livenessBound)
 	}
 	if err := syscall.Kill(e.ref.Pid(), syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -552,7 +552,7 @@ func TestCutoverWithFaults(t *testing.T) {
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer ccancel()
-	cmd := exec.CommandContext(cctx, buildBridge(t), "migrate", "cutover", "--from", e.ref.URL, "--from-prefix", "/",
+	cmd := exec.CommandContext(cctx, buildBridge(t), "migrate", "cutover", "--v2-server", e.ref.URL, "--v2-server-prefix", "/",
 		"--endpoints", e.endpoints(), "--index-margin", "100", "--follow-timeout", "60s")
 	cmd.Env = childEnv()
 	out := &syncBuffer{}
@@ -617,10 +617,10 @@ func TestCutoverWithFaults(t *testing.T) {
 	if m := statsMode(t, a.url); m != "v3" {
 		t.Errorf("a bridge restarted after the cutover says mode %q, want v3", m)
 	}
-	// An index of the old server's: 401, so the client re-lists.
+	// An index of the v2 server's: 401, so the client re-lists.
 	r := do(t, "GET", a.url, "/v2/keys/moved", form("wait", "true", "recursive", "true", "waitIndex", oldIndex))
 	if r.status != 400 || !strings.Contains(r.body, `"errorCode":401`) {
-		t.Errorf("a waitIndex from the old server after the cutover: %d %s, want 401", r.status, r.body)
+		t.Errorf("a waitIndex from the v2 server after the cutover: %d %s, want 401", r.status, r.body)
 	}
 	list := do(t, "GET", a.url, "/v2/keys/moved", form("quorum", "true"))
 	var idx uint64
@@ -648,11 +648,11 @@ func TestCutoverWithFaults(t *testing.T) {
 		!strings.Contains(r.body, `"errorCode":401`) {
 		t.Errorf("a waitIndex from etcd v3 after the rollback: %d %s, want 401", r.status, r.body)
 	}
-	if r := do(t, "PUT", b.url, "/v2/keys/moved/back", form("value", "old server again")); r.status != 201 {
+	if r := do(t, "PUT", b.url, "/v2/keys/moved/back", form("value", "v2 server again")); r.status != 201 {
 		t.Errorf("a write after the rollback: %d %s", r.status, r.body)
 	}
 	if r := do(t, "GET", e.ref.URL, "/v2/keys/moved/back", nil); r.status != 200 {
-		t.Errorf("the write after the rollback is not on the old server: %d %s", r.status, r.body)
+		t.Errorf("the write after the rollback is not on the v2 server: %d %s", r.status, r.body)
 	}
 	again := e.command(t, "rollback")
 	if again.code != 0 || !strings.Contains(again.stdout, "already in passthrough mode") {

@@ -51,7 +51,7 @@ func TestDualModeParksWatchesAndEndsThemAtASwitch(t *testing.T) {
 		t.Fatalf("the watch ended, but the bridge serves %q", statsMode(t, br.url))
 	}
 	waitFor(t, 10*time.Second, "no watch parked", func() bool { return detached("0") })
-	// The connection goes on serving, from the old server now.
+	// The connection goes on serving, from the v2 server now.
 	_, _ = io.WriteString(c, "GET /v2/keys"+network+"/config HTTP/1.1\r\nHost: x\r\n\r\n")
 	resp, err = http.ReadResponse(rd, nil)
 	if err != nil {

@@ -643,7 +643,7 @@ func TestMembersInEveryMode(t *testing.T) {
 
 	pass := startHealthyBridge(t, func() (string, []string, []string) {
 		u := v2bridgetest.FreeURL(t)
-		return u, nil, []string{"--v2-upstream", e.ref.URL, "--listen-client-urls", u, "--log-level", "warn"}
+		return u, nil, []string{"--v2-server", e.ref.URL, "--listen-client-urls", u, "--log-level", "warn"}
 	}).url
 	if got := memberURLs(t, pass); len(got) != 1 || got[0] != pass {
 		t.Fatalf("passthrough bridge lists %v, want itself alone", got)

@@ -108,6 +108,79 @@ func TestLivenessFalsePositiveLeaderMoves(t *testing.T) {
 	r.checkNoLoss(fmt.Sprintf("%d leader moves, 5 s apart", moves))
 }
 
+// TestLivenessFalsePositiveLeaderKilled: the leader of a 3-member cluster is
+// killed; the bridges on the followers find their members without a
+// quorum while the survivors elect a leader, and the other survivor
+// without one either: they stay (a loss deferred, when the election
+// outlasted their misses), and no watch is ended.
+func TestLivenessFalsePositiveLeaderKilled(t *testing.T) {
+	c := v2bridgetest.StartProcessCluster(t, 3)
+	var brs []*v2bridgetest.Bridge
+	on := map[int]bool{}
+	for i := 0; i < 2; i++ {
+		br := v2bridgetest.StartBridge(t, c.ProxiedEndpoints(), heartbeatOptions(t))
+		brs = append(brs, br)
+		on[c.Index(br.Backend.Endpoint())] = true
+	}
+	lead := 0
+	for on[lead] {
+		lead++
+	}
+	if err := c.MoveLeader(lead); err != nil {
+		t.Fatal(err)
+	}
+	var survivor int
+	for i := range c.Members {
+		if i != lead {
+			survivor = i
+		}
+	}
+	w := startWriter(t, c, survivor)
+	w.waitWrites(t, 3, 20*time.Second)
+	eps := make([]string, len(brs))
+	for i, br := range brs {
+		eps[i] = br.Backend.Endpoint()
+	}
+
+	c.Kill(lead)
+	// The survivors elect a leader; writes resume; every bridge has run
+	// ten more heartbeats (a deferred loss would be declared within
+	// them).
+	w.waitWrites(t, 10, 30*time.Second)
+	hb := func(br *v2bridgetest.Bridge) float64 {
+		return metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds")
+	}
+	var hb0 []float64
+	for _, br := range brs {
+		hb0 = append(hb0, hb(br))
+	}
+	waitFor(t, 30*time.Second, "ten heartbeats answered at each bridge after the election", func() bool {
+		for i, br := range brs {
+			if hb(br) < hb0[i]+10 {
+				return false
+			}
+		}
+		return true
+	})
+	_, _, f := testHeartbeat(t)
+	failures := float64(f)
+	for i, br := range brs {
+		losses := metricValue(t, br.Registry, "v2bridge_backend_losses_total")
+		misses := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_total")
+		deferred := metricValue(t, br.Registry, "v2bridge_backend_losses_deferred_total")
+		t.Logf("bridge %d on member %d (leader %d killed): %v losses, %v misses, %v excused as late, %v as applying, "+
+			"%v losses deferred", i, c.Index(eps[i]), lead, losses, misses,
+			metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_excused_total"),
+			metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total"), deferred)
+		if losses != 0 || br.Backend.Endpoint() != eps[i] {
+			t.Errorf("bridge %d: %v losses, on %q; want none, on %q", i, losses, br.Backend.Endpoint(), eps[i])
+		}
+		if misses >= failures && deferred < 1 {
+			t.Errorf("bridge %d: %v misses in all, yet no loss deferred", i, misses)
+		}
+	}
+}
+
 // TestLivenessFalsePositiveGCPressure: the bridge's process churns a heap
 // of about 1 GB (a live set of 512 MB of small linked objects, replaced as
 // fast as two goroutines can, so the collector runs all the time and the
@@ -465,6 +538,7 @@ func TestLivenessFalsePositiveDefrag(t *testing.T) {
 		}
 	}()
 	hb0 := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds")
+	applying0 := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total")
 	t0 := time.Now()
 	if _, err := cli.Defragment(ctxT(t, 10*time.Minute), c.Members[0].ClientURL); err != nil {
 		t.Fatalf("defrag: %v", err)
@@ -491,8 +565,9 @@ func TestLivenessFalsePositiveDefrag(t *testing.T) {
 		}
 	}
 	losses := metricValue(t, br.Registry, "v2bridge_backend_losses_total")
-	t.Logf("defrag of a %d MiB database (%d MiB of values) took %v; %d writes; %v heartbeats answered meanwhile; "+
-		"%v losses, %v misses, %v excused", st.DbSize>>20, mb, took.Round(time.Millisecond), n, hb, losses,
+	t.Logf("defrag of a %d MiB database (%d MiB of values) took %v; %d writes; %v heartbeats answered and %v excused "+
+		"as applying meanwhile; %v losses, %v misses, %v excused as late", st.DbSize>>20, mb, took.Round(time.Millisecond),
+		n, hb, metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total")-applying0, losses,
 		metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_total"),
 		metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_excused_total"))
 	if losses != 0 {

@@ -8,8 +8,8 @@ package integration
 // (the Go v2 client, looping like flanneld) resume from their waitIndex with
 // every event exactly once, in order; a busy member is never declared lost.
 //
-// With the default heartbeat, the watches in flight at a blackhole or a
-// freeze end within a median of 2 s and at most 3 s of the fault (1 to 1.3 s
+// With the default heartbeat, the watches in flight at a blackhole, a
+// freeze or a partition end within a median of 2 s and at most 3 s of the fault (1 to 1.3 s
 // by design, with room for a loaded machine, where a check may be excused
 // because the bridge ran late), each with an empty 200 (the v2 client then
 // re-issues it); every measured figure is logged (go test -v).
@@ -45,10 +45,13 @@ const (
 	// check excused, and room for a loaded machine.
 	detectMax    = 3 * time.Second
 	detectMedian = 2 * time.Second
-	// partitionBound: a member cut off from its peers first has to notice
-	// that it has no leader (one to two election timeouts, 1 to 2 s); its
-	// heartbeats then fail.
-	partitionBound = detectMax + 2*time.Second
+	// partitionBound: a member cut off from its peers gets no read
+	// confirmed, and its heartbeats time out as a silent member's do; but
+	// a cut-off follower is left only for a member that has a quorum,
+	// which the majority has at once (when the leader is in it) or after
+	// electing one (one to two election timeouts, 1 to 2 s) when the cut
+	// member was the leader; then the bridge reconnects.
+	partitionBound = detectMax
 	// inFlightGrace: a watch answered just as the fault struck is re-issued
 	// at once, and that one must end too.
 	inFlightGrace = 500 * time.Millisecond
@@ -483,15 +486,40 @@ func TestLivenessFreeze(t *testing.T) {
 }
 
 // TestLivenessPartition: the member the bridge uses is cut off from its
-// peers (it answers, but has no leader): the watches are ended and resume on
-// a member that has a leader, with the events written meanwhile.
+// peers (it answers, but no quorum confirms it), once as a follower and
+// once as the leader: the watches end within the bound of a silent member
+// (the heartbeat's quorum check times out as for a silent one, well before
+// the member notices it has no leader) and resume on a member that has a
+// leader, with the events written meanwhile.
 func TestLivenessPartition(t *testing.T) {
 	c := v2bridgetest.StartCluster(t, 3)
 	r := startRig(t, c, 3, v2bridgetest.Options{})
-	r.outage("partition", c.Isolate, c.Heal, partitionBound)
-	r.waitEvents(5, 20*time.Second)
+	for _, leader := range []bool{false, true} {
+		bad := r.connected()
+		to := r.other(bad)
+		if leader {
+			to = bad
+		}
+		if err := c.MoveLeader(to); err != nil {
+			t.Fatal(err)
+		}
+		// The bridge knows its member's new term (a leader is told from
+		// one just elected by its term).
+		hb := metricValue(t, r.br.Registry, "v2bridge_backend_heartbeat_seconds")
+		waitFor(t, 20*time.Second, "two heartbeats answered after the leader moved", func() bool {
+			return metricValue(t, r.br.Registry, "v2bridge_backend_heartbeat_seconds") >= hb+2
+		})
+		r.outage(fmt.Sprintf("partition (the leader: %v)", leader), c.Isolate, c.Heal, partitionBound)
+		if !c.WaitServes(bad, 20*time.Second) {
+			t.Fatalf("member %d does not serve once healed", bad)
+		}
+		r.waitEvents(5, 20*time.Second)
+	}
 	r.finish()
 	r.logBridgeFigures()
+	if d := metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total"); d != 0 {
+		t.Errorf("%v losses deferred, want none: the majority had a quorum, or elected a leader", d)
+	}
 }
 
 // TestLivenessCompactedDuringOutage: the history a watcher still needs is
@@ -702,10 +730,10 @@ func TestLivenessFalsePositiveLoad(t *testing.T) {
 }
 
 // TestLivenessFalsePositiveStorageStall: the member's storage stalls as in a
-// defrag (writes and reads wait) for longer than the default heartbeat's
-// patience, but not its gRPC health service: no loss is declared, the
-// heartbeats are answered during the stall, and the watches carry on with
-// every event.
+// defrag (writes, their apply and reads wait) for longer than the default
+// heartbeat's patience: no loss is declared, the heartbeats during the
+// stall are answered or excused (the member has a leader and is applying
+// what it committed), and the watches carry on with every event.
 func TestLivenessFalsePositiveStorageStall(t *testing.T) {
 	c := v2bridgetest.StartCluster(t, 1)
 	cli := c.MemberClient(t, 0)
@@ -738,10 +766,13 @@ func TestLivenessFalsePositiveStorageStall(t *testing.T) {
 		t.Cleanup(w.Stop)
 		brs, watchers = append(brs, br), append(watchers, w)
 	}
+	// heartbeats counts the checks each bridge has finished without a
+	// miss: answered, or excused as the member applies.
 	heartbeats := func() []float64 {
 		var out []float64
 		for _, br := range brs {
-			out = append(out, metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds"))
+			out = append(out, metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds")+
+				metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total"))
 		}
 		return out
 	}
@@ -799,9 +830,9 @@ func TestLivenessFalsePositiveStorageStall(t *testing.T) {
 	t0 := time.Now()
 	hb0 := heartbeats()
 	// The stall lasts until the writer has waited on it for stallFor and
-	// every bridge has had two heartbeats answered meanwhile.
+	// every bridge has had two heartbeats finished meanwhile.
 	waitFor(t, stallFor+30*time.Second, fmt.Sprintf("a write to wait %v on the stalled storage, and two heartbeats "+
-		"answered at each bridge meanwhile", stallFor), func() bool {
+		"finished at each bridge meanwhile", stallFor), func() bool {
 		mu.Lock()
 		blocked := !since.IsZero() && time.Since(since) >= stallFor
 		failed := writeErr != nil
@@ -819,7 +850,7 @@ func TestLivenessFalsePositiveStorageStall(t *testing.T) {
 	hb1 := heartbeats()
 	resume()
 	took := time.Since(t0)
-	// The heartbeat is sequential: once two more checks have succeeded, every
+	// The heartbeat is sequential: once two more checks have finished, every
 	// check that overlapped the stall is over, and a loss it caused would
 	// have been declared.
 	waitFor(t, 20*time.Second, "two heartbeats after the stall", func() bool {
@@ -860,9 +891,11 @@ func TestLivenessFalsePositiveStorageStall(t *testing.T) {
 			t.Errorf("%s: %s", b.name, diffEvents(len(revs), func(j int) string { return fmt.Sprint(revs[j]) },
 				len(got), func(j int) string { return fmt.Sprint(got[j]) }))
 		}
-		t.Logf("%s: %v heartbeats answered during the stall, %v misses, %v excused, %v losses; %d events", b.name,
-			hb1[i]-hb0[i], metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_total"),
-			metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_excused_total"), losses, len(got))
+		t.Logf("%s: %v heartbeats answered or excused as applying during the stall; in all %v misses, %v excused as "+
+			"late, %v as applying, %v losses; %d events", b.name, hb1[i]-hb0[i],
+			metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_total"),
+			metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_excused_total"),
+			metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total"), losses, len(got))
 	}
 	t.Logf("storage stalled for %v; writes waited up to %v", took.Round(time.Millisecond), stall.Round(time.Millisecond))
 }

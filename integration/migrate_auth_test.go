@@ -46,10 +46,10 @@ func doAs(t *testing.T, method, base, path, user, body string) resp {
 	return resp{status: r.StatusCode, header: r.Header, body: string(b)}
 }
 
-// TestMigrateAuthThroughCutover: an old server with auth enabled, users
+// TestMigrateAuthThroughCutover: a v2 server with auth enabled, users
 // and roles; a dual-mode bridge; the doc's auth commands (migrate --follow,
 // verify, cutover), run verbatim. Passwords are learned from requests the
-// old server accepted; the cutover refuses while one is unknown; after it
+// v2 server accepted; the cutover refuses while one is unknown; after it
 // the bridge enforces the same rules from etcd v3; a rollback with an auth
 // change made through etcd v3 is refused without --force.
 func TestMigrateAuthThroughCutover(t *testing.T) {
@@ -57,7 +57,7 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 	d := &docRun{t: t, blocks: docBlocks(t), ref: v2ref.StartT(t, v2ref.Options{}), cl: v2bridgetest.StartCluster(t, 1),
 		binDir: filepath.Dir(bin), dir: t.TempDir(), served: "/"}
 	for _, name := range []string{"auth-follow", "auth-verify", "auth-cutover"} {
-		if !strings.Contains(d.blocks[name], `--from-user "root:$ROOT_PASSWORD"`) {
+		if !strings.Contains(d.blocks[name], `--v2-server-user "root:$ROOT_PASSWORD"`) {
 			t.Fatalf("docs/migration.md's %s block: %q", name, d.blocks[name])
 		}
 	}
@@ -115,17 +115,17 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 		t.Fatalf("alice in etcd v3 after the copy: %+v (no password known yet)", u)
 	}
 
-	// Alice's password is learned from a request the old server accepted;
-	// a wrong one the old server refused is not.
+	// Alice's password is learned from a request the v2 server accepted;
+	// a wrong one the v2 server refused is not.
 	if r := doAs(t, "GET", br, "/v2/keys/apps/x", "alice:wrong", ""); r.status != 401 {
-		t.Fatalf("a wrong password through the bridge (old server): %d %s", r.status, r.body)
+		t.Fatalf("a wrong password through the bridge (v2 server): %d %s", r.status, r.body)
 	}
 	asked := time.Now()
 	must(doAs(t, "GET", br, "/v2/keys/apps/x", alice, ""), "alice reading /apps/x through the bridge")
 	waitFor(t, 30*time.Second, "alice's password learned", func() bool { return stored("alice").Password != "" })
 	t.Logf("alice's password stored in etcd v3 %v after her request was sent", time.Since(asked).Round(time.Millisecond))
 
-	// A user made on the old server while following: copied within a poll,
+	// A user made on the v2 server while following: copied within a poll,
 	// its password unknown.
 	must(doAs(t, "PUT", old, "/v2/auth/users/bob", root, `{"user":"bob","password":"bobpw","roles":["apps"]}`), "creating bob")
 	waitFor(t, 30*time.Second, "bob copied by the follower", func() bool { return stored("bob").User == "bob" })
@@ -147,7 +147,7 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 		t.Fatalf("verify once every password is known: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
 	// The JSON summaries say the same.
-	common := []string{"--from", old, "--from-user", root, "--endpoints", strings.Join(d.cl.Endpoints(), ","),
+	common := []string{"--v2-server", old, "--v2-server-user", root, "--endpoints", strings.Join(d.cl.Endpoints(), ","),
 		"--progress", "none", "--output", "json"}
 	var vj struct {
 		OK   bool            `json:"ok"`
@@ -216,7 +216,7 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 
 	// An auth change through etcd v3 is named by a rollback, which refuses.
 	must(doAs(t, "PUT", br, "/v2/auth/users/carol", root, `{"user":"carol","password":"carolpw"}`), "creating carol through the bridge")
-	rb := runBinary(t, nil, "migrate", "rollback", "--from", old, "--from-user", root, "--endpoints", strings.Join(d.cl.Endpoints(), ","))
+	rb := runBinary(t, nil, "migrate", "rollback", "--v2-server", old, "--v2-server-user", root, "--endpoints", strings.Join(d.cl.Endpoints(), ","))
 	out := rb.stdout + rb.stderr
 	if rb.code == 0 || !strings.Contains(out, "/v2/auth/users/carol (auth data)") || strings.Contains(out, "$2a$") {
 		t.Errorf("a rollback after an auth change through etcd v3: exit %d\n%s", rb.code, out)

@@ -290,7 +290,7 @@ func v2do(t *testing.T, base, method, p string, kv ...string) {
 	}
 }
 
-// Expected shape of the source tree built by buildSourceTree.
+// Expected shape of the v2 server tree built by buildSourceTree.
 const (
 	srcKeys      = 100*100 + 1 + 50 + 2 + 3 + 4 // registry, deep leaf, leases, ttldir children, special, hidden files
 	srcDirs      = 1 + 100 + 1 + 10 + 7 + 1 + 1 + 1 + 1
@@ -341,7 +341,7 @@ func buildSourceTree(t *testing.T, base string) {
 	// Recent hidden writes: within the v2 history (1000 events).
 	v2do(t, base, "PUT", "/registry/d02/_recent", "value", "found-in-history")
 	v2do(t, base, "PUT", "/_hidden_top/_nested", "value", "hidden-in-hidden")
-	t.Logf("built a source tree of %d nodes in %v", srcKeys+srcDirs+1, time.Since(start).Round(time.Millisecond))
+	t.Logf("built a v2 server's tree of %d nodes in %v", srcKeys+srcDirs+1, time.Since(start).Round(time.Millisecond))
 }
 
 // newTargetBackend connects a backend of its own to the cluster, as the
@@ -417,7 +417,7 @@ func diffPaths(rep *migrate.Report) []string {
 	return out
 }
 
-// waitVerified polls Verify until the bridge agrees with the source.
+// waitVerified polls Verify until the bridge agrees with the v2 server.
 func waitVerified(t *testing.T, ctx context.Context, o migrate.Options, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -427,7 +427,7 @@ func waitVerified(t *testing.T, ctx context.Context, o migrate.Options, d time.D
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("bridge still differs from the source after %v: %v", d, rep.Differences)
+			t.Fatalf("bridge still differs from the v2 server after %v: %v", d, rep.Differences)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -441,7 +441,7 @@ func getBridge(t *testing.T, base, p string) resp {
 // TestMigrateV2Reference migrates a 10,000+ node tree from a real etcd v2
 // server (etcd 3.5 with the v2 API): copy, verify, idempotent re-copy,
 // conflicts, dry run, overwrite, prune, follow with live changes, and the
-// re-sync after the source's history runs out.
+// re-sync after the v2 server's history runs out.
 func TestMigrateV2Reference(t *testing.T) {
 	ref := v2ref.StartT(t, v2ref.Options{})
 	cl := v2bridgetest.StartCluster(t, 1)
@@ -459,7 +459,7 @@ func TestMigrateV2Reference(t *testing.T) {
 			t.Fatalf("MIGRATE_CONC=%q: %v", c, err)
 		}
 	}
-	o := migrate.Options{From: ref.URL, Target: be, Hidden: namedHidden, Log: logs.add, Concurrency: conc,
+	o := migrate.Options{V2Server: []string{ref.URL}, Target: be, Hidden: namedHidden, Log: logs.add, Concurrency: conc,
 		Progress: func(p migrate.Progress) { progress = append(progress, p) }}
 
 	// 1. The copy.
@@ -472,7 +472,7 @@ func TestMigrateV2Reference(t *testing.T) {
 		float64(sum.Nodes())/sum.WriteTime.Seconds())
 	if sum.Keys != srcKeys || sum.Dirs != srcDirs || sum.EmptyDirs != srcEmptyDirs || sum.TTLKeys != srcTTLNodes ||
 		sum.Hidden != srcHidden {
-		t.Errorf("source counts: keys %d dirs %d empty %d ttl %d hidden %d; want %d %d %d %d %d",
+		t.Errorf("v2 server counts: keys %d dirs %d empty %d ttl %d hidden %d; want %d %d %d %d %d",
 			sum.Keys, sum.Dirs, sum.EmptyDirs, sum.TTLKeys, sum.Hidden, srcKeys, srcDirs, srcEmptyDirs, srcTTLNodes, srcHidden)
 	}
 	if sum.Created != sum.Nodes() || sum.Updated+sum.Unchanged+sum.Extra+len(sum.Conflicts)+len(sum.Failures) != 0 || !sum.Complete {
@@ -520,8 +520,8 @@ func TestMigrateV2Reference(t *testing.T) {
 	}
 
 	// 2. Verify agrees, node by node.
-	if rep := mustVerify(t, ctx, o); len(rep.Differences) != 0 || rep.SourceNodes != sum.Nodes() || rep.BridgeNodes != sum.Nodes() {
-		t.Fatalf("verify after copy: %d/%d nodes, differences %v", rep.SourceNodes, rep.BridgeNodes, rep.Differences)
+	if rep := mustVerify(t, ctx, o); len(rep.Differences) != 0 || rep.V2ServerNodes != sum.Nodes() || rep.BridgeNodes != sum.Nodes() {
+		t.Fatalf("verify after copy: %d/%d nodes, differences %v", rep.V2ServerNodes, rep.BridgeNodes, rep.Differences)
 	}
 
 	// 3. Copying again changes nothing: not one v3 revision.
@@ -538,8 +538,8 @@ func TestMigrateV2Reference(t *testing.T) {
 	}
 	t.Logf("idempotent re-copy of %d nodes in %v", again.Nodes(), again.Duration.Round(time.Millisecond))
 
-	// 4. Conflicts: a value changed on the bridge, a file where the source
-	// has a directory, and a node the source does not have.
+	// 4. Conflicts: a value changed on the bridge, a file where the v2 server
+	// has a directory, and a node the v2 server does not have.
 	do(t, "PUT", br.URL, "/v2/keys/registry/d03/k003", form("value", "written-on-the-bridge"))
 	do(t, "DELETE", br.URL, "/v2/keys/empty/e0", form("dir", "true"))
 	do(t, "PUT", br.URL, "/v2/keys/empty/e0", form("value", "now-a-file"))
@@ -586,7 +586,7 @@ func TestMigrateV2Reference(t *testing.T) {
 		t.Fatalf("verify after overwrite: %v", rep.Differences)
 	}
 
-	// 5. Follow: changes made on the source while following reach the bridge.
+	// 5. Follow: changes made on the v2 server while following reach the bridge.
 	fo := o
 	fo.TTLResync = time.Second
 	fo.Progress = nil
@@ -627,7 +627,7 @@ func TestMigrateV2Reference(t *testing.T) {
 		t.Errorf("follow stats: %+v (want 10 events: the refresh is not sent to watchers)", *st)
 	}
 	if r := getBridge(t, br.URL, "/registry/d07"); r.status != 404 {
-		t.Errorf("directory deleted on the source: %d %s", r.status, r.body)
+		t.Errorf("directory deleted on the v2 server: %d %s", r.status, r.body)
 	}
 	if r := getBridge(t, br.URL, "/_hidden_top/a"); !strings.Contains(r.body, "hidden-updated") {
 		t.Errorf("hidden node followed: %s", r.body)
@@ -640,7 +640,7 @@ func TestMigrateV2Reference(t *testing.T) {
 	}
 
 	// 6. A follower that falls more than 1000 events behind gets 401 from
-	// the source: it re-syncs with a full copy, says so, and goes on.
+	// the v2 server: it re-syncs with a full copy, says so, and goes on.
 	snap, err := migrate.Copy(ctx, poll)
 	if err != nil || snap.Unchanged != snap.Nodes() {
 		t.Fatalf("copy before the re-sync test: %+v %v", snap, err)
@@ -660,7 +660,7 @@ func TestMigrateV2Reference(t *testing.T) {
 		st, err := migrate.Follow(rctx, ro, snap)
 		rdone <- followResult{st, err}
 	}()
-	waitFor(t, 60*time.Second, "the re-sync", func() bool { return logs2.has("re-synced from the source") })
+	waitFor(t, 60*time.Second, "the re-sync", func() bool { return logs2.has("re-synced from the v2 server") })
 	v2do(t, ref.URL, "PUT", "/registry/d08/after-resync", "value", "x")
 	waitVerified(t, ctx, poll, 30*time.Second)
 	rcancel()
@@ -676,10 +676,10 @@ func TestMigrateV2Reference(t *testing.T) {
 	t.Logf("re-sync log:\n%s", logs2)
 }
 
-// TestMigrateFollowFlannelCutover: while flannel nodes move from the old
-// v2 server to their bridges one by one, the follower keeps applying what
-// the nodes still on the old server do, and leaves alone what the moved
-// nodes do through the bridge: the old server's expiry of a lease that a
+// TestMigrateFollowFlannelCutover: while flannel nodes move from the v2
+// server to their bridges one by one, the follower keeps applying what
+// the nodes still on the v2 server do, and leaves alone what the moved
+// nodes do through the bridge: the v2 server's expiry of a lease that a
 // moved node renews through the bridge (same value) must not delete it.
 func TestMigrateFollowFlannelCutover(t *testing.T) {
 	ref := v2ref.StartT(t, v2ref.Options{})
@@ -701,14 +701,14 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 	}
 	_ = a
 	logs := &logLines{}
-	// The follower reads the whole tree from the source for each TTL
+	// The follower reads the whole tree from the v2 server for each TTL
 	// re-sync (the only recursive read that is not a watch): counting those
 	// tells when re-syncs have run.
 	src := startCountingProxy(t, ref.URL, func(r *http.Request) bool {
 		q := r.URL.Query()
 		return r.Method == "GET" && q.Get("recursive") == "true" && q.Get("wait") != "true"
 	})
-	o := migrate.Options{From: src.URL, FromPrefix: "/coreos.com", Target: be, TTLResync: 500 * time.Millisecond, Log: logs.add}
+	o := migrate.Options{V2Server: []string{src.URL}, V2ServerPrefix: "/coreos.com", Target: be, TTLResync: 500 * time.Millisecond, Log: logs.add}
 	sum, err := migrate.Copy(ctx, o)
 	if err != nil || sum.Created != 6 {
 		t.Fatalf("copy: %+v %v", sum, err)
@@ -732,12 +732,12 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 	if _, err := onBridge.Set(ctx, subnets+"/10.5.1.0-24", "node-a", &client.SetOptions{PrevIndex: ga.Node.ModifiedIndex, TTL: 60 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	// Node B, still on the old server, renews there: the follower carries it over.
+	// Node B, still on the v2 server, renews there: the follower carries it over.
 	if _, err := old.Set(ctx, subnets+"/10.5.2.0-24", "node-b", &client.SetOptions{PrevIndex: b.Node.ModifiedIndex, TTL: 90 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	// A's lease runs out on the old server, where nobody renews it any more.
-	waitFor(t, 20*time.Second, "the old server to expire A's lease and the follower to see it", func() bool {
+	// A's lease runs out on the v2 server, where nobody renews it any more.
+	waitFor(t, 20*time.Second, "the v2 server to expire A's lease and the follower to see it", func() bool {
 		return logs.has("conflict at " + subnets + "/10.5.1.0-24")
 	})
 	waitFor(t, 10*time.Second, "B's renewal on the bridge", func() bool {
@@ -758,7 +758,7 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 		t.Errorf("follow stats: %+v", st)
 	}
 	// Verify compares TTL presence by default: A's node is gone from the
-	// old server and lives on the bridge.
+	// v2 server and lives on the bridge.
 	rep := mustVerify(t, ctx, o)
 	if got := diffPaths(rep); !slices.Equal(got, []string{"extra " + subnets + "/10.5.1.0-24"}) {
 		t.Errorf("verify: %v", rep.Differences)
@@ -802,20 +802,20 @@ func TestMigrateErrors(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 
 	// Nothing listens there.
-	_, err := migrate.Copy(ctx, migrate.Options{From: v2bridgetest.FreeURL(t), Target: be})
-	if !errors.Is(err, migrate.ErrUnreachable) || !strings.Contains(err.Error(), "cannot reach the v2 source") {
-		t.Errorf("unreachable source: %v", err)
+	_, err := migrate.Copy(ctx, migrate.Options{V2Server: []string{v2bridgetest.FreeURL(t)}, Target: be})
+	if !errors.Is(err, migrate.ErrUnreachable) || !strings.Contains(err.Error(), "cannot reach the v2 server") {
+		t.Errorf("unreachable v2 server: %v", err)
 	}
 	// An etcd without the v2 API (3.6 answers /v2/keys with 404).
-	_, err = migrate.Copy(ctx, migrate.Options{From: cl.Endpoints()[0], Target: be})
+	_, err = migrate.Copy(ctx, migrate.Options{V2Server: []string{cl.Endpoints()[0]}, Target: be})
 	if !errors.Is(err, migrate.ErrNoV2API) || !strings.Contains(err.Error(), "404") {
 		t.Errorf("no v2 API: %v", err)
 	}
-	if _, err := migrate.Verify(ctx, migrate.Options{From: cl.Endpoints()[0], Target: be}); !errors.Is(err, migrate.ErrNoV2API) {
+	if _, err := migrate.Verify(ctx, migrate.Options{V2Server: []string{cl.Endpoints()[0]}, Target: be}); !errors.Is(err, migrate.ErrNoV2API) {
 		t.Errorf("verify, no v2 API: %v", err)
 	}
-	// A prefix the source does not have.
-	if _, err := migrate.Copy(ctx, migrate.Options{From: ref.URL, FromPrefix: "/nope", Target: be}); err == nil ||
+	// A prefix the v2 server does not have.
+	if _, err := migrate.Copy(ctx, migrate.Options{V2Server: []string{ref.URL}, V2ServerPrefix: "/nope", Target: be}); err == nil ||
 		!strings.Contains(err.Error(), "has no key /nope") {
 		t.Errorf("missing prefix: %v", err)
 	}
@@ -827,7 +827,7 @@ func TestMigrateErrors(t *testing.T) {
 	v2do(t, ref.URL, "PUT", "/big/blob", "value", big)
 	v2do(t, ref.URL, "PUT", "/big/small", "value", "s")
 	v2do(t, ref.URL, "PUT", "/big/sub/x", "value", "x")
-	o := migrate.Options{From: ref.URL, FromPrefix: "/big", Target: be, NoHiddenDiscovery: true}
+	o := migrate.Options{V2Server: []string{ref.URL}, V2ServerPrefix: "/big", Target: be, NoHiddenDiscovery: true}
 	sum, err := migrate.Copy(ctx, o)
 	var ie *migrate.IncompleteError
 	if !errors.As(err, &ie) || ie.Stopped || sum == nil || sum.Complete || len(sum.Failures) != 1 ||
@@ -849,7 +849,7 @@ func TestMigrateErrors(t *testing.T) {
 	waitFor(t, 20*time.Second, "the backend to be declared lost", func() bool {
 		return be.Health(ctx) != nil && errors.Is(be.Health(ctx), v3backend.ErrUnavailable)
 	})
-	o.FromPrefix = "/big/sub"
+	o.V2ServerPrefix = "/big/sub"
 	if _, err := migrate.Copy(ctx, o); err == nil || !strings.Contains(err.Error(), "nothing was written") {
 		t.Errorf("backend lost: %v", err)
 	}
@@ -901,7 +901,7 @@ func TestMigrateCommand(t *testing.T) {
 	puts = append(puts, v2put{"/app/ttl", form("value", "t", "ttl", "300")}, v2put{"/app/_secret", form("value", "s")},
 		v2put{"/app/empty", form("dir", "true")})
 	putAll(t, ref.URL, puts, 16)
-	common := []string{"--from", ref.URL, "--from-prefix", "/app", "--endpoints", ep, "--progress", "lines"}
+	common := []string{"--v2-server", ref.URL, "--v2-server-prefix", "/app", "--endpoints", ep, "--progress", "lines"}
 
 	r := runBridgeCmd(t, append([]string{"migrate", "--hidden", "/app/_secret"}, common...)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "202 keys, 7 directories (1 empty), 1 TTL nodes, 1 hidden nodes") ||
@@ -916,7 +916,7 @@ func TestMigrateCommand(t *testing.T) {
 	// A difference makes verify and migrate exit non-zero.
 	do(t, "PUT", br.URL, "/v2/keys/app/d1/k001", form("value", "changed"))
 	if r := runBridgeCmd(t, append([]string{"verify"}, common...)...); r.code == 0 ||
-		!strings.Contains(r.stdout, `/app/d1/k001: value: source holds "1", bridge holds "changed"`) ||
+		!strings.Contains(r.stdout, `/app/d1/k001: value: v2 server holds "1", bridge holds "changed"`) ||
 		!strings.Contains(r.stderr, "verify: 1 difference(s)") {
 		t.Fatalf("verify with a difference: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -973,12 +973,12 @@ func TestMigrateCommand(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"migrate", "--from", v2bridgetest.FreeURL(t), "--endpoints", ep}, "cannot reach the v2 source"},
-		{[]string{"migrate", "--from", ep, "--endpoints", ep}, "does not serve the etcd v2 keys API"},
-		{[]string{"verify", "--from", ep, "--endpoints", ep}, "does not serve the etcd v2 keys API"},
-		{[]string{"migrate", "--from", ref.URL}, "--endpoints is required"},
-		{[]string{"migrate", "--endpoints", ep}, "--from is required"},
-		{[]string{"migrate", "--from", ref.URL, "--endpoints", ep, "--follow", "--dry-run"}, "cannot be combined"},
+		{[]string{"migrate", "--v2-server", v2bridgetest.FreeURL(t), "--endpoints", ep}, "cannot reach the v2 server"},
+		{[]string{"migrate", "--v2-server", ep, "--endpoints", ep}, "does not serve the etcd v2 keys API"},
+		{[]string{"verify", "--v2-server", ep, "--endpoints", ep}, "does not serve the etcd v2 keys API"},
+		{[]string{"migrate", "--v2-server", ref.URL}, "--endpoints is required"},
+		{[]string{"migrate", "--endpoints", ep}, "--v2-server is required"},
+		{[]string{"migrate", "--v2-server", ref.URL, "--endpoints", ep, "--follow", "--dry-run"}, "cannot be combined"},
 	} {
 		r := runBridgeCmd(t, c.args...)
 		if r.code == 0 || !strings.Contains(r.stderr, c.want) {

@@ -53,7 +53,7 @@ func docBlocks(t *testing.T) map[string]string {
 }
 
 // docRun is the doc's procedure run against this test's servers: the doc's
-// names (the old server, the v3 members, the bridge's URLs, the config file)
+// names (the v2 server, the v3 members, the bridge's URLs, the config file)
 // replaced by this test's, everything else as written.
 type docRun struct {
 	t       *testing.T
@@ -477,7 +477,7 @@ func etcdctlWatch(ctx context.Context, etcdctl, base, dir string, st *watchState
 // other keys, with two bridges, a steady writer through one and four kinds
 // of v2 watch loops through the other: once serving the whole tree (where a
 // follower of flannel's prefix alone is refused first), once serving only
-// flannel's tree. Afterwards no key of the old server the bridges serve is
+// flannel's tree. Afterwards no key of the v2 server the bridges serve is
 // missing, every acknowledged write is there exactly once, and every
 // watcher has converged on the final tree.
 func TestMigrationDocVerbatim(t *testing.T) {
@@ -583,7 +583,7 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 		d.waitFollower("/coreos.com/network")
 		r := d.run("cutover")
 		if r.code != 1 || !strings.Contains(r.stderr, "the follower copies only /coreos.com/network, but bridges serve /") ||
-			!strings.Contains(r.stderr, "the old server holds /apps outside the copy") {
+			!strings.Contains(r.stderr, "the v2 server holds /apps outside the copy") {
 			t.Fatalf("cutover with a partial copy: exit %d, want 1 naming /apps\n%s%s", r.code, r.stdout, r.stderr)
 		}
 		if statsMode(t, d.bridges[0]) != "passthrough" {
@@ -608,7 +608,7 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 	}
 	if served == "/" {
 		r := d.run("verify-part")
-		if want := "\nnot compared /apps (outside --from-prefix /coreos.com/network; the bridges serve /)\n"; !strings.Contains(r.stdout, want) {
+		if want := "\nnot compared /apps (outside --v2-server-prefix /coreos.com/network; the bridges serve /)\n"; !strings.Contains(r.stdout, want) {
 			t.Errorf("verify of a part: exit %d, want %q in\n%s%s", r.code, want, r.stdout, r.stderr)
 		}
 	}
@@ -643,19 +643,19 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 		return watchers["etcdctl"].saw("done")
 	})
 
-	// No key the bridges serve is hidden: everything the old server holds
+	// No key the bridges serve is hidden: everything the v2 server holds
 	// there (frozen since the fence) is answered the same by the bridges.
 	oldFiles, _ := listFiles(t, d.ref.URL, served)
 	for _, b := range d.bridges {
 		now, _ := listFiles(t, b, served)
 		for k, v := range oldFiles {
 			if got, ok := now[k]; !ok || got != v {
-				t.Errorf("%s after the cutover: %s is %q (there: %v), the old server holds %q", b, k, got, ok, v)
+				t.Errorf("%s after the cutover: %s is %q (there: %v), the v2 server holds %q", b, k, got, ok, v)
 			}
 		}
 	}
 	if served == "/" && len(oldFiles) < 1+20+apps {
-		t.Fatalf("the old server lists %d files, want at least %d", len(oldFiles), 1+20+apps)
+		t.Fatalf("the v2 server lists %d files, want at least %d", len(oldFiles), 1+20+apps)
 	}
 	if served != "/" {
 		r := do(t, "GET", d.bridges[0], "/v2/keys/apps/app000/key", nil)
@@ -665,7 +665,7 @@ func runMigrationDoc(t *testing.T, etcdctl, served string) {
 			t.Errorf("a key outside the served prefix: %d %q, want 404 %q", r.status, r.body, want)
 		}
 		if old := do(t, "GET", d.ref.URL, "/v2/keys/apps/app000/key", nil); old.status != 200 {
-			t.Errorf("the old server lost /apps: %d %s", old.status, old.body)
+			t.Errorf("the v2 server lost /apps: %d %s", old.status, old.body)
 		}
 	}
 

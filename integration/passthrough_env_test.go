@@ -15,8 +15,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/v2bridge/v2bridge/internal/v2ref"
+	"github.com/v2bridge/v2bridge/passthrough"
 	"github.com/v2bridge/v2bridge/server"
-	"github.com/v2bridge/v2bridge/upstream"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 
@@ -25,16 +25,16 @@ import (
 type passEnv struct {
 	ref   *v2ref.Server
 	proxy *v2bridgetest.TCPProxy
-	pass  *upstream.Passthrough
+	pass  *passthrough.Passthrough
 	url   string // the bridge
 	reg   *prometheus.Registry
 }
 
-// fastLiveness declares a silent upstream lost within about a second.
-var fastLiveness = upstream.Config{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond,
+// fastLiveness declares a silent v2 server lost within about a second.
+var fastLiveness = passthrough.Config{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond,
 	HeartbeatFailures: 2, RequestTimeout: 2 * time.Second}
 
-func newPassEnv(t *testing.T, cfg upstream.Config) *passEnv {
+func newPassEnv(t *testing.T, cfg passthrough.Config) *passEnv {
 	t.Helper()
 	ref := v2ref.StartT(t, v2ref.Options{})
 	proxy := v2bridgetest.StartTCPProxy(t, ref.URL)
@@ -47,7 +47,7 @@ func newPassEnv(t *testing.T, cfg upstream.Config) *passEnv {
 	cfg.AdvertiseURLs = []string{e.url}
 	cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	cfg.Registry, cfg.Gatherer = e.reg, e.reg
-	e.pass, err = upstream.New(cfg)
+	e.pass, err = passthrough.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

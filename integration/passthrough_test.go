@@ -22,7 +22,7 @@ import (
 
 // normalized is a v2 body as JSON with every node's ttl left out: ttl is the
 // seconds left, rounded up, so two reads a moment apart may differ by one.
-// Every index stays as the upstream sent it.
+// Every index stays as the v2 server sent it.
 func normalized(t *testing.T, body string) string {
 	t.Helper()
 	var m map[string]any
@@ -48,13 +48,13 @@ func normalized(t *testing.T, body string) string {
 	return string(b)
 }
 
-func TestPassthroughAnswersAsTheUpstream(t *testing.T) {
+func TestPassthroughAnswersAsTheV2Server(t *testing.T) {
 	e := newPassEnv(t, fastLiveness)
 	for _, c := range []struct {
 		name, method, path string
 		form               url.Values
-		// write: compare with the upstream's own record of the write, its
-		// event at the answer's X-Etcd-Index; otherwise ask the upstream
+		// write: compare with the v2 server's own record of the write, its
+		// event at the answer's X-Etcd-Index; otherwise ask the v2 server
 		// the same question directly.
 		write bool
 	}{
@@ -89,25 +89,25 @@ func TestPassthroughAnswersAsTheUpstream(t *testing.T) {
 			} else {
 				want = do(t, c.method, e.ref.URL, c.path, c.form)
 				if got.status != want.status {
-					t.Fatalf("status %d through the bridge, %d from the upstream (%s)", got.status, want.status, want.body)
+					t.Fatalf("status %d through the bridge, %d from the v2 server (%s)", got.status, want.status, want.body)
 				}
 			}
 			for _, h := range []string{"X-Etcd-Index", "X-Etcd-Cluster-Id", "Content-Type"} {
 				if got.header.Get(h) != want.header.Get(h) {
-					t.Errorf("%s %q through the bridge, %q from the upstream", h, got.header.Get(h), want.header.Get(h))
+					t.Errorf("%s %q through the bridge, %q from the v2 server", h, got.header.Get(h), want.header.Get(h))
 				}
 			}
 			if c.path == "/v2/stats/self" {
 				return // its counters move between two reads
 			}
 			if g, w := normalized(t, got.body), normalized(t, want.body); g != w {
-				t.Errorf("through the bridge:\n%s\nfrom the upstream:\n%s", g, w)
+				t.Errorf("through the bridge:\n%s\nfrom the v2 server:\n%s", g, w)
 			}
 		})
 	}
 }
 
-func TestPassthroughAdvertisesTheBridgeNotTheUpstream(t *testing.T) {
+func TestPassthroughAdvertisesTheBridgeNotTheV2Server(t *testing.T) {
 	e := newPassEnv(t, fastLiveness)
 	c, err := client.New(client.Config{Endpoints: []string{e.url}, Transport: client.DefaultTransport})
 	if err != nil {
@@ -202,7 +202,7 @@ func TestPassthroughRelaysWatches(t *testing.T) {
 			r, err := w.Next(ctx)
 			got <- result{r, err}
 		}()
-		waitFor(t, 10*time.Second, "the watch parked on the upstream", func() bool { return e.pass.Watchers() == 1 })
+		waitFor(t, 10*time.Second, "the watch parked on the v2 server", func() bool { return e.pass.Watchers() == 1 })
 		if _, err := kapi.Set(ctx, "/w/lp", "v", nil); err != nil {
 			t.Fatal(err)
 		}
@@ -255,10 +255,10 @@ func openWatch(t *testing.T, base, path string) *rawWatch {
 	return &rawWatch{resp: r, lines: bufio.NewReader(r.Body)}
 }
 
-// livenessBound is how long a lost upstream may keep a watch parked.
+// livenessBound is how long a lost v2 server may keep a watch parked.
 const livenessBound = 4 * time.Second
 
-func TestPassthroughEndsWatchesWhenTheUpstreamIsLost(t *testing.T) {
+func TestPassthroughEndsWatchesWhenTheV2ServerIsLost(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		fault, heal func(e *passEnv)
@@ -268,10 +268,10 @@ func TestPassthroughEndsWatchesWhenTheUpstreamIsLost(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newPassEnv(t, fastLiveness)
-			t.Cleanup(func() { c.heal(e) }) // before the upstream stops
+			t.Cleanup(func() { c.heal(e) }) // before the v2 server stops
 			lp := openWatch(t, e.url, "/v2/keys/lost/lp?wait=true")
 			st := openWatch(t, e.url, "/v2/keys/lost/st?wait=true&stream=true")
-			waitFor(t, 5*time.Second, "both watches parked on the upstream", func() bool { return e.pass.Watchers() == 2 })
+			waitFor(t, 5*time.Second, "both watches parked on the v2 server", func() bool { return e.pass.Watchers() == 2 })
 
 			t0 := time.Now()
 			c.fault(e)
@@ -290,7 +290,7 @@ func TestPassthroughEndsWatchesWhenTheUpstreamIsLost(t *testing.T) {
 						t.Errorf("want an empty 200 ended cleanly: %s", s)
 					}
 				case <-time.After(livenessBound - time.Since(t0)):
-					t.Fatalf("a watch still parked %v after the upstream was %s", livenessBound, c.name)
+					t.Fatalf("a watch still parked %v after the v2 server was %s", livenessBound, c.name)
 				}
 			}
 			t.Logf("loss detected, watches ended %v after the fault", time.Since(t0))
@@ -298,10 +298,10 @@ func TestPassthroughEndsWatchesWhenTheUpstreamIsLost(t *testing.T) {
 			asked := time.Now()
 			r := do(t, "GET", e.url, "/v2/keys/lost/x", nil)
 			if took := time.Since(asked); r.status != 500 || !strings.Contains(r.body, `"errorCode":300`) || took > time.Second {
-				t.Fatalf("a request to a lost upstream: %d %s after %v, want a fast error 300", r.status, r.body, took)
+				t.Fatalf("a request to a lost v2 server: %d %s after %v, want a fast error 300", r.status, r.body, took)
 			}
 			if r := do(t, "GET", e.url, "/readyz", nil); r.status != http.StatusServiceUnavailable {
-				t.Fatalf("/readyz %d while the upstream is lost, want 503", r.status)
+				t.Fatalf("/readyz %d while the v2 server is lost, want 503", r.status)
 			}
 			if v := metricValue(t, e.reg, "v2bridge_upstream_up"); v != 0 {
 				t.Fatalf("v2bridge_upstream_up %v while lost, want 0", v)
@@ -323,13 +323,13 @@ func TestPassthroughEndsWatchesWhenTheUpstreamIsLost(t *testing.T) {
 
 func signal(t *testing.T, e *passEnv, sig syscall.Signal) {
 	if err := syscall.Kill(e.ref.Pid(), sig); err != nil {
-		t.Errorf("signal %v to the upstream: %v", sig, err)
+		t.Errorf("signal %v to the v2 server: %v", sig, err)
 	}
 }
 
 func TestPassthroughWatcherLosesNoEventAcrossALoss(t *testing.T) {
 	e := newPassEnv(t, fastLiveness)
-	direct := v2client(t, e.ref.URL) // writes reach the upstream while the bridge is cut off
+	direct := v2client(t, e.ref.URL) // writes reach the v2 server while the bridge is cut off
 	ctx := ctxT(t, 60*time.Second)
 	start, err := direct.Set(ctx, "/lossless", "", &client.SetOptions{Dir: true})
 	if err != nil {
@@ -357,7 +357,7 @@ func TestPassthroughWatcherLosesNoEventAcrossALoss(t *testing.T) {
 		t.Fatalf("events before the fault: %v", w.Events())
 	}
 	e.proxy.Blackhole()
-	waitFor(t, livenessBound, "the upstream declared lost", func() bool { return !e.pass.Ready() })
+	waitFor(t, livenessBound, "the v2 server declared lost", func() bool { return !e.pass.Ready() })
 	write(3)
 	e.proxy.Heal()
 	if err := e.pass.WaitReady(ctxT(t, 10*time.Second)); err != nil {

@@ -33,7 +33,7 @@ func TestMembersOfTheSameKeySpaceInEveryMode(t *testing.T) {
 	dual := func(extra ...string) string {
 		return startHealthyBridge(t, func() (string, []string, []string) {
 			u := v2bridgetest.FreeURL(t)
-			return u, nil, append([]string{"--v2-upstream", e.ref.URL, "--endpoints", e.endpoints(), "--listen-client-urls", u,
+			return u, nil, append([]string{"--v2-server", e.ref.URL, "--endpoints", e.endpoints(), "--listen-client-urls", u,
 				"--mode-lease-ttl", "3s", "--request-timeout", "2s", "--log-level", "warn"}, extra...)
 		}).url
 	}

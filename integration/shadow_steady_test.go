@@ -31,7 +31,7 @@ func TestShadowComparesEveryWriteAtASteadyRate(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	e := newShadowEnv(t, (*v2bridgetest.Cluster).Endpoints, func(c *shadow.Config, cl *v2bridgetest.Cluster) {
-		c.Feed = &shadow.V3Feed{Client: cl.Client(t), Layout: layout}
+		c.Updates = &shadow.V3Updates{Client: cl.Client(t), Layout: layout}
 		c.Registry = reg
 	})
 	ctx := ctxT(t, 3*time.Minute)
@@ -40,17 +40,17 @@ func TestShadowComparesEveryWriteAtASteadyRate(t *testing.T) {
 	for i := range keys {
 		v2do(t, src, "PUT", fmt.Sprintf("/steady/k%d", i), "value", "start")
 	}
-	o := migrate.Options{From: src, FromPrefix: "/steady", Target: newTargetBackend(t, e.cl.Endpoints()),
+	o := migrate.Options{V2Server: []string{src}, V2ServerPrefix: "/steady", Target: newTargetBackend(t, e.cl.Endpoints()),
 		NoHiddenDiscovery: true}
 	sum, err := migrate.Copy(ctx, o)
 	if err != nil {
 		t.Fatalf("copy: %+v %v", sum, err)
 	}
-	source, err := cutover.NewSource([]string{src}, nil, "", 5*time.Second)
+	source, err := cutover.NewV2Server([]string{src}, nil, "", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := &cutover.FollowReporter{Client: e.cl.Client(t), Keys: cutover.KeysFor(layout.MetaPrefix), Source: source,
+	rep := &cutover.FollowReporter{Client: e.cl.Client(t), Keys: cutover.KeysFor(layout.MetaPrefix), V2Server: source,
 		Prefix: "/steady"}
 	rep.Applied(sum.Index)
 	o.Applied = rep.Applied

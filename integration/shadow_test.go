@@ -83,7 +83,7 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	e := newShadowEnv(t, (*v2bridgetest.Cluster).Endpoints, func(c *shadow.Config, cl *v2bridgetest.Cluster) {
 		rec = shadow.NewV3Recorder(cl.Client(t), layout, c.Name, 0)
 		c.Recorder, c.RecordInterval = rec, time.Second
-		c.Feed = &shadow.V3Feed{Client: cl.Client(t), Layout: layout}
+		c.Updates = &shadow.V3Updates{Client: cl.Client(t), Layout: layout}
 	})
 	cli := e.cl.Client(t)
 
@@ -95,18 +95,18 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	v2do(t, src, "PUT", "/app/empty", "dir", "true")
 	v2do(t, src, "PUT", "/app/a", "value", "1")
 	v2do(t, src, "PUT", "/app/deep/x/y", "value", "y")
-	o := migrate.Options{From: src, Target: newTargetBackend(t, e.cl.Endpoints()), NoHiddenDiscovery: true}
+	o := migrate.Options{V2Server: []string{src}, Target: newTargetBackend(t, e.cl.Endpoints()), NoHiddenDiscovery: true}
 	sum, err := migrate.Copy(ctx, o)
 	if err != nil || sum.Created == 0 {
 		t.Fatalf("copy: %+v %v", sum, err)
 	}
 	// The follower records its progress, as `migrate --follow` does: the
 	// shadow compares each write once the follower has applied it.
-	source, err := cutover.NewSource([]string{src}, nil, "", 5*time.Second)
+	source, err := cutover.NewV2Server([]string{src}, nil, "", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Source: source}
+	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), V2Server: source}
 	rep.Applied(sum.Index)
 	o.Applied = rep.Applied
 	fctx, fcancel := context.WithCancel(ctx)
@@ -192,7 +192,7 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 
 	// `v2bridge verify` finds the difference itself, and prints what the
 	// bridges saw; its exit status is its own comparison's.
-	r := runBinary(t, nil, "verify", "--from", src, "--endpoints", strings.Join(e.cl.Endpoints(), ","), "--progress", "none")
+	r := runBinary(t, nil, "verify", "--v2-server", src, "--endpoints", strings.Join(e.cl.Endpoints(), ","), "--progress", "none")
 	t.Logf("v2bridge verify:\n%s%s", r.stdout, r.stderr)
 	for _, want := range []string{
 		"differences  1 (1 value)",

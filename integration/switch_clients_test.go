@@ -318,7 +318,7 @@ except BaseException as e:
 // After each switch, once the re-listing clients have re-listed, every
 // change is delivered to every watcher as an event, the re-listing ones
 // end on the tree the bridge holds, no exception escapes the python loop,
-// and the cluster ID clients see is the old server's throughout.
+// and the cluster ID clients see is the v2 server's throughout.
 func TestSwitchKeepsEveryClientWatching(t *testing.T) {
 	etcdctl := etcdctlV2(t)
 	if err := exec.Command("/usr/bin/python3", "-c", "import etcd").Run(); err != nil {
@@ -331,13 +331,13 @@ func TestSwitchKeepsEveryClientWatching(t *testing.T) {
 	e := newDualEnv(t)
 	const dir = network + "/switch"
 	if r := do(t, "PUT", e.ref.URL, "/v2/keys"+dir, form("dir", "true")); r.status != 201 {
-		t.Fatalf("creating %s on the old server: %d %s", dir, r.status, r.body)
+		t.Fatalf("creating %s on the v2 server: %d %s", dir, r.status, r.body)
 	}
 	br := e.startBridge(t, "")
 	e.startFollower(t, network)
 	oldID := do(t, "GET", e.ref.URL, "/v2/keys/", nil).header.Get("X-Etcd-Cluster-Id")
 	if oldID == "" {
-		t.Fatal("the old server sends no X-Etcd-Cluster-Id")
+		t.Fatal("the v2 server sends no X-Etcd-Cluster-Id")
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -438,7 +438,7 @@ func TestSwitchKeepsEveryClientWatching(t *testing.T) {
 			}
 		}
 		if id := do(t, "GET", br.url, "/v2/keys"+dir, nil).header.Get("X-Etcd-Cluster-Id"); id != oldID {
-			t.Errorf("%s: the bridge sends cluster id %q, the old server's is %q", name, id, oldID)
+			t.Errorf("%s: the bridge sends cluster id %q, the v2 server's is %q", name, id, oldID)
 		}
 		pyAlive(name)
 	}
@@ -457,7 +457,7 @@ func TestSwitchKeepsEveryClientWatching(t *testing.T) {
 	if r := e.command(t, "rollback", "--force"); r.code != 0 {
 		t.Fatalf("rollback: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	waitFor(t, 30*time.Second, "the bridge to serve the old server", func() bool { return statsMode(t, br.url) == "passthrough" })
+	waitFor(t, 30*time.Second, "the bridge to serve the v2 server", func() bool { return statsMode(t, br.url) == "passthrough" })
 	phase("rolled-back", before)
 
 	if strings.Contains(pyOut.String(), "escaped") {

@@ -34,7 +34,7 @@ type RegistrarConfig struct {
 	Logger         *zap.Logger
 }
 
-// Registrar keeps a bridge without --v2-upstream registered under
+// Registrar keeps a bridge without --v2-server registered under
 // Bridges (as a Static registration, which the cutover does not wait for),
 // so the other bridges list it. A dual-mode bridge's agent registers it
 // instead.

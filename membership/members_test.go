@@ -174,7 +174,7 @@ func (c *countingLease) KeepAlive(ctx context.Context, id clientv3.LeaseID) (<-c
 	return out, nil
 }
 
-// TestRegistrarRegistersRenewsAndRevokes: a bridge without --v2-upstream
+// TestRegistrarRegistersRenewsAndRevokes: a bridge without --v2-server
 // registers as a static member on a lease of its TTL, renews it, registers
 // again on a new lease when etcd lost it, and revokes it when it stops.
 func TestRegistrarRegistersRenewsAndRevokes(t *testing.T) {

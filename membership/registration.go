@@ -38,7 +38,7 @@ type Registration struct {
 	// OnlySelf: the bridge advertises only itself (node-local), and no
 	// other bridge lists it.
 	OnlySelf bool `json:"onlySelf,omitempty"`
-	// Static: a bridge without --v2-upstream, serving etcd v3 whatever the
+	// Static: a bridge without --v2-server, serving etcd v3 whatever the
 	// mode record says; the cutover and rollback do not wait for it.
 	Static bool `json:"static,omitempty"`
 	// Prefix is the v2 subtree the bridge serves (--serve-prefix); empty

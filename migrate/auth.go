@@ -30,18 +30,18 @@ type AuthTarget interface {
 
 // AuthSummary is the outcome of CopyAuth.
 type AuthSummary struct {
-	Enabled bool     // the source has auth enabled
-	Users   []string // the source's users, sorted
-	Roles   []string // the source's roles (root, built in, left out), sorted
+	Enabled bool     // the v2 server has auth enabled
+	Users   []string // the v2 server's users, sorted
+	Roles   []string // the v2 server's roles (root, built in, left out), sorted
 	// UnknownPasswords are the users the bridges cannot check a password
 	// of: none was learned yet (a dual-mode bridge learns one from a
-	// request the old server accepted) and migrate was not given it.
+	// request the v2 server accepted) and migrate was not given it.
 	UnknownPasswords []string
 	Changed          bool // etcd v3 was written (with DryRun: would be)
 	DryRun           bool
 }
 
-// AuthDifference is one way the source's and the bridges' auth data differ.
+// AuthDifference is one way the v2 server's and the bridges' auth data differ.
 type AuthDifference struct {
 	What   string // "enabled", "user NAME", "role NAME"
 	Detail string
@@ -52,12 +52,12 @@ func (d AuthDifference) String() string { return "auth " + d.What + ": " + d.Det
 // AuthReport is the outcome of VerifyAuth.
 type AuthReport struct {
 	Differences      []AuthDifference
-	UnknownPasswords []string // users of the source whose password the bridges do not know
+	UnknownPasswords []string // users of the v2 server whose password the bridges do not know
 }
 
-// sourceAuth reads the source's auth data: the enabled flag, every user
-// with its roles and every role but root. nil: the source has no auth API.
-func (s *source) sourceAuth(ctx context.Context) (*auth.State, error) {
+// authState reads the v2 server's auth data: the enabled flag, every user
+// with its roles and every role but root. nil: the v2 server has no auth API.
+func (s *v2Server) authState(ctx context.Context) (*auth.State, error) {
 	var en struct {
 		Enabled bool `json:"enabled"`
 	}
@@ -94,7 +94,7 @@ func (s *source) sourceAuth(ctx context.Context) (*auth.State, error) {
 			var name string
 			if json.Unmarshal(raw, &name) != nil {
 				if err := json.Unmarshal(raw, &r); err != nil {
-					return nil, fmt.Errorf("the v2 source %s: user %q: bad role %s", s, u.User, raw)
+					return nil, fmt.Errorf("the v2 server %s: user %q: bad role %s", s, u.User, raw)
 				}
 				name = r.Role
 			}
@@ -105,9 +105,9 @@ func (s *source) sourceAuth(ctx context.Context) (*auth.State, error) {
 	return st, nil
 }
 
-// authGet reads /v2/auth/what into v; found is false when the source
+// authGet reads /v2/auth/what into v; found is false when the v2 server
 // serves no auth API (404).
-func (s *source) authGet(ctx context.Context, what string, v any) (found bool, err error) {
+func (s *v2Server) authGet(ctx context.Context, what string, v any) (found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	resp, body, err := s.do(ctx, "/v2/auth/"+what, nil)
@@ -118,14 +118,14 @@ func (s *source) authGet(ctx context.Context, what string, v any) (found bool, e
 	case resp.StatusCode == http.StatusNotFound && what == "enable":
 		return false, nil
 	case resp.StatusCode == http.StatusUnauthorized:
-		return false, fmt.Errorf("the v2 source %s refused to list its auth data (GET /v2/auth/%s: %s): "+
-			"pass --from-user root:PASSWORD", s, what, strings.TrimSpace(string(body)))
+		return false, fmt.Errorf("the v2 server %s refused to list its auth data (GET /v2/auth/%s: %s): "+
+			"pass --v2-server-user root:PASSWORD", s, what, strings.TrimSpace(string(body)))
 	case resp.StatusCode != http.StatusOK:
-		return false, fmt.Errorf("the v2 source %s: GET /v2/auth/%s answered %s: %s", s, what, resp.Status,
+		return false, fmt.Errorf("the v2 server %s: GET /v2/auth/%s answered %s: %s", s, what, resp.Status,
 			strings.TrimSpace(string(body)))
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return false, fmt.Errorf("the v2 source %s: GET /v2/auth/%s: %w", s, what, err)
+		return false, fmt.Errorf("the v2 server %s: GET /v2/auth/%s: %w", s, what, err)
 	}
 	return true, nil
 }
@@ -138,17 +138,17 @@ var errNoAuthState = errors.New("the bridges' auth data in etcd v3 is not read y
 // ErrNoAuthTarget is returned by the auth steps without Options.Auth.
 var ErrNoAuthTarget = errors.New("migrate: no auth target")
 
-// CopyAuth copies the source's auth data (enabled flag, roles, users and
+// CopyAuth copies the v2 server's auth data (enabled flag, roles, users and
 // their roles) into Options.Auth. The v2 API never shows password hashes:
 // a user keeps the hash the bridges already hold for it (learned from a
-// request the old server accepted, or copied before), and the user of
-// SourceUser gets the hash of the password given there. Nothing is written
+// request the v2 server accepted, or copied before), and the user of
+// V2ServerUser gets the hash of the password given there. Nothing is written
 // when etcd v3 already holds the same.
 func CopyAuth(ctx context.Context, o Options) (*AuthSummary, error) {
 	if o.Auth == nil {
 		return nil, ErrNoAuthTarget
 	}
-	src, err := newSource(&o)
+	src, err := newV2Server(&o)
 	if err != nil {
 		return nil, err
 	}
@@ -157,14 +157,14 @@ func CopyAuth(ctx context.Context, o Options) (*AuthSummary, error) {
 	return copyAuth(ctx, o, src, pass)
 }
 
-// VerifyAuth compares the source's auth data with the bridges': the flag,
+// VerifyAuth compares the v2 server's auth data with the bridges': the flag,
 // the roles and their permissions, the users and their roles, and names the
 // users whose password the bridges do not know.
 func VerifyAuth(ctx context.Context, o Options) (*AuthReport, error) {
 	if o.Auth == nil {
 		return nil, ErrNoAuthTarget
 	}
-	src, err := newSource(&o)
+	src, err := newV2Server(&o)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func VerifyAuth(ctx context.Context, o Options) (*AuthReport, error) {
 	return rep, nil
 }
 
-// FollowAuth copies the source's auth data every interval until ctx ends
+// FollowAuth copies the v2 server's auth data every interval until ctx ends
 // (v2 has no watch on it), calling changed after each copy that wrote and
 // failed after a copy that failed (once while the same error repeats).
 // Hashes are only kept, never made. Before each copy it asks allowed, if
@@ -190,7 +190,7 @@ func VerifyAuth(ctx context.Context, o Options) (*AuthReport, error) {
 // returned; another skips the copy, reported as failed.
 func FollowAuth(ctx context.Context, o Options, interval time.Duration, allowed func(context.Context) error,
 	changed func(*AuthSummary), failed func(error)) error {
-	src, err := newSource(&o)
+	src, err := newV2Server(&o)
 	if err != nil {
 		return err
 	}
@@ -233,8 +233,8 @@ func FollowAuth(ctx context.Context, o Options, interval time.Duration, allowed 
 
 // bothAuth is the auth data of src (empty if it has none) and of the
 // bridges.
-func bothAuth(ctx context.Context, o Options, src *source) (from, cur *auth.State, err error) {
-	from, err = src.sourceAuth(ctx)
+func bothAuth(ctx context.Context, o Options, src *v2Server) (from, cur *auth.State, err error) {
+	from, err = src.authState(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -250,7 +250,7 @@ func bothAuth(ctx context.Context, o Options, src *source) (from, cur *auth.Stat
 
 // copyAuth copies the auth data of src into o.Auth; pass, if not empty, is
 // the password of src's user, whose hash it becomes.
-func copyAuth(ctx context.Context, o Options, src *source, pass string) (*AuthSummary, error) {
+func copyAuth(ctx context.Context, o Options, src *v2Server, pass string) (*AuthSummary, error) {
 	from, cur, err := bothAuth(ctx, o, src)
 	if err != nil {
 		return nil, err
@@ -312,18 +312,18 @@ func unknownPasswords(st *auth.State) []string {
 func authDiff(a, b *auth.State, hashes bool) []AuthDifference {
 	var out []AuthDifference
 	if a.Enabled != b.Enabled {
-		out = append(out, AuthDifference{What: "enabled", Detail: fmt.Sprintf("source %t, bridge %t", a.Enabled, b.Enabled)})
+		out = append(out, AuthDifference{What: "enabled", Detail: fmt.Sprintf("v2 server %t, bridge %t", a.Enabled, b.Enabled)})
 	}
 	out = append(out, diffItems("role", a.Roles, b.Roles, func(ra, rb auth.Role) string {
 		if reflect.DeepEqual(normPerm(ra.Permissions), normPerm(rb.Permissions)) {
 			return ""
 		}
-		return fmt.Sprintf("permissions: source %s, bridge %s", permString(ra.Permissions), permString(rb.Permissions))
+		return fmt.Sprintf("permissions: v2 server %s, bridge %s", permString(ra.Permissions), permString(rb.Permissions))
 	})...)
 	return append(out, diffItems("user", a.Users, b.Users, func(ua, ub auth.User) string {
 		switch {
 		case !slices.Equal(norm(ua.Roles), norm(ub.Roles)):
-			return fmt.Sprintf("roles: source [%s], bridge [%s]", strings.Join(norm(ua.Roles), " "), strings.Join(norm(ub.Roles), " "))
+			return fmt.Sprintf("roles: v2 server [%s], bridge [%s]", strings.Join(norm(ua.Roles), " "), strings.Join(norm(ub.Roles), " "))
 		case hashes && ua.Password != ub.Password:
 			return "password"
 		}

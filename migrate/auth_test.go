@@ -78,18 +78,18 @@ func TestCopyAuthFromReference(t *testing.T) {
 	srv := v2ref.StartT(t, v2ref.Options{})
 	ctx := context.Background()
 	tgt := &memAuth{st: &auth.State{}}
-	o := Options{From: srv.URL, SourceUser: "root:rootpw", Auth: tgt, HashCost: bcrypt.MinCost}
+	o := Options{V2Server: []string{srv.URL}, V2ServerUser: "root:rootpw", Auth: tgt, HashCost: bcrypt.MinCost}
 
-	// A source with no users: nothing to write.
+	// A v2 server with no users: nothing to write.
 	sum, err := CopyAuth(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := (&AuthSummary{Users: []string{}, Roles: []string{}}); !reflect.DeepEqual(sum, want) {
-		t.Fatalf("empty source: %+v, want %+v", sum, want)
+		t.Fatalf("empty v2 server: %+v, want %+v", sum, want)
 	}
 	if tgt.replaces != 0 {
-		t.Fatalf("empty source: %d writes", tgt.replaces)
+		t.Fatalf("empty v2 server: %d writes", tgt.replaces)
 	}
 
 	v2auth(t, "PUT", srv.URL+"/v2/auth/users/root", `{"user":"root","password":"rootpw"}`, "")
@@ -97,9 +97,9 @@ func TestCopyAuthFromReference(t *testing.T) {
 	v2auth(t, "PUT", srv.URL+"/v2/auth/users/alice", `{"user":"alice","password":"alicepw","roles":["apps"]}`, "")
 	v2auth(t, "PUT", srv.URL+"/v2/auth/enable", "", "")
 
-	// Without credentials the source refuses to list its users.
-	if _, err := CopyAuth(ctx, Options{From: srv.URL, Auth: tgt}); err == nil || !strings.Contains(err.Error(), "--from-user") {
-		t.Fatalf("without --from-user: %v", err)
+	// Without credentials the v2 server refuses to list its users.
+	if _, err := CopyAuth(ctx, Options{V2Server: []string{srv.URL}, Auth: tgt}); err == nil || !strings.Contains(err.Error(), "--v2-server-user") {
+		t.Fatalf("without --v2-server-user: %v", err)
 	}
 
 	sum, err = CopyAuth(ctx, o)
@@ -149,7 +149,7 @@ func TestCopyAuthFromReference(t *testing.T) {
 		t.Fatalf("re-run: alice's hash %q", st.Users["alice"].Password)
 	}
 
-	// Follow carries a change on the source over, keeping the hashes.
+	// Follow carries a change on the v2 server over, keeping the hashes.
 	v2auth(t, "PUT", srv.URL+"/v2/auth/roles/apps", `{"role":"apps","revoke":{"kv":{"write":["/x"]}}}`, "root:rootpw")
 	v2auth(t, "PUT", srv.URL+"/v2/auth/users/alice", `{"user":"alice","revoke":["apps"]}`, "root:rootpw")
 	fctx, cancel := context.WithCancel(ctx)
@@ -205,12 +205,12 @@ func TestCopyAuthFromReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantDiffs := []string{
-		"auth enabled: source true, bridge false",
-		"auth role apps: permissions: source read [/apps/*] write [/apps/*], bridge read [] write []",
+		"auth enabled: v2 server true, bridge false",
+		"auth role apps: permissions: v2 server read [/apps/*] write [/apps/*], bridge read [] write []",
 		"auth role guest: missing",
 		"auth user alice: missing",
 		"auth user bob: extra",
-		"auth user root: roles: source [root], bridge [apps]",
+		"auth user root: roles: v2 server [root], bridge [apps]",
 	}
 	var got []string
 	for _, d := range rep.Differences {

@@ -45,7 +45,7 @@ func (e *IncompleteError) Error() string {
 
 func (e *IncompleteError) Unwrap() error { return e.Cause }
 
-// Copy copies the source tree below Options.FromPrefix into the bridge (see
+// Copy copies the v2 server's tree below Options.V2ServerPrefix into the bridge (see
 // the package comment). The summary is returned even with an error, to say
 // how far the copy got.
 func Copy(ctx context.Context, o Options) (*Summary, error) {
@@ -68,7 +68,7 @@ const (
 	opTTL     // same value, carry the TTL over
 	opReplace // another value: a guarded compare-and-swap
 	opKind    // a file where a directory should be, or the reverse
-	opDelete  // a node the source does not have
+	opDelete  // a node the v2 server does not have
 )
 
 type job struct {
@@ -76,13 +76,13 @@ type job struct {
 	src  *translate.Node // nil for opDelete
 	dst  *translate.Node // the bridge's node when planned
 	op   jobOp
-	// children: the source directory has nodes below it.
+	// children: the v2 server directory has nodes below it.
 	children bool
 	// nodes is how many bridge nodes an opDelete removes.
 	nodes int
 }
 
-// decide picks what to do with the source node n given the bridge's node d.
+// decide picks what to do with the v2 server node n given the bridge's node d.
 func (m *migrator) decide(n, d *translate.Node, hasChildren bool) (jobOp, *Conflict) {
 	kind, detail := diff(n, d, m.o.TTLTolerance)
 	switch kind {
@@ -94,7 +94,7 @@ func (m *migrator) decide(n, d *translate.Node, hasChildren bool) (jobOp, *Confl
 		}
 		return opCreate, nil
 	case KindExpiry:
-		// The same data expiring at another time: a refresh on the source
+		// The same data expiring at another time: a refresh on the v2 server
 		// (carried over to this migration's own copy), or a renewal made
 		// through the bridge (left alone: the value is the same).
 		if m.o.Overwrite || m.owned.owns(d) {
@@ -157,11 +157,11 @@ func (t *tally) expired() {
 	t.mu.Unlock()
 }
 
-// copy reads the source and the bridge, plans what differs, and makes the
+// copy reads the v2 server and the bridge, plans what differs, and makes the
 // writes (with DryRun, only counts them).
 func (m *migrator) copy(ctx context.Context) (*Summary, error) {
 	start := time.Now()
-	sum := &Summary{Source: m.src.String(), Prefix: m.o.FromPrefix, DryRun: m.o.DryRun, owned: m.owned}
+	sum := &Summary{V2Server: m.src.String(), Prefix: m.o.V2ServerPrefix, DryRun: m.o.DryRun, owned: m.owned}
 	st, tt, err := m.readTrees(ctx, sum)
 	if err != nil {
 		return nil, err
@@ -179,17 +179,17 @@ func (m *migrator) copy(ctx context.Context) (*Summary, error) {
 	return m.write(ctx, pl, tl, start, len(paths))
 }
 
-// readTrees reads the source's tree and the bridge's nodes below the same
-// roots, and records what the source holds in sum.
+// readTrees reads the v2 server's tree and the bridge's nodes below the same
+// roots, and records what the v2 server holds in sum.
 func (m *migrator) readTrees(ctx context.Context, sum *Summary) (st, tt *tree, err error) {
-	m.progress(Progress{Phase: "reading source"}, true)
-	if st, err = m.readSource(ctx); err != nil {
+	m.progress(Progress{Phase: "reading the v2 server"}, true)
+	if st, err = m.readV2Server(ctx); err != nil {
 		return nil, nil, err
 	}
 	sum.Index, sum.roots, sum.HiddenNamed, sum.HiddenFound = st.index, st.roots, st.named, st.found
-	sum.countSource(st, sum.Prefix)
+	sum.countV2Server(st, sum.Prefix)
 	if len(st.found) > 0 {
-		m.logf("found %d hidden node(s) in the source's recent event history: %s", len(st.found), joinPaths(st.found))
+		m.logf("found %d hidden node(s) in the v2 server's recent event history: %s", len(st.found), joinPaths(st.found))
 	}
 	m.progress(Progress{Phase: "reading bridge", Total: len(st.nodes)}, true)
 	if tt, err = m.readTarget(ctx, st.roots); err != nil {
@@ -217,7 +217,7 @@ func (pl *copyPlan) add(j *job) {
 	}
 }
 
-// plan decides what to do with every source node (paths, sorted) and with
+// plan decides what to do with every v2 server node (paths, sorted) and with
 // the bridge's extra nodes; what needs no write is counted at once. Parents
 // come before children, so a conflicting directory can hold back what is
 // below it.
@@ -279,7 +279,7 @@ func (pl *copyPlan) countDryRun(tl *tally) {
 type copyProgress struct {
 	m                    *migrator
 	start                time.Time
-	settled              int // source nodes that needed no write
+	settled              int // v2 server nodes that needed no write
 	planned              int
 	done, written, bytes atomic.Int64
 }
@@ -305,7 +305,7 @@ func (cp *copyProgress) report(force bool) {
 }
 
 // write makes the planned writes of a copy that started at start and read
-// nodes source nodes. The first error that is not about one node stops it;
+// nodes v2 server nodes. The first error that is not about one node stops it;
 // either way the summary says how far it got.
 func (m *migrator) write(ctx context.Context, pl *copyPlan, tl *tally, start time.Time, nodes int) (*Summary, error) {
 	sum := tl.sum
@@ -441,9 +441,9 @@ func blockedBy(blocked map[string]int, p string) (int, bool) {
 	return 0, false
 }
 
-// planExtra counts the bridge nodes the source does not have and plans the
+// planExtra counts the bridge nodes the v2 server does not have and plans the
 // deletion of those that may go: all of them with Prune, otherwise only the
-// ones this process copied itself (a re-sync after the source deleted them).
+// ones this process copied itself (a re-sync after the v2 server deleted them).
 func (m *migrator) planExtra(st, tt *tree, sum *Summary) []*job {
 	type group struct {
 		count, files, owned int
@@ -453,7 +453,7 @@ func (m *migrator) planExtra(st, tt *tree, sum *Summary) []*job {
 		if _, ok := st.nodes[p]; ok {
 			continue
 		}
-		// The topmost node of this extra subtree; nothing below a source
+		// The topmost node of this extra subtree; nothing below a v2 server
 		// file counts (it is part of that file's conflict).
 		top, inClash := p, false
 		for _, a := range translate.Ancestors(p) {
@@ -465,7 +465,7 @@ func (m *migrator) planExtra(st, tt *tree, sum *Summary) []*job {
 		if inClash {
 			continue
 		}
-		for q := translate.Parent(p); q != "/" && len(q) >= len(m.o.FromPrefix); q = translate.Parent(q) {
+		for q := translate.Parent(p); q != "/" && len(q) >= len(m.o.V2ServerPrefix); q = translate.Parent(q) {
 			if _, ok := st.nodes[q]; ok {
 				break
 			}

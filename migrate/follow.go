@@ -15,41 +15,41 @@ import (
 
 // FollowStats is what Follow did.
 type FollowStats struct {
-	Events       int // source events received
+	Events       int // v2 server events received
 	Applied      int // events that changed the bridge
 	Unchanged    int // events the bridge already reflected
 	TTLRefreshed int // TTLs carried over by the periodic TTL re-sync
-	Resyncs      int // full re-copies after the source's history ran out (401)
+	Resyncs      int // full re-copies after the v2 server's history ran out (401)
 	Conflicts    []Conflict
 	Failures     []Failure
-	Index        uint64 // source index of the last event received
+	Index        uint64 // v2 server index of the last event received
 }
 
-// resyncNeeded is a watch whose waitIndex the source no longer holds.
+// resyncNeeded is a watch whose waitIndex the v2 server no longer holds.
 type resyncNeeded struct {
 	root  string
 	index uint64
 }
 
 func (r *resyncNeeded) Error() string {
-	return fmt.Sprintf("the source's event history no longer reaches index %d (watch on %s)", r.index, r.root)
+	return fmt.Sprintf("the v2 server's event history no longer reaches index %d (watch on %s)", r.index, r.root)
 }
 
-// Follow applies the source's changes to the bridge after a Copy, from the
+// Follow applies the v2 server's changes to the bridge after a Copy, from the
 // copy's snapshot index on, until ctx ends (which is not an error). The
 // events come from one stream watch; those on unrelated keys are applied
 // side by side, those on one key (or above or below it) in order. Each
-// source event is checked against the bridge first: a node the bridge holds
-// as the source held it before the event (or as this process left it) is
+// v2 server event is checked against the bridge first: a node the bridge holds
+// as the v2 server held it before the event (or as this process left it) is
 // updated; anything else is a conflict, reported and left alone unless
 // Overwrite. A file this process wrote is checked by a write guarded by
-// the index it wrote it at, not by a read. When the source no longer holds
+// the index it wrote it at, not by a read. When the v2 server no longer holds
 // the history the watch needs (v2 keeps 1000 events; error 401), Follow
 // re-syncs with a full Copy, logs that it did, and carries on from the new
 // snapshot.
 //
 // v2 does not report refresh=true writes (TTL renewals that keep the value)
-// to watchers; every Options.TTLResync Follow re-reads the source and carries
+// to watchers; every Options.TTLResync Follow re-reads the v2 server and carries
 // changed TTLs over. Hidden nodes are followed when Copy knew them (named or
 // found); hidden nodes created later are not seen by a v2 watch.
 func Follow(ctx context.Context, o Options, snap *Summary) (*FollowStats, error) {
@@ -88,12 +88,12 @@ func (m *migrator) follow(ctx context.Context, snap *Summary) (*FollowStats, err
 			return fs, nil
 		}
 		if s2 == nil {
-			return fs, fmt.Errorf("re-sync after losing the source's history: %w", cerr)
+			return fs, fmt.Errorf("re-sync after losing the v2 server's history: %w", cerr)
 		}
 		fs.Resyncs++
 		fs.Conflicts = append(fs.Conflicts, s2.Conflicts...)
 		fs.Failures = append(fs.Failures, s2.Failures...)
-		m.logf("re-synced from the source at index %d: %d created, %d updated, %d deleted, %d already there, %d conflicts, %d extra left on the bridge",
+		m.logf("re-synced from the v2 server at index %d: %d created, %d updated, %d deleted, %d already there, %d conflicts, %d extra left on the bridge",
 			s2.Index, s2.Created, s2.Updated, s2.Deleted, s2.Unchanged, len(s2.Conflicts), s2.Extra-s2.Deleted)
 		var ie *IncompleteError
 		if errors.As(cerr, &ie) && ie.Stopped {
@@ -229,7 +229,7 @@ func (m *migrator) account(r result, fs *FollowStats) {
 		fs.Failures = append(fs.Failures, *r.fail)
 	case r.c != nil:
 		fs.Conflicts = append(fs.Conflicts, *r.c)
-		m.logf("conflict at %s (source event %s at index %d): %s", r.c.Path, r.ev.Action, r.ev.Node.ModifiedIndex, r.c.Detail)
+		m.logf("conflict at %s (v2 server event %s at index %d): %s", r.c.Path, r.ev.Action, r.ev.Node.ModifiedIndex, r.c.Detail)
 	case r.changed:
 		fs.Applied++
 	default:
@@ -245,7 +245,7 @@ type pipeline struct {
 	limit   int
 	running map[int]string // seq -> key of each event in flight
 	order   []bool         // done, of each event not yet retired, from seq first
-	index   []uint64       // the source index of each, likewise
+	index   []uint64       // the v2 server index of each, likewise
 	first   int
 }
 
@@ -268,7 +268,7 @@ func (p *pipeline) blocked(key string) bool {
 	return false
 }
 
-// start records an event on key at the source index idx and returns its seq.
+// start records an event on key at the v2 server index idx and returns its seq.
 func (p *pipeline) start(key string, idx uint64) int {
 	seq := p.first + len(p.order)
 	p.order = append(p.order, false)
@@ -297,7 +297,7 @@ func (p *pipeline) finish(seq int) (uint64, bool) {
 // the request, so a quiet stream may be a dropped one.
 const streamIdle = time.Second
 
-// watchLoop reads the source's events on r from a stream watch (stream=true;
+// watchLoop reads the v2 server's events on r from a stream watch (stream=true;
 // made again from the next index whenever it ends or idles) and hands them
 // over in order.
 func (m *migrator) watchLoop(ctx context.Context, r root, main bool, evc chan<- *translate.Event, errc chan<- error) {
@@ -310,7 +310,7 @@ func (m *migrator) watchLoop(ctx context.Context, r root, main bool, evc chan<- 
 		st, err := m.src.stream(sctx, r.path, wait)
 		if err == nil {
 			if down {
-				m.logf("watching %s on the source again from index %d", r.path, wait)
+				m.logf("watching %s on the v2 server again from index %d", r.path, wait)
 				down = false
 			}
 			backoff = 100 * time.Millisecond
@@ -338,7 +338,7 @@ func (m *migrator) watchLoop(ctx context.Context, r root, main bool, evc chan<- 
 			return
 		}
 		if !down {
-			m.logf("watching %s on the source failed: %v; retrying", r.path, err)
+			m.logf("watching %s on the v2 server failed: %v; retrying", r.path, err)
 			down = true
 		}
 		if !ctxsleep.Sleep(ctx, backoff) {
@@ -350,7 +350,7 @@ func (m *migrator) watchLoop(ctx context.Context, r root, main bool, evc chan<- 
 
 // readStream hands over st's events until it ends (or idle cancels it) and
 // returns the next waitIndex and how many events it read. An event from
-// the source's history ends it: v2 sends no more on such a stream.
+// the v2 server's history ends it: v2 sends no more on such a stream.
 func (m *migrator) readStream(ctx context.Context, st *eventStream, idle *time.Timer, r root, main bool,
 	wait uint64, evc chan<- *translate.Event) (uint64, int) {
 	n := 0
@@ -406,7 +406,7 @@ func isDelete(action string) bool {
 	return action == translate.ActionDelete || action == translate.ActionExpire || action == translate.ActionCompareAndDelete
 }
 
-// applyEvent applies one source event, retrying while the bridge's backend
+// applyEvent applies one v2 server event, retrying while the bridge's backend
 // is unavailable, so no event is lost.
 func (m *migrator) applyEvent(ctx context.Context, ev *translate.Event) result {
 	backoff := 100 * time.Millisecond
@@ -438,7 +438,7 @@ func (m *migrator) applyEvent(ctx context.Context, ev *translate.Event) result {
 }
 
 // applyOne brings the bridge's node at the event's key to what the event
-// made of it on the source. The first attempt decides from the file this
+// made of it on the v2 server. The first attempt decides from the file this
 // process last wrote there, if it knows it; the write is guarded by that
 // file's index, so a bridge that holds anything else fails it, and the
 // next attempt reads the bridge.
@@ -485,7 +485,7 @@ func (m *migrator) followPut(ctx context.Context, n, prev *translate.Node, fresh
 			was = describe(prev)
 		}
 		return false, &Conflict{Path: n.Key, Kind: kind, Detail: fmt.Sprintf(
-			"%s; the source's node was %s before, and the bridge's node is not the copy this migration made "+
+			"%s; the v2 server's node was %s before, and the bridge's node is not the copy this migration made "+
 				"(a client changed it through the bridge or v3): left unchanged; --overwrite replaces it", detail, was)}, nil
 	case kind == KindTTL || kind == KindExpiry:
 		res, err = m.tgt.fixTTL(ctx, n, d)
@@ -513,9 +513,9 @@ func (m *migrator) followPut(ctx context.Context, n, prev *translate.Node, fresh
 	return true, nil, nil
 }
 
-// followDelete deletes the bridge's node at p when the source deleted (or
+// followDelete deletes the bridge's node at p when the v2 server deleted (or
 // expired) it, if the bridge's node, and for a directory everything in it, is
-// still the copy this migration made. prev is the source's node before; nil
+// still the copy this migration made. prev is the v2 server's node before; nil
 // when a directory above the migrated prefix went. Unless fresh, a file
 // this process wrote there is deleted without reading it first (guarded by
 // its index).
@@ -539,7 +539,7 @@ func (m *migrator) followDelete(ctx context.Context, p string, prev *translate.N
 				was = describe(prev)
 			}
 			return false, &Conflict{Path: p, Kind: KindExtra, Detail: fmt.Sprintf(
-				"deleted on the source (was %s), but the bridge's %s is not the copy this migration made "+
+				"deleted on the v2 server (was %s), but the bridge's %s is not the copy this migration made "+
 					"(a client changed it through the bridge or v3%s): left unchanged; --overwrite deletes it",
 				was, describe(d), theirs)}, nil
 		}
@@ -567,7 +567,7 @@ func (m *migrator) ownedTree(n *translate.Node) (bool, string) {
 	return true, ""
 }
 
-// resyncTTLs carries over TTLs the source renewed without telling watchers
+// resyncTTLs carries over TTLs the v2 server renewed without telling watchers
 // (refresh=true): nodes with the same value whose expirations drifted apart,
 // when the bridge's node is still this migration's copy.
 func (m *migrator) resyncTTLs(ctx context.Context, roots []root, fs *FollowStats) {
@@ -575,14 +575,14 @@ func (m *migrator) resyncTTLs(ctx context.Context, roots []root, fs *FollowStats
 	defer func() {
 		if n > 0 {
 			fs.TTLRefreshed += n
-			m.logf("carried over %d TTL(s) renewed on the source with refresh=true (v2 does not report refreshes to watchers)", n)
+			m.logf("carried over %d TTL(s) renewed on the v2 server with refresh=true (v2 does not report refreshes to watchers)", n)
 		}
 	}()
 	for _, r := range roots {
 		sn, _, err := m.src.get(ctx, r.path, true)
 		if err != nil {
 			if ctx.Err() == nil {
-				m.logf("TTL re-sync: reading %s from the source: %v", r.path, err)
+				m.logf("TTL re-sync: reading %s from the v2 server: %v", r.path, err)
 			}
 			return
 		}

@@ -169,7 +169,7 @@ func (f *fakeV2) write() {
 func followSource(t *testing.T, f *fakeV2) *migrator {
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	s, err := newSource(&Options{From: srv.URL})
+	s, err := newV2Server(&Options{V2Server: []string{srv.URL}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func followSource(t *testing.T, f *fakeV2) *migrator {
 	return &migrator{src: s, owned: newOwnership(), o: Options{Log: func(l string) { t.Log(l) }}}
 }
 
-// TestWatchLoopStream: a follower behind the source takes the history's
+// TestWatchLoopStream: a follower behind the v2 server takes the history's
 // events one watch each, then reads one live stream for the rest, every
 // event once, in order.
 func TestWatchLoopStream(t *testing.T) {
@@ -231,7 +231,7 @@ func TestWatchLoopStream(t *testing.T) {
 	}
 }
 
-// TestWatchLoopResync: a waitIndex the source's history no longer holds
+// TestWatchLoopResync: a waitIndex the v2 server's history no longer holds
 // asks for a re-sync, naming it.
 func TestWatchLoopResync(t *testing.T) {
 	f := &fakeV2{head: 2000, floor: 1000, opened: make(chan uint64, 100)}

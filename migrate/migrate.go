@@ -9,17 +9,17 @@
 // exactly what the bridge would have written for a v2 client: native v3
 // keys, directory markers, TTLs as v3 leases, and a journal record per write.
 //
-//   - Copy reads the source tree in one recursive GET, reads the bridge's view
+//   - Copy reads the v2 server's tree in one recursive GET, reads the bridge's view
 //     of the same paths, and writes only what differs. It is idempotent and
 //     restartable: a node the bridge already holds is left alone, and a node
 //     the bridge holds differently is a conflict, reported and left alone
 //     unless Options.Overwrite is set.
-//   - Follow applies the source's changes after a Copy, from a v2 watch that
+//   - Follow applies the v2 server's changes after a Copy, from a v2 watch that
 //     starts at the copy's X-Etcd-Index+1, until its context ends.
-//   - Verify compares the source's tree with the bridge's, node by node.
+//   - Verify compares the v2 server's tree with the bridge's, node by node.
 //
 // v2 never lists hidden nodes (a path element starting with '_'). They are
-// copied when named in Options.Hidden or found in the source's recent event
+// copied when named in Options.Hidden or found in the v2 server's recent event
 // history (Options.NoHiddenDiscovery turns the search off).
 package migrate
 
@@ -39,43 +39,44 @@ import (
 
 // Options configure Copy, Follow and Verify.
 type Options struct {
-	// From is the source v2 server's client URL, e.g. http://old-etcd:2379.
-	From string
-	// FromPrefix is the v2 directory (or file) to migrate; default "/".
+	// V2Server are the v2 server's client URLs, tried in turn, e.g.
+	// http://old-etcd:2379.
+	V2Server []string
+	// V2ServerPrefix is the v2 directory (or file) to migrate; default "/".
 	// Nodes keep their v2 paths on the bridge.
-	FromPrefix string
-	SourceTLS  *tls.Config
-	// SourceUser is "name:password" for a v2 server with auth enabled.
-	SourceUser string
-	// SourceTimeout bounds each non-watch request to the source (default 2m:
+	V2ServerPrefix string
+	V2ServerTLS    *tls.Config
+	// V2ServerUser is "name:password" for a v2 server with auth enabled.
+	V2ServerUser string
+	// V2ServerTimeout bounds each non-watch request to the v2 server (default 2m:
 	// the snapshot of a big tree is one large answer).
-	SourceTimeout time.Duration
+	V2ServerTimeout time.Duration
 
 	// Target is the bridge's backend; everything is written through it.
 	Target *v3backend.Backend
-	// Auth receives the source's users, roles and enabled flag (CopyAuth,
+	// Auth receives the v2 server's users, roles and enabled flag (CopyAuth,
 	// FollowAuth, VerifyAuth); HashCost is bcrypt's cost for the password
-	// of SourceUser (0: bcrypt's default, as v2).
+	// of V2ServerUser (0: bcrypt's default, as v2).
 	Auth     AuthTarget
 	HashCost int
 
 	// Hidden names hidden nodes (files or directories) to copy; v2 listings
 	// never show them.
 	Hidden []string
-	// NoHiddenDiscovery skips the search of the source's event history for
+	// NoHiddenDiscovery skips the search of the v2 server's event history for
 	// hidden nodes.
 	NoHiddenDiscovery bool
 
 	// DryRun decides everything and writes nothing.
 	DryRun bool
-	// Overwrite replaces conflicting nodes with the source's.
+	// Overwrite replaces conflicting nodes with the v2 server's.
 	Overwrite bool
-	// Prune deletes nodes the bridge holds below FromPrefix that the source
+	// Prune deletes nodes the bridge holds below V2ServerPrefix that the v2 server
 	// does not have. Without it they are only counted (and Verify lists them).
 	Prune bool
 	// Concurrency is the number of writes in flight (default 16).
 	Concurrency int
-	// TTLTolerance is how far apart the source's and the bridge's expiration
+	// TTLTolerance is how far apart the v2 server's and the bridge's expiration
 	// of a TTL node may be before they count as different (default 5s).
 	// Copy and Follow carry a different expiration over only to nodes this
 	// migration wrote; Verify reports one only with CompareExpiration.
@@ -84,7 +85,7 @@ type Options struct {
 	// further apart than TTLTolerance (by default it compares TTL presence:
 	// once clients renew their TTLs through the bridge, expirations differ).
 	CompareExpiration bool
-	// TTLResync is how often Follow re-reads the source to carry over TTLs
+	// TTLResync is how often Follow re-reads the v2 server to carry over TTLs
 	// renewed with refresh=true, which v2 does not report to watchers
 	// (default 30s; negative turns it off).
 	TTLResync time.Duration
@@ -95,7 +96,7 @@ type Options struct {
 	// Log, if set, receives one line per notable event: hidden nodes found,
 	// conflicts while following, re-syncs, retries.
 	Log func(string)
-	// Applied, if set, is called by Follow with the source index up to
+	// Applied, if set, is called by Follow with the v2 server index up to
 	// which every event it received has been handled (applied, found
 	// already there, or reported), after each event and each re-sync.
 	Applied func(index uint64)
@@ -105,14 +106,14 @@ func (o *Options) setDefaults() error {
 	if o.Target == nil {
 		return errors.New("migrate: no target backend")
 	}
-	if o.FromPrefix == "" {
-		o.FromPrefix = "/"
+	if o.V2ServerPrefix == "" {
+		o.V2ServerPrefix = "/"
 	}
-	p, verr := translate.CleanPath(o.FromPrefix)
+	p, verr := translate.CleanPath(o.V2ServerPrefix)
 	if verr != nil {
-		return fmt.Errorf("bad --from-prefix %q: %s", o.FromPrefix, verr.Cause)
+		return fmt.Errorf("bad --v2-server-prefix %q: %s", o.V2ServerPrefix, verr.Cause)
 	}
-	o.FromPrefix = p
+	o.V2ServerPrefix = p
 	if o.Concurrency <= 0 {
 		o.Concurrency = 16
 	}
@@ -127,29 +128,29 @@ func (o *Options) setDefaults() error {
 
 // Difference kinds (Difference.Kind, Conflict.Kind).
 const (
-	KindMissing = "missing" // on the source, not on the bridge
-	KindExtra   = "extra"   // on the bridge, not on the source
+	KindMissing = "missing" // on the v2 server, not on the bridge
+	KindExtra   = "extra"   // on the bridge, not on the v2 server
 	KindType    = "type"    // a file on one side, a directory on the other
 	KindValue   = "value"   // different values
 	KindTTL     = "ttl"     // a TTL on one side only
 	KindExpiry  = "expiry"  // both have a TTL, expiring further apart than TTLTolerance
 )
 
-// Conflict is a node the bridge holds differently from the source, left
+// Conflict is a node the bridge holds differently from the v2 server, left
 // alone because Overwrite is off.
 type Conflict struct {
 	Path   string
 	Kind   string
 	Detail string
-	// Below counts source nodes under Path that were not copied because
-	// of this conflict (a file on the bridge where the source has a directory).
+	// Below counts v2 server nodes under Path that were not copied because
+	// of this conflict (a file on the bridge where the v2 server has a directory).
 	Below int
 }
 
 func (c Conflict) String() string {
 	s := c.Path + ": " + c.Detail
 	if c.Below > 0 {
-		s += fmt.Sprintf(" (%d source nodes below it not copied)", c.Below)
+		s += fmt.Sprintf(" (%d v2 server nodes below it not copied)", c.Below)
 	}
 	return s
 }
@@ -164,21 +165,21 @@ func (f Failure) String() string { return f.Path + ": " + f.Err.Error() }
 
 // Summary is the outcome of a Copy.
 type Summary struct {
-	Source string // source URL
-	Prefix string
-	// Index is the source's X-Etcd-Index at the snapshot; Follow starts at Index+1.
+	V2Server string // v2 server URL
+	Prefix   string
+	// Index is the v2 server's X-Etcd-Index at the snapshot; Follow starts at Index+1.
 	Index uint64
 
-	// The source tree.
+	// The v2 server tree.
 	Keys         int   // files
-	Dirs         int   // directories (FromPrefix itself included, the root not)
+	Dirs         int   // directories (V2ServerPrefix itself included, the root not)
 	EmptyDirs    int   // directories without children
 	TTLKeys      int   // files and directories with a TTL
 	Hidden       int   // hidden nodes copied (named or discovered) and their contents
 	Bytes        int64 // value bytes of all files
 	LargestValue int
 	LargestKey   string
-	// HiddenNamed and HiddenFound are the hidden nodes the source has, named
+	// HiddenNamed and HiddenFound are the hidden nodes the v2 server has, named
 	// in Options.Hidden or found in its event history.
 	HiddenNamed, HiddenFound []string
 
@@ -186,8 +187,8 @@ type Summary struct {
 	Created   int // nodes written that the bridge did not have
 	Updated   int // nodes rewritten: a TTL carried over, a conflict overwritten, a stale copy updated
 	Unchanged int // nodes the bridge already held
-	Expired   int // TTL nodes that expired on the source before they could be copied
-	Extra     int // nodes the bridge holds below the prefix that the source lacks
+	Expired   int // TTL nodes that expired on the v2 server before they could be copied
+	Extra     int // nodes the bridge holds below the prefix that the v2 server lacks
 	Deleted   int // of those, deleted (Prune, or stale copies made by this process)
 	Conflicts []Conflict
 	Failures  []Failure
@@ -201,10 +202,10 @@ type Summary struct {
 	owned *ownership
 }
 
-// Nodes is the number of source nodes (files and directories).
+// Nodes is the number of v2 server nodes (files and directories).
 func (s *Summary) Nodes() int { return s.Keys + s.Dirs }
 
-// Rate is source nodes handled per second of the whole copy.
+// Rate is v2 server nodes handled per second of the whole copy.
 func (s *Summary) Rate() float64 {
 	if s.Duration <= 0 {
 		return 0
@@ -213,7 +214,7 @@ func (s *Summary) Rate() float64 {
 }
 
 // root is a watch root: the prefix, or a hidden node (which a recursive watch
-// on its parent would not report), with the source index it was read at.
+// on its parent would not report), with the v2 server index it was read at.
 type root struct {
 	path  string
 	index uint64
@@ -221,28 +222,28 @@ type root struct {
 
 // Progress is the state of a Copy, Verify or Follow.
 type Progress struct {
-	Phase   string // "reading source", "reading bridge", "copying", "verifying", "done", "following"
-	Done    int    // source nodes handled
-	Total   int    // source nodes to handle
+	Phase   string // "reading the v2 server", "reading bridge", "copying", "verifying", "done", "following"
+	Done    int    // v2 server nodes handled
+	Total   int    // v2 server nodes to handle
 	Written int    // writes made
 	Bytes   int64  // value bytes handled
 	Elapsed time.Duration
 	Rate    float64       // nodes handled per second in this phase
 	ETA     time.Duration // estimated time left in this phase
 	// While following:
-	Events    int    // source events applied or found already applied
-	Index     uint64 // source index of the last event
+	Events    int    // v2 server events applied or found already applied
+	Index     uint64 // v2 server index of the last event
 	Conflicts int
 	Resyncs   int
 }
 
 // ownership remembers, per path, the bridge revision of each node this
-// process wrote or found equal to the source: such a node may be brought up
-// to date or deleted when the source changes, because nobody else touched it
+// process wrote or found equal to the v2 server: such a node may be brought up
+// to date or deleted when the v2 server changes, because nobody else touched it
 // since. Anything else that differs is a conflict: in particular a node a
 // client has rewritten through the bridge with the same value (a flannel
 // lease renewed by a node already switched to the bridge) is not the
-// migration's any more, and an expiry on the old server must not delete it.
+// migration's any more, and an expiry on the v2 server must not delete it.
 type ownership struct {
 	mu sync.Mutex // guards m and nodes
 	m  map[string]uint64
@@ -314,7 +315,7 @@ func (o *ownership) owns(n *translate.Node) bool {
 // migrator carries what Copy, Follow and Verify share.
 type migrator struct {
 	o     Options
-	src   *source
+	src   *v2Server
 	tgt   *target
 	owned *ownership
 
@@ -326,7 +327,7 @@ func newMigrator(o Options) (*migrator, error) {
 	if err := o.setDefaults(); err != nil {
 		return nil, err
 	}
-	s, err := newSource(&o)
+	s, err := newV2Server(&o)
 	if err != nil {
 		return nil, err
 	}
@@ -395,17 +396,17 @@ func (t *tree) sorted() []string {
 	return out
 }
 
-// readSource reads the source's tree below the prefix, plus the hidden nodes
+// readV2Server reads the v2 server's tree below the prefix, plus the hidden nodes
 // named or found in its history.
-func (m *migrator) readSource(ctx context.Context) (*tree, error) {
+func (m *migrator) readV2Server(ctx context.Context) (*tree, error) {
 	t := newTree()
-	pfx := m.o.FromPrefix
+	pfx := m.o.V2ServerPrefix
 	n, idx, err := m.src.get(ctx, pfx, true)
 	if err != nil {
 		return nil, err
 	}
 	if n == nil {
-		return nil, fmt.Errorf("the source %s has no key %s", m.src, pfx)
+		return nil, fmt.Errorf("the v2 server %s has no key %s", m.src, pfx)
 	}
 	t.add(n)
 	t.index = idx
@@ -433,7 +434,7 @@ func (m *migrator) readSource(ctx context.Context) (*tree, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			m.logf("searching the source's event history for hidden keys failed: %v", err)
+			m.logf("searching the v2 server's event history for hidden keys failed: %v", err)
 		}
 		for _, h := range found {
 			if !seen[h] {
@@ -483,7 +484,7 @@ func isHiddenPath(pfx, p string) bool {
 	return hiddenBelow(pfx, p) || translate.IsHiddenName(p) && p != pfx
 }
 
-func (s *Summary) countSource(t *tree, pfx string) {
+func (s *Summary) countV2Server(t *tree, pfx string) {
 	for p, n := range t.nodes {
 		if n.Dir {
 			s.Dirs++

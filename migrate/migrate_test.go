@@ -31,7 +31,7 @@ func TestDiff(t *testing.T) {
 		{"type", file("/k", "v"), &translate.Node{Key: "/k", Dir: true}, 0, KindType},
 		{"value", file("/k", "a"), file("/k", "b"), 0, KindValue},
 		{"empty value vs value", file("/k", ""), file("/k", "b"), 0, KindValue},
-		{"ttl on source only", withExp(file("/k", "v"), now), file("/k", "v"), 0, KindTTL},
+		{"ttl on the v2 server only", withExp(file("/k", "v"), now), file("/k", "v"), 0, KindTTL},
 		{"ttl on bridge only", file("/k", "v"), withExp(file("/k", "v"), now), 0, KindTTL},
 		{"expirations close", withExp(file("/k", "v"), now), withExp(file("/k", "v"), now.Add(2*time.Second)), 5 * time.Second, ""},
 		{"expirations apart", withExp(file("/k", "v"), now), withExp(file("/k", "v"), now.Add(time.Minute)), 5 * time.Second, KindExpiry},

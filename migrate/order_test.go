@@ -62,7 +62,7 @@ func slowOps(ops []*pb.RequestOp) bool {
 	return false
 }
 
-// v2do makes one v2 request of the source and returns its X-Etcd-Index.
+// v2do makes one v2 request of the v2 server and returns its X-Etcd-Index.
 func v2do(t *testing.T, method, base, p string, form url.Values) uint64 {
 	t.Helper()
 	target, body := base+"/v2/keys"+p, form.Encode()
@@ -106,9 +106,9 @@ func files(n *translate.Node, out map[string]string) map[string]string {
 
 // TestFollowAppliesEachKeysEventsInOrder: migrate --follow applies events
 // on unrelated keys side by side, but a burst of writes to one key, and to
-// a directory and its children, in the source's order, even when a later
+// a directory and its children, in the v2 server's order, even when a later
 // event on another key finishes first and frees its slot: the bridge ends
-// with the source's final values.
+// with the v2 server's final values.
 func TestFollowAppliesEachKeysEventsInOrder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs an etcd v2 server and an etcd v3 member")
@@ -136,7 +136,7 @@ func TestFollowAppliesEachKeysEventsInOrder(t *testing.T) {
 	var logs []string
 	var appliedMu sync.Mutex
 	var applied uint64
-	o := Options{From: src.URL, Target: be, TTLResync: -1, NoHiddenDiscovery: true,
+	o := Options{V2Server: []string{src.URL}, Target: be, TTLResync: -1, NoHiddenDiscovery: true,
 		Log:     func(l string) { logMu.Lock(); logs = append(logs, l); logMu.Unlock() },
 		Applied: func(i uint64) { appliedMu.Lock(); applied = max(applied, i); appliedMu.Unlock() }}
 	snap, err := Copy(ctx, o)
@@ -210,21 +210,21 @@ func TestFollowAppliesEachKeysEventsInOrder(t *testing.T) {
 	}
 
 	want := map[string]string{"/k": "k3", "/o": "o4", "/d/y": "y1", "/" + slowMark + "d/y": "y1"}
-	srcTree := sourceTree(t, src.URL)
+	srcTree := v2ServerTree(t, src.URL)
 	if got := files(srcTree, map[string]string{}); !reflect.DeepEqual(got, want) {
-		t.Fatalf("the source holds %v, want %v", got, want)
+		t.Fatalf("the v2 server holds %v, want %v", got, want)
 	}
 	root, err := (&target{be: be}).get(ctx, "/", true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := files(root, map[string]string{}); !reflect.DeepEqual(got, want) {
-		t.Fatalf("the bridge holds %v, want the source's %v\nlog:\n%s", got, want, strings.Join(logs, "\n"))
+		t.Fatalf("the bridge holds %v, want the v2 server's %v\nlog:\n%s", got, want, strings.Join(logs, "\n"))
 	}
 }
 
-// sourceTree is the source's whole tree.
-func sourceTree(t *testing.T, base string) *translate.Node {
+// v2ServerTree is the v2 server's whole tree.
+func v2ServerTree(t *testing.T, base string) *translate.Node {
 	t.Helper()
 	resp, err := http.Get(base + "/v2/keys/?recursive=true")
 	if err != nil {
@@ -233,7 +233,7 @@ func sourceTree(t *testing.T, base string) *translate.Node {
 	defer func() { _ = resp.Body.Close() }()
 	var ev translate.Event
 	if err := json.NewDecoder(resp.Body).Decode(&ev); err != nil {
-		t.Fatal(fmt.Errorf("the source's tree: %w", err))
+		t.Fatal(fmt.Errorf("the v2 server's tree: %w", err))
 	}
 	return ev.Node
 }

@@ -87,7 +87,7 @@ func FormatProgress(p Progress) string {
 		}
 		return s
 	case "following":
-		s := fmt.Sprintf("following: %s events, source index %d, %d conflicts", Count(p.Events), p.Index, p.Conflicts)
+		s := fmt.Sprintf("following: %s events, v2 server index %d, %d conflicts", Count(p.Events), p.Index, p.Conflicts)
 		if p.Resyncs > 0 {
 			s += fmt.Sprintf(", %d re-syncs", p.Resyncs)
 		}
@@ -96,7 +96,7 @@ func FormatProgress(p Progress) string {
 		return fmt.Sprintf("done: %s nodes in %s", Count(p.Total), p.Elapsed.Round(time.Millisecond))
 	default:
 		if p.Total > 0 {
-			return fmt.Sprintf("%s (%s nodes on the source)...", p.Phase, Count(p.Total))
+			return fmt.Sprintf("%s (%s nodes on the v2 server)...", p.Phase, Count(p.Total))
 		}
 		return p.Phase + "..."
 	}

@@ -77,7 +77,7 @@ func isRace(err error) bool {
 	return false
 }
 
-// ttlSeconds is the remaining TTL of a source node at this moment, rounded
+// ttlSeconds is the remaining TTL of a v2 server node at this moment, rounded
 // up as v2 shows it; ok is false for a node whose TTL already ran out.
 func ttlSeconds(n *translate.Node, now time.Time) (secs int64, has, ok bool) {
 	if n.Expiration == nil {
@@ -91,7 +91,7 @@ func ttlSeconds(n *translate.Node, now time.Time) (secs int64, has, ok bool) {
 }
 
 // withTTL adds the node's remaining TTL to f; expired nodes get the shortest
-// TTL when atLeastOne (the source is about to report their expiry).
+// TTL when atLeastOne (the v2 server is about to report their expiry).
 func withTTL(f url.Values, n *translate.Node, atLeastOne bool) bool {
 	secs, has, ok := ttlSeconds(n, time.Now())
 	if !has {
@@ -107,8 +107,8 @@ func withTTL(f url.Values, n *translate.Node, atLeastOne bool) bool {
 	return true
 }
 
-// errExpired marks a source node whose TTL ran out before it could be copied.
-var errExpired = errors.New("TTL ran out on the source before the copy")
+// errExpired marks a v2 server node whose TTL ran out before it could be copied.
+var errExpired = errors.New("TTL ran out on the v2 server before the copy")
 
 // create writes n where the target has nothing (prevExist=false, so a node
 // written meanwhile by someone else is never overwritten).
@@ -190,7 +190,7 @@ func value(n *translate.Node) string {
 	return *n.Value
 }
 
-// diff compares a source node with the bridge's node at the same path the
+// diff compares a v2 server node with the bridge's node at the same path the
 // way verify and the idempotency check both do: kind, value, TTL presence,
 // and (when tol > 0) an expiration further apart than tol (KindExpiry).
 func diff(src, dst *translate.Node, tol time.Duration) (kind, detail string) {
@@ -202,17 +202,17 @@ func diff(src, dst *translate.Node, tol time.Duration) (kind, detail string) {
 	case src == nil:
 		return KindExtra, "on the bridge only (" + describe(dst) + ")"
 	case src.Dir != dst.Dir:
-		return KindType, fmt.Sprintf("%s on the source, %s on the bridge", kindName(src), kindName(dst))
+		return KindType, fmt.Sprintf("%s on the v2 server, %s on the bridge", kindName(src), kindName(dst))
 	case !src.Dir && value(src) != value(dst):
-		return KindValue, fmt.Sprintf("source holds %s, bridge holds %s", quote(value(src)), quote(value(dst)))
+		return KindValue, fmt.Sprintf("v2 server holds %s, bridge holds %s", quote(value(src)), quote(value(dst)))
 	case (src.Expiration == nil) != (dst.Expiration == nil):
 		if src.Expiration != nil {
-			return KindTTL, fmt.Sprintf("TTL on the source (expires %s), permanent on the bridge", src.Expiration.Format(time.RFC3339))
+			return KindTTL, fmt.Sprintf("TTL on the v2 server (expires %s), permanent on the bridge", src.Expiration.Format(time.RFC3339))
 		}
-		return KindTTL, fmt.Sprintf("permanent on the source, TTL on the bridge (expires %s)", dst.Expiration.Format(time.RFC3339))
+		return KindTTL, fmt.Sprintf("permanent on the v2 server, TTL on the bridge (expires %s)", dst.Expiration.Format(time.RFC3339))
 	case src.Expiration != nil && tol > 0:
 		if d := dst.Expiration.Sub(*src.Expiration); d > tol || d < -tol {
-			return KindExpiry, fmt.Sprintf("expires %s on the source, %s on the bridge (%v apart)",
+			return KindExpiry, fmt.Sprintf("expires %s on the v2 server, %s on the bridge (%v apart)",
 				src.Expiration.Format(time.RFC3339), dst.Expiration.Format(time.RFC3339), d.Round(time.Second))
 		}
 	}

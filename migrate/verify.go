@@ -12,7 +12,7 @@ import (
 	"github.com/v2bridge/v2bridge/translate"
 )
 
-// Difference is one node the source and the bridge disagree on.
+// Difference is one node the v2 server and the bridge disagree on.
 type Difference struct {
 	Path   string
 	Kind   string // KindMissing, KindExtra, KindType, KindValue, KindTTL or KindExpiry
@@ -32,10 +32,10 @@ func (d Difference) String() string {
 
 // Report is the outcome of a Verify.
 type Report struct {
-	Source                   string
-	Prefix                   string
-	SourceNodes, BridgeNodes int
-	Differences              []Difference
+	V2Server                   string
+	Prefix                     string
+	V2ServerNodes, BridgeNodes int
+	Differences                []Difference
 	// HiddenNamed and HiddenFound are the hidden nodes compared besides the
 	// listed tree.
 	HiddenNamed, HiddenFound []string
@@ -45,7 +45,7 @@ type Report struct {
 // recheckMax bounds how many differences are read again one by one.
 const recheckMax = 2000
 
-// Verify compares the source's tree below FromPrefix (and the hidden nodes
+// Verify compares the v2 server's tree below V2ServerPrefix (and the hidden nodes
 // named or found) with the bridge's view of the same paths, node by node:
 // kind, value, TTL presence, and with CompareExpiration expirations further
 // apart than TTLTolerance.
@@ -58,8 +58,8 @@ func Verify(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer m.src.close()
 	start := time.Now()
-	m.progress(Progress{Phase: "reading source"}, true)
-	st, err := m.readSource(ctx)
+	m.progress(Progress{Phase: "reading the v2 server"}, true)
+	st, err := m.readV2Server(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func Verify(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Source: m.src.String(), Prefix: m.o.FromPrefix, SourceNodes: len(st.nodes), BridgeNodes: len(tt.nodes),
+	rep := &Report{V2Server: m.src.String(), Prefix: m.o.V2ServerPrefix, V2ServerNodes: len(st.nodes), BridgeNodes: len(tt.nodes),
 		HiddenNamed: st.named, HiddenFound: st.found}
 	if !m.o.CompareExpiration {
 		m.o.TTLTolerance = 0

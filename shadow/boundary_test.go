@@ -10,7 +10,7 @@ import (
 )
 
 // writeIndex sends a write through the passthrough and returns the index
-// the upstream answered it with.
+// the v2 server answered it with.
 func (e *env) writeIndex(t *testing.T, method, target string, form url.Values) uint64 {
 	t.Helper()
 	code, body := do(t, e.url, method, target, form)
@@ -72,12 +72,12 @@ func TestAWriteAtTheFollowersIndexIsCompared(t *testing.T) {
 }
 
 // TestAWritesTTLIsComparedInBothDirections: a v3 expiration later than the
-// old server's is as wrong as an earlier one (after the cutover a lease
+// v2 server's is as wrong as an earlier one (after the cutover a lease
 // would outlive its host); within the tolerance either way it agrees.
 func TestAWritesTTLIsComparedInBothDirections(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		v3TTL time.Duration // the old server's is 100 s
+		v3TTL time.Duration // the v2 server's is 100 s
 		kind  string        // "": agrees
 	}{
 		{"much longer", 200 * time.Second, KindTTL},
@@ -104,12 +104,12 @@ func TestAWritesTTLIsComparedInBothDirections(t *testing.T) {
 }
 
 // TestAReadsTTLIsComparedInBothDirections: the same for reads: the v3
-// node's TTL and expiration, later or earlier than the old server's beyond
+// node's TTL and expiration, later or earlier than the v2 server's beyond
 // the tolerance, are a TTL divergence, never lagging.
 func TestAReadsTTLIsComparedInBothDirections(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		v3TTL time.Duration // the old server's is an hour
+		v3TTL time.Duration // the v2 server's is an hour
 		agree bool
 	}{
 		{"much longer", 2 * time.Hour, false},

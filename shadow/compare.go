@@ -20,23 +20,23 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/internal/ctxsleep"
+	"github.com/v2bridge/v2bridge/passthrough"
 	"github.com/v2bridge/v2bridge/translate"
-	"github.com/v2bridge/v2bridge/upstream"
 	"github.com/v2bridge/v2bridge/v2diff"
 )
 
-// job is one sampled request and the upstream's answer to it.
+// job is one sampled request and the v2 server's answer to it.
 type job struct {
 	method, path, query string // path escaped, query raw
-	auth                string // the client's Authorization, for re-reading the upstream as it
-	ans                 upstream.Answer
+	auth                string // the client's Authorization, for re-reading the v2 server as it
+	ans                 passthrough.Answer
 }
 
 // read is a read to ask either side: the request's own, or a GET of a
 // written key.
 type read struct {
 	method, path, query, auth string
-	upstream                  string // base URL of the upstream to re-read
+	v2Server                  string // base URL of the v2 server to re-read
 }
 
 func (q read) target() string {
@@ -55,7 +55,7 @@ const (
 	lagged             // the v3 side still showed an older state
 	diverged
 	v3Unavailable
-	upstreamUnavailable
+	v2ServerUnavailable
 )
 
 type result struct {
@@ -74,7 +74,7 @@ var errUnavailable = errors.New("the v3 side answered error 300 or not in time")
 // compare compares one sampled read and counts the outcome.
 func (s *Shadow) compare(j *job) {
 	ctx := s.ctx
-	q := read{method: j.method, path: j.path, query: j.query, auth: j.auth, upstream: j.ans.Upstream}
+	q := read{method: j.method, path: j.path, query: j.query, auth: j.auth, v2Server: j.ans.URL}
 	res := s.checkRead(ctx, q, &v2diff.Response{Status: j.ans.Status, Header: j.ans.Header, Body: j.ans.Body})
 	switch {
 	case ctx.Err() != nil:
@@ -83,8 +83,8 @@ func (s *Shadow) compare(j *job) {
 	case res.outcome == v3Unavailable:
 		s.drop(reasonV3Unavailable)
 		return
-	case res.outcome == upstreamUnavailable:
-		s.drop(reasonUpstream)
+	case res.outcome == v2ServerUnavailable:
+		s.drop(reasonV2Server)
 		return
 	}
 	switch res.outcome {
@@ -114,18 +114,18 @@ func where(res result) string {
 	return ""
 }
 
-// checkRead compares the upstream's answer ref to q with the v3 side's.
+// checkRead compares the v2 server's answer ref to q with the v3 side's.
 func (s *Shadow) checkRead(ctx context.Context, q read, ref *v2diff.Response) result {
 	res, err := s.agree(ctx, q, ref)
 	if err != nil || res.outcome != diverged {
 		return res
 	}
 	// A difference that outlived the catch-up time: it is the copy's only
-	// if the upstream still answers as it did.
+	// if the v2 server still answers as it did.
 	again, err := s.fetch(ctx, q)
 	if err != nil {
-		s.lg.Debug("shadow comparison: re-reading the upstream failed", zap.String("key", res.key), zap.Error(err))
-		return result{outcome: upstreamUnavailable}
+		s.lg.Debug("shadow comparison: re-reading the v2 server failed", zap.String("key", res.key), zap.Error(err))
+		return result{outcome: v2ServerUnavailable}
 	}
 	if s.same(q, ref, again) {
 		return res
@@ -135,7 +135,7 @@ func (s *Shadow) checkRead(ctx context.Context, q read, ref *v2diff.Response) re
 		return res2
 	}
 	if res2.outcome == diverged {
-		res2.outcome = lagged // the upstream moves faster than the follower was seen to follow
+		res2.outcome = lagged // the v2 server moves faster than the follower was seen to follow
 	} else {
 		res2.outcome = agreedLate
 	}
@@ -169,7 +169,7 @@ func (s *Shadow) agree(ctx context.Context, q read, ref *v2diff.Response) (resul
 	}
 }
 
-// diff compares the upstream's answer ref to q with the v3 side's answer b,
+// diff compares the v2 server's answer ref to q with the v3 side's answer b,
 // as the conformance suite compares a bridge with a v2 server; what it
 // excuses, and TTLs within the tolerance, are left out.
 func (s *Shadow) diff(q read, ref, b *v2diff.Response) (*v2diff.Exchange, []v2diff.Diff) {
@@ -186,7 +186,7 @@ func (s *Shadow) diff(q read, ref, b *v2diff.Response) (*v2diff.Exchange, []v2di
 	return x, out
 }
 
-// same reports whether two answers of the upstream to q agree (it did not
+// same reports whether two answers of the v2 server to q agree (it did not
 // change in between).
 func (s *Shadow) same(q read, a, b *v2diff.Response) bool {
 	_, diffs := s.diff(q, a, b)
@@ -300,28 +300,28 @@ func (s *Shadow) ask(ctx context.Context, q read) (*v2diff.Response, error) {
 	return resp, nil
 }
 
-// fetch reads q from the upstream again, within the timeout.
+// fetch reads q from the v2 server again, within the timeout.
 func (s *Shadow) fetch(ctx context.Context, q read) (*v2diff.Response, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	r, err := http.NewRequestWithContext(cctx, q.method, strings.TrimSuffix(q.upstream, "/")+q.target(), nil)
+	r, err := http.NewRequestWithContext(cctx, q.method, strings.TrimSuffix(q.v2Server, "/")+q.target(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("re-reading %s from the upstream: %w", q.target(), err)
+		return nil, fmt.Errorf("re-reading %s from the v2 server: %w", q.target(), err)
 	}
 	if q.auth != "" {
 		r.Header.Set("Authorization", q.auth)
 	}
-	resp, err := s.cfg.UpstreamClient.Do(r)
+	resp, err := s.cfg.V2ServerClient.Do(r)
 	if err != nil {
-		return nil, fmt.Errorf("re-reading %s from the upstream: %w", q.target(), err)
+		return nil, fmt.Errorf("re-reading %s from the v2 server: %w", q.target(), err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(s.cfg.MaxBody)+1))
 	if err != nil {
-		return nil, fmt.Errorf("re-reading %s from the upstream: %w", q.target(), err)
+		return nil, fmt.Errorf("re-reading %s from the v2 server: %w", q.target(), err)
 	}
 	if len(body) > s.cfg.MaxBody {
-		return nil, fmt.Errorf("re-reading %s from the upstream: answer over %d bytes", q.target(), s.cfg.MaxBody)
+		return nil, fmt.Errorf("re-reading %s from the v2 server: answer over %d bytes", q.target(), s.cfg.MaxBody)
 	}
 	return &v2diff.Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
 }
@@ -334,9 +334,9 @@ func (s *Shadow) report(method string, res result, kind, where string) {
 	at := time.Now().UTC()
 	defer s.counts.diverged(Divergence{Key: res.key, Kind: kind, Method: method, Where: where, At: at})
 	if s.warn.Allow() {
-		msg := "shadow comparison: etcd v3 answers differently from the v2 upstream"
+		msg := "shadow comparison: etcd v3 answers differently from the v2 server"
 		if kind == lagging {
-			msg = "shadow comparison: the follower has not applied the v2 upstream's change (it lags)"
+			msg = "shadow comparison: the follower has not applied the v2 server's change (it lags)"
 		}
 		fields := []zap.Field{zap.String("key", res.key), zap.String("kind", kind), zap.String("method", method),
 			zap.String("where", where), zap.Int("differences", len(res.diffs))}

@@ -12,10 +12,10 @@ import (
 )
 
 // Kinds of divergence (divergences_total's kind label): what differs
-// between the upstream's answer and the v3 side's.
+// between the v2 server's answer and the v3 side's.
 const (
-	KindMissing   = "missing"    // the upstream has the key, v3 does not
-	KindExtra     = "extra"      // v3 has a key the upstream does not
+	KindMissing   = "missing"    // the v2 server has the key, v3 does not
+	KindExtra     = "extra"      // v3 has a key the v2 server does not
 	KindValue     = "value"      // different values
 	KindDir       = "dir"        // a directory on one side, a file on the other
 	KindChildren  = "children"   // a listing with other keys
@@ -33,11 +33,11 @@ type Counts struct {
 	Reads   uint64 `json:"comparedReads"`
 	Writes  uint64 `json:"comparedWrites"`
 	// Retried counts comparisons that agreed only after re-checking: the
-	// follower had not yet applied the upstream's latest writes.
+	// follower had not yet applied the v2 server's latest writes.
 	Retried uint64 `json:"retried"`
 	// Lagging counts writes the follower had not applied (its applied
 	// index below the write's) when they had waited MaxAge, and reads
-	// that never agreed while the upstream kept changing: the follower is
+	// that never agreed while the v2 server kept changing: the follower is
 	// behind, the copy is not shown wrong.
 	Lagging     uint64            `json:"lagging"`
 	Divergences map[string]uint64 `json:"divergences"` // by kind
@@ -172,9 +172,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lagging: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_shadow_lagging_total",
 			Help: "Writes the follower had not applied (its applied index below theirs) after the pending bound's age, and reads whose v3 side still showed an older state after the catch-up time: the follower is behind."}),
 		divergences: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_shadow_divergences_total",
-			Help: "Shadow comparisons where etcd v3 answered differently from the v2 upstream, by kind."}, []string{"kind"}),
+			Help: "Shadow comparisons where etcd v3 answered differently from the v2 server, by kind."}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "v2bridge_shadow_dropped_total",
-			Help: "Sampled requests not compared, by reason (busy: shed by the adaptive sampling; queue_full; v3_unavailable; upstream_unavailable; too_large; closing; not_comparable: an error answer to a write, or one without its node; pending_full: too many writes awaiting the follower; superseded: a write the follower never made, its key changed since, as after a follower's re-sync; auth_refused: the old server refused the credentials)."},
+			Help: "Sampled requests not compared, by reason (busy: shed by the adaptive sampling; queue_full; v3_unavailable; upstream_unavailable; too_large; closing; not_comparable: an error answer to a write, or one without its node; pending_full: too many writes awaiting the follower; superseded: a write the follower never made, its key changed since, as after a follower's re-sync; auth_refused: the v2 server refused the credentials)."},
 			[]string{"reason"}),
 		queue: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_shadow_queue_length",
 			Help: "Sampled requests waiting for a shadow comparison."}),
@@ -183,9 +183,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_shadow_pending_writes",
 			Help: "Forwarded writes awaiting the follower before they are compared."}),
 		behind: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_shadow_lagging_writes",
-			Help: "Forwarded writes above the follower's applied upstream index (lagging: not applied yet)."}),
+			Help: "Forwarded writes above the follower's applied v2 server index (lagging: not applied yet)."}),
 		followerIndex: prometheus.NewGauge(prometheus.GaugeOpts{Name: "v2bridge_shadow_follower_index",
-			Help: "The upstream index up to which the follower (migrate --follow) has applied every event, as its progress record says."}),
+			Help: "The v2 server index up to which the follower (migrate --follow) has applied every event, as its progress record says."}),
 	}
 	for _, op := range []string{"read", "write"} {
 		m.compared.WithLabelValues(op)

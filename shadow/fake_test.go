@@ -15,7 +15,7 @@ import (
 )
 
 // fakeStore is a small v2 key tree behind the v2api.Store interface: the
-// v3 side of the tests and, served by v2api, the upstream. Each fake numbers
+// v3 side of the tests and, served by v2api, the v2 server. Each fake numbers
 // its writes from its own base, so the two sides never share an index.
 type fakeStore struct {
 	mu    sync.Mutex // guards everything below

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package shadow is the shadow comparison of passthrough mode: while a bridge
-// forwards v2 requests to the old v2 server and `v2bridge migrate --follow`
+// forwards v2 requests to the v2 server and `v2bridge migrate --follow`
 // keeps a copy in etcd v3, it checks, off the request path, that the copy
-// holds what the old server answered, so operators know the copy is faithful
+// holds what the v2 server answered, so operators know the copy is faithful
 // before they cut over.
 //
 // Every forwarded write that succeeded is compared. Its answer names the
-// node it made and the upstream index it made it at. One v3 watch over the
+// node it made and the v2 server index it made it at. One v3 watch over the
 // bridge's key range brings the follower's changes and its progress record
-// (the upstream index up to which it has applied every event). A change of
+// (the v2 server index up to which it has applied every event). A change of
 // the written key that makes the written node (value, directory or file, TTL
 // or not) matches the write at once. A write is lagging while the
 // follower's applied index is below the write's index; once it is not, a
@@ -23,7 +23,7 @@
 // conformance suite compares a bridge with a real v2 server: indexes are
 // left out, TTLs agree within a tolerance, the documented divergences are
 // allowed. A read's difference is re-checked with backoff for a bounded
-// time; if it persists and the upstream changed meanwhile it is lagging,
+// time; if it persists and the v2 server changed meanwhile it is lagging,
 // else a divergence.
 //
 // Nothing here may slow or fail a client's request: Observe only hands the
@@ -51,8 +51,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/v2bridge/v2bridge/internal/ctxsleep"
+	"github.com/v2bridge/v2bridge/passthrough"
 	"github.com/v2bridge/v2bridge/translate"
-	"github.com/v2bridge/v2bridge/upstream"
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
@@ -63,28 +63,28 @@ type Config struct {
 	Store v2api.Store
 
 	// SampleRate is the share of forwarded reads compared, in (0, 1].
-	// Every write is compared (with a Feed).
+	// Every write is compared (with Updates).
 	SampleRate float64
 	// Prefix limits the comparison to one v2 subtree: the one the follower
-	// migrates (migrate --from-prefix). Default "/".
+	// migrates (migrate --v2-server-prefix). Default "/".
 	Prefix string
 	// Queue bounds the sampled reads waiting for a worker; Workers is
 	// how many are compared at once.
 	Queue   int
 	Workers int
 
-	// Feed brings the follower's changes and progress from the v3 side
-	// (V3Feed); without one, writes are not compared.
-	Feed Feed
+	// Updates brings the follower's changes and progress from the v3 side
+	// (V3Updates); without one, writes are not compared.
+	Updates Updates
 	// MaxPending bounds the writes awaiting the follower (more are
 	// dropped); MaxAge is how long one waits before it counts as lagging.
 	MaxPending int
 	MaxAge     time.Duration
 	// Timeout bounds each call to the v3 side and each re-read of the
-	// upstream.
+	// v2 server.
 	Timeout time.Duration
 	// CatchUp is how long a difference is re-checked, with backoff, before
-	// it counts: the follower applies the upstream's writes a moment later.
+	// it counts: the follower applies the v2 server's writes a moment later.
 	CatchUp time.Duration
 	// TTLTolerance is how far apart two TTLs (or expirations) of the same
 	// node may be and still agree (migrate's --ttl-tolerance).
@@ -92,9 +92,9 @@ type Config struct {
 	// MaxBody skips answers larger than this many bytes.
 	MaxBody int
 
-	// UpstreamClient re-reads the upstream; by default one of the shadow's
+	// V2ServerClient re-reads the v2 server; by default one of the shadow's
 	// own with at most Workers connections.
-	UpstreamClient *http.Client
+	V2ServerClient *http.Client
 
 	// Recorder, if set, receives the counters every RecordInterval, for
 	// `v2bridge verify` (see V3Recorder).
@@ -169,8 +169,8 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	if c.UpstreamClient == nil {
-		c.UpstreamClient = &http.Client{
+	if c.V2ServerClient == nil {
+		c.V2ServerClient = &http.Client{
 			Transport: &http.Transport{Proxy: nil, MaxConnsPerHost: c.Workers, MaxIdleConnsPerHost: c.Workers,
 				IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: c.Timeout, DisableCompression: true},
 			// Redirects are part of the answer compared.
@@ -185,7 +185,7 @@ func (c *Config) setDefaults() error {
 const maxShift = 10
 
 // Shadow compares a passthrough's answers with its v3 side. It implements
-// upstream.Observer.
+// passthrough.Observer.
 type Shadow struct {
 	cfg     Config
 	lg      *zap.Logger
@@ -222,10 +222,10 @@ type Shadow struct {
 	ctx     context.Context // ends at Close: it bounds every comparison
 	cancel  context.CancelFunc
 	closed  atomic.Bool
-	workers sync.WaitGroup // the workers, the matcher, the feed and the housekeeping goroutine
+	workers sync.WaitGroup // the workers, the matcher, the updates and the housekeeping goroutine
 }
 
-var _ upstream.Observer = (*Shadow)(nil)
+var _ passthrough.Observer = (*Shadow)(nil)
 
 // New starts the workers (and, with a Recorder, the publishing of the
 // counters). Close stops them.
@@ -260,7 +260,7 @@ func New(cfg Config) (*Shadow, error) {
 			s.work()
 		}()
 	}
-	if cfg.Feed != nil {
+	if cfg.Updates != nil {
 		s.workers.Add(2)
 		go func() {
 			defer s.workers.Done()
@@ -268,7 +268,7 @@ func New(cfg Config) (*Shadow, error) {
 		}()
 		go func() {
 			defer s.workers.Done()
-			s.runFeed()
+			s.runUpdates()
 		}()
 	}
 	s.workers.Add(1)
@@ -313,7 +313,7 @@ func (s *Shadow) Close() {
 const writeQueue = 4096
 
 // Sample decides whether a forwarded request is compared: every write of
-// the keys below Prefix (with a Feed), and reads drawn at the sample rate
+// the keys below Prefix (with Updates), and reads drawn at the sample rate
 // (less while the read queue overflows).
 func (s *Shadow) Sample(r *http.Request) bool {
 	write := false
@@ -328,7 +328,7 @@ func (s *Shadow) Sample(r *http.Request) bool {
 		return false
 	}
 	if write {
-		return s.cfg.Feed != nil
+		return s.cfg.Updates != nil
 	}
 	u := rand.Uint64() //nolint:gosec // G404: a sampling draw, not a secret
 	if u >= s.nominal {
@@ -341,9 +341,9 @@ func (s *Shadow) Sample(r *http.Request) bool {
 	return true
 }
 
-// Observe queues a sampled request and the upstream's answer for the
+// Observe queues a sampled request and the v2 server's answer for the
 // matcher (a write) or a worker (a read); it never waits.
-func (s *Shadow) Observe(r *http.Request, a upstream.Answer) {
+func (s *Shadow) Observe(r *http.Request, a passthrough.Answer) {
 	switch {
 	case s.closed.Load():
 		s.drop(reasonClosing)
@@ -380,16 +380,16 @@ func (s *Shadow) Observe(r *http.Request, a upstream.Answer) {
 	}
 }
 
-// runFeed runs the feed until the shadow closes, again after a failure.
-func (s *Shadow) runFeed() {
+// runUpdates runs the v3 updates until the shadow closes, again after a failure.
+func (s *Shadow) runUpdates() {
 	backoff := 100 * time.Millisecond
 	for s.ctx.Err() == nil {
 		start := time.Now()
-		err := s.cfg.Feed.Run(s.ctx, s.updates)
+		err := s.cfg.Updates.Run(s.ctx, s.updates)
 		if s.ctx.Err() != nil {
 			return
 		}
-		s.lg.Debug("shadow comparison: the v3 feed ended; starting it again", zap.Error(err))
+		s.lg.Debug("shadow comparison: the v3 updates ended; starting it again", zap.Error(err))
 		if time.Since(start) > time.Minute {
 			backoff = 100 * time.Millisecond
 		}
@@ -497,7 +497,7 @@ const (
 	reasonBusy = iota
 	reasonQueueFull
 	reasonV3Unavailable
-	reasonUpstream
+	reasonV2Server
 	reasonTooLarge
 	reasonClosing
 	reasonNotComparable

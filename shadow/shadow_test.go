@@ -20,18 +20,18 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/v2bridge/v2bridge/upstream"
+	"github.com/v2bridge/v2bridge/passthrough"
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
-// env is a passthrough in front of a fake v2 upstream (v2api over a
+// env is a passthrough in front of a fake v2 server (v2api over a
 // fakeStore), with a shadow comparing against another fakeStore, the v3
 // side.
 type env struct {
 	up, v3 *fakeStore
 	url    string // the passthrough's
-	direct string // the upstream's
-	pass   *upstream.Passthrough
+	direct string // the v2 server's
+	pass   *passthrough.Passthrough
 	sh     *Shadow
 	logs   *observer.ObservedLogs
 	reg    *prometheus.Registry
@@ -52,7 +52,7 @@ func newEnv(t *testing.T, adjust func(*Config)) *env {
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	ucfg := upstream.Config{URLs: []string{upSrv.URL}, HeartbeatInterval: 50 * time.Millisecond}
+	ucfg := passthrough.Config{URLs: []string{upSrv.URL}, HeartbeatInterval: 50 * time.Millisecond}
 	if cfg.Store != nil {
 		sh, err := New(cfg)
 		if err != nil {
@@ -62,7 +62,7 @@ func newEnv(t *testing.T, adjust func(*Config)) *env {
 		e.sh = sh
 		ucfg.Observer = sh
 	}
-	p, err := upstream.New(ucfg)
+	p, err := passthrough.New(ucfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestEqualAnswersCountNoDivergence(t *testing.T) {
 	e.both("/dir/x", "x", false)
 	e.both("/dir/sub/y", "y", false)
 	e.both("/empty", "", true)
-	// The upstream numbers its writes from 1000, the v3 side from 5: every
+	// The v2 server numbers its writes from 1000, the v3 side from 5: every
 	// index differs, and none of that counts.
 	for _, target := range []string{
 		"/v2/keys/a", "/v2/keys/dir", "/v2/keys/dir?recursive=true", "/v2/keys/dir?recursive=true&sorted=true",
@@ -152,7 +152,7 @@ func TestEqualAnswersCountNoDivergence(t *testing.T) {
 func TestDivergencesAreCountedByKind(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		v3     func(f *fakeStore) // how the v3 copy departs from the upstream
+		v3     func(f *fakeStore) // how the v3 copy departs from the v2 server
 		target string
 		kind   string
 		key    string
@@ -217,7 +217,7 @@ func TestAReadOfAMovingKeyThatV3DoesNotFollowIsLagging(t *testing.T) {
 	e.both("/m", "1", false)
 	e.up.put("/m", "2", false, 0) // not applied on the v3 side yet
 	do(t, e.url, "GET", "/v2/keys/m", nil)
-	e.up.put("/m", "3", false, 0) // and the upstream keeps moving
+	e.up.put("/m", "3", false, 0) // and the v2 server keeps moving
 	if c := e.settle(t); c.Reads != 1 || c.Lagging != 1 || c.Diverged() != 0 {
 		t.Fatalf("counts %+v", c)
 	}
@@ -229,7 +229,7 @@ func TestAFullQueueDropsWithoutBlocking(t *testing.T) {
 	e.v3.block = true // every comparison waits for its deadline
 	e.v3.mu.Unlock()
 	req := httptest.NewRequest("GET", "/v2/keys/a", nil)
-	ans := upstream.Answer{Upstream: e.direct, Status: 200, Header: http.Header{}, Body: []byte("{}\n")}
+	ans := passthrough.Answer{URL: e.direct, Status: 200, Header: http.Header{}, Body: []byte("{}\n")}
 	start := time.Now()
 	for range 1000 {
 		if e.sh.Sample(req) {
@@ -292,7 +292,7 @@ func TestSampleDecides(t *testing.T) {
 		never          bool
 	}{
 		{"GET", "/v2/keys/coreos.com/network/config", false},
-		{"PUT", "/v2/keys/coreos.com/network/subnets/x", true}, // without a Feed: see TestEveryWriteIsTaken
+		{"PUT", "/v2/keys/coreos.com/network/subnets/x", true}, // without Updates: see TestEveryWriteIsTaken
 		{"GET", "/v2/keys/coreos.com/network", false},
 		{"GET", "/v2/keys/coreos.com/networking", true},
 		{"GET", "/v2/keys/other", true},
@@ -319,7 +319,7 @@ func TestSampleDecides(t *testing.T) {
 }
 
 // TestAStalledV3SideLeavesClientsAlone: with the v3 side blackholed (every
-// call waits for its deadline), clients get the upstream's answers as fast
+// call waits for its deadline), clients get the v2 server's answers as fast
 // as without a shadow.
 func TestAStalledV3SideLeavesClientsAlone(t *testing.T) {
 	plain := newEnv(t, func(c *Config) { c.Store = nil })
@@ -363,7 +363,7 @@ func TestAStalledV3SideLeavesClientsAlone(t *testing.T) {
 	t.Logf("slowest request: %v without a shadow, %v with a stalled v3 side; %+v", pw, sw, c)
 }
 
-// normalise drops the indexes from a body (the two upstreams are fakes of
+// normalise drops the indexes from a body (the two v2 server URLs are fakes of
 // their own).
 func normalise(body string) string {
 	var out bytes.Buffer
@@ -487,7 +487,7 @@ func BenchmarkSample(b *testing.B) {
 func TestAnswersRefusedForAuthAreNotCompared(t *testing.T) {
 	e := newEnv(t, nil)
 	e.both("/a", "1", false)
-	e.up.errs["/a"] = 110 // the old server refuses the credentials
+	e.up.errs["/a"] = 110 // the v2 server refuses the credentials
 	if code, _ := do(t, e.url, "GET", "/v2/keys/a", nil); code != http.StatusUnauthorized {
 		t.Fatalf("GET: %d, want 401", code)
 	}

@@ -38,7 +38,7 @@ type state struct {
 // pending is a forwarded write awaiting the follower.
 type pending struct {
 	key, method string
-	index       uint64 // the upstream's index of the write
+	index       uint64 // the v2 server's index of the write
 	want        state
 	// unchanged: the write left the node as it was (its prevNode), so the
 	// follower had nothing to apply; refresh: a refresh=true write, which
@@ -58,7 +58,7 @@ type writes struct {
 	byKey      map[string][]*pending
 	order      []*pending // arrival order; done ones are trimmed from the head
 	live       int        // not done
-	applied    uint64     // the follower's applied upstream index
+	applied    uint64     // the follower's applied v2 server index
 	appliedRev int64      // the v3 revision that said so
 	// recent are the changes of the last recentFor by key, oldest first,
 	// for writes whose answer comes after the follower made them;
@@ -73,7 +73,7 @@ type recentChange struct {
 }
 
 // recentFor is how long a change is kept for a write whose answer comes
-// after it: the old server's answer can take that long to reach the bridge
+// after it: the v2 server's answer can take that long to reach the bridge
 // while its watchers, the follower among them, already have the change.
 const recentFor = 5 * time.Second
 
@@ -289,7 +289,7 @@ func (s *Shadow) judge(p *pending, got *translate.Node, now time.Time) (kind, wh
 	case p.moved:
 		// The follower never made this node, and the key has changed
 		// since: a re-sync (a full copy after the follower fell out of
-		// the upstream's history) skips writes. Nothing is left to compare
+		// the v2 server's history) skips writes. Nothing is left to compare
 		// it with; the later writes are compared.
 		k, w = superseded, ""
 	}

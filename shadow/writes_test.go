@@ -15,10 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// fakeFeed hands the updates a test sends on ch to the shadow.
-type fakeFeed struct{ ch chan Update }
+// fakeUpdates hands the updates a test sends on ch to the shadow.
+type fakeUpdates struct{ ch chan Update }
 
-func (f *fakeFeed) Run(ctx context.Context, out chan<- Update) error {
+func (f *fakeUpdates) Run(ctx context.Context, out chan<- Update) error {
 	for {
 		select {
 		case u := <-f.ch:
@@ -34,11 +34,11 @@ func (f *fakeFeed) Run(ctx context.Context, out chan<- Update) error {
 }
 
 // writeEnv is an env whose shadow has a fake feed.
-func writeEnv(t *testing.T, adjust func(*Config)) (*env, *fakeFeed) {
+func writeEnv(t *testing.T, adjust func(*Config)) (*env, *fakeUpdates) {
 	t.Helper()
-	f := &fakeFeed{ch: make(chan Update)}
+	f := &fakeUpdates{ch: make(chan Update)}
 	e := newEnv(t, func(c *Config) {
-		c.Feed = f
+		c.Updates = f
 		if adjust != nil {
 			adjust(c)
 		}
@@ -49,7 +49,7 @@ func writeEnv(t *testing.T, adjust func(*Config)) (*env, *fakeFeed) {
 // everything is an applied index past every write of a test.
 const everything = 1 << 50
 
-func (f *fakeFeed) send(t *testing.T, u Update) {
+func (f *fakeUpdates) send(t *testing.T, u Update) {
 	t.Helper()
 	select {
 	case f.ch <- u:
@@ -112,7 +112,7 @@ func (e *env) write(t *testing.T, method, target string, form url.Values) {
 }
 
 func TestEveryWriteIsTaken(t *testing.T) {
-	sh, err := New(Config{Store: newFake(1), SampleRate: 0.01, Prefix: "/coreos.com/network", Feed: &fakeFeed{}})
+	sh, err := New(Config{Store: newFake(1), SampleRate: 0.01, Prefix: "/coreos.com/network", Updates: &fakeUpdates{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func waitGauge(t *testing.T, e *env, name string, v float64) {
 }
 
 // TestAWriteTheFollowerSkippedIsSuperseded: a follower that re-syncs (a
-// full copy after it fell out of the upstream's history) never makes the
+// full copy after it fell out of the v2 server's history) never makes the
 // writes in between; their keys hold later values: dropped, not divergent.
 func TestAWriteTheFollowerSkippedIsSuperseded(t *testing.T) {
 	e, f := writeEnv(t, nil)
@@ -346,7 +346,7 @@ func TestAWrongValueTheFollowerWroteIsDivergent(t *testing.T) {
 	e.recent(t, Divergence{Key: "/w", Kind: KindValue, Method: "PUT", Where: "node.value"})
 }
 
-// TestAWriteTheFollowerMadeBeforeItsAnswerCameIsMatched: the old server's
+// TestAWriteTheFollowerMadeBeforeItsAnswerCameIsMatched: the v2 server's
 // watchers, the follower among them, can have a write before its answer
 // reaches the bridge, and the key may have moved on by then.
 func TestAWriteTheFollowerMadeBeforeItsAnswerCameIsMatched(t *testing.T) {

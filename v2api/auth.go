@@ -58,19 +58,69 @@ func (s *Server) addAuth(r *mux.Router) {
 // authUnavailable is the cause of v2's 300 while no auth data is current.
 const authUnavailable = "auth data not loaded yet"
 
-// checkKeys decides a parsed /v2/keys request as v2 did (on the path as
-// sent, a GET or HEAD a read, everything else a write) and writes the
-// refusal; the status written, or 0 when the request may go on.
-func (s *Server) checkKeys(w http.ResponseWriter, r *http.Request, key string, recursive bool) int {
+// authStep decides each request before its handler, as v2 did: a
+// /v2/keys request by the permissions on its key as sent (a GET or HEAD a
+// read, anything else a write), once parsed; a request that needs root by
+// root's. A request its handler refuses first (a path it redirects, a method
+// it does not allow, a key request that does not parse, with the parse
+// carried to it) goes on unchecked, for the handler to refuse as v2 did.
+func (s *Server) authStep(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		switch {
+		case !isCleanPath(p):
+		case isKeysPath(p) && slices.Contains(keysMethods, r.Method):
+			kr := parseKeys(r)
+			if kr.err == nil && !s.checkKeys(w, r, kr) {
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), parsedKeys{}, kr))
+		case needsRoot(p, r.Method) && !s.checkRoot(w, r):
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// checkKeys lets a parsed /v2/keys request go on (true) or writes and
+// counts v2's refusal.
+func (s *Server) checkKeys(w http.ResponseWriter, r *http.Request, kr *keysRequest) bool {
 	write := r.Method != "GET" && r.Method != "HEAD"
-	switch s.cfg.Auth.Keys(r, key, recursive, write) {
+	var refusal *translate.Error
+	switch s.cfg.Auth.Keys(r, kr.key, kr.req.Recursive, write) {
 	case auth.Allow:
-		return 0
+		return true
 	case auth.Deny:
-		return writeError(w, translate.NewError(translate.EcodeUnauthorized, "Insufficient credentials", 0))
+		refusal = translate.NewError(translate.EcodeUnauthorized, "Insufficient credentials", 0)
 	default:
-		return writeError(w, translate.NewError(translate.EcodeRaftInternal, authUnavailable, 0))
+		refusal = translate.NewError(translate.EcodeRaftInternal, authUnavailable, 0)
 	}
+	setHeader(w.Header(), "X-Etcd-Cluster-Id", s.clusterIDHeader(s.cfg.Store.Meta().ClusterID))
+	s.observe(r.Method, "error", writeError(w, refusal), kr.start)
+	return false
+}
+
+// needsRoot reports whether the handler a clean path p routes to asks root
+// of method (after its own checks of the path and method, as v2's did):
+// changes of the auth flag or membership, anything of users and roles.
+func needsRoot(p, method string) bool {
+	change := method == "PUT" || method == "DELETE"
+	switch {
+	case p == authPrefix+"/enable":
+		return change
+	case p == "/v2/members":
+		return method == "POST"
+	case strings.HasPrefix(p, "/v2/members/"):
+		id := p[len("/v2/members/"):] // the route's {id}: one name
+		return change && id != "" && !strings.Contains(id, "/")
+	}
+	for _, kind := range []string{"users", "roles"} {
+		if base := authPrefix + "/" + kind; p == base || strings.HasPrefix(p, base+"/") {
+			name, ok := authName(p, kind)
+			return ok && (method == "GET" || name != "" && change)
+		}
+	}
+	return false
 }
 
 // checkRoot lets a request that needs root go on (true) or writes v2's
@@ -147,9 +197,6 @@ func authName(p, kind string) (name string, ok bool) {
 
 func (s *Server) authEnable(w http.ResponseWriter, r *http.Request) {
 	if !allowMethod(w, r.Method, "GET", "PUT", "DELETE") {
-		return
-	}
-	if r.Method != "GET" && !s.checkRoot(w, r) {
 		return
 	}
 	// A write's outcome is seen through even if its client leaves.
@@ -329,7 +376,7 @@ func (s *Server) authRoles(w http.ResponseWriter, r *http.Request) {
 }
 
 // authItem routes a request below /v2/auth/<kind>: the collection's to
-// list; for one item, its name once the method and root are checked. ""
+// list; for one item, its name once the method is checked. ""
 // once the request is answered.
 func (s *Server) authItem(w http.ResponseWriter, r *http.Request, kind string, list http.HandlerFunc) string {
 	name, ok := authName(r.URL.Path, kind)
@@ -341,7 +388,7 @@ func (s *Server) authItem(w http.ResponseWriter, r *http.Request, kind string, l
 		list(w, r)
 		return ""
 	}
-	if !allowMethod(w, r.Method, "GET", "PUT", "DELETE") || !s.checkRoot(w, r) {
+	if !allowMethod(w, r.Method, "GET", "PUT", "DELETE") {
 		return ""
 	}
 	return name
@@ -360,7 +407,7 @@ func (s *Server) shown(w http.ResponseWriter) (*auth.State, bool) {
 // listing is the auth data a listing (a GET of root's) shows, or false
 // once the refusal is written.
 func (s *Server) listing(w http.ResponseWriter, r *http.Request) (*auth.State, bool) {
-	if !allowMethod(w, r.Method, "GET") || !s.checkRoot(w, r) {
+	if !allowMethod(w, r.Method, "GET") {
 		return nil, false
 	}
 	st, ok := s.shown(w)

@@ -14,7 +14,7 @@ import (
 // (--serve-prefix, as translate.ParseServed returns them); any other key
 // gets v2's "Key not found" naming them, whether read, written or watched,
 // in every mode, so the part of the key space a bridge does not serve
-// (another tenant's, or what the bridges do not migrate of an old server's
+// (another tenant's, or what the bridges do not migrate of a v2 server's
 // tree) is never answered from either side. Everything but /v2/keys passes.
 func ServedOnly(served []string, h http.Handler) http.Handler {
 	layout := translate.Layout{}.WithServed(served)

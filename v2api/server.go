@@ -87,8 +87,8 @@ type Config struct {
 	// Members lists the other live bridges /v2/members and /v2/machines
 	// advertise; nil: the bridge alone.
 	Members Members
-	// Auth serves /v2/auth and checks every /v2/keys request; nil: the
-	// auth API is not found and keys are not checked.
+	// Auth serves /v2/auth, and decides each request before its handler
+	// (authStep); nil: the auth API is not found, nothing is checked.
 	Auth Auth
 }
 
@@ -105,6 +105,8 @@ type Server struct {
 	// and takes a lock on every request.
 	children sync.Map
 	router   *mux.Router
+	// handler serves every request: route, behind authStep with Auth.
+	handler http.Handler
 	// clusterID caches the text of the cluster ID the headers report.
 	clusterID atomic.Pointer[clusterIDText]
 }
@@ -177,6 +179,10 @@ func New(cfg Config) *Server {
 		r.PathPrefix("/debug/pprof/").HandlerFunc(pprof.Index)
 	}
 	s.router = r
+	s.handler = http.HandlerFunc(s.route)
+	if cfg.Auth != nil {
+		s.handler = s.authStep(s.handler)
+	}
 	return s
 }
 
@@ -198,7 +204,11 @@ func (s *Server) MetricsHandler() http.Handler {
 	return r
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP serves the v2 API: with Auth, authStep first, then the handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// route hands a request to its handler.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	// Nearly every request is for /v2/keys: one the router would hand to
 	// keys as it is (a clean path: the router redirects any other) goes
 	// there directly, without the router's matching and the two copies of
@@ -290,35 +300,58 @@ type clusterIDText struct {
 	text string
 }
 
-func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r.Method, "HEAD", "GET", "PUT", "POST", "DELETE") {
-		return
-	}
-	start := time.Now()
-	action, code := "error", 0
-	defer func() {
-		m := s.metricsFor(r.Method, action, code)
-		m.requests.Inc()
-		if action != "watch" {
-			m.latency.Observe(time.Since(start).Seconds())
-		}
-	}()
-	setHeader(w.Header(), "X-Etcd-Cluster-Id", s.clusterIDHeader(s.cfg.Store.Meta().ClusterID))
+// keysMethods are the methods /v2/keys allows.
+var keysMethods = []string{"HEAD", "GET", "PUT", "POST", "DELETE"}
+
+// keysRequest is a /v2/keys request parsed (parseKeys): its key as sent
+// and the request, or the v2 error it gets instead; start is when it came.
+type keysRequest struct {
+	start time.Time
+	key   string
+	req   *translate.Request
+	err   *translate.Error
+}
+
+// parsedKeys is the context key of the keysRequest authStep parsed.
+type parsedKeys struct{}
+
+// parseKeys parses a /v2/keys request as v2 did: its form (error 210),
+// then its parameters (translate.ParseRequest).
+func parseKeys(r *http.Request) *keysRequest {
+	kr := &keysRequest{start: time.Now(), key: strings.TrimPrefix(r.URL.Path, "/v2/keys")}
 	if err := r.ParseForm(); err != nil {
-		code = writeError(w, translate.NewError(translate.EcodeInvalidForm, err.Error(), 0))
+		kr.err = translate.NewError(translate.EcodeInvalidForm, err.Error(), 0)
+		return kr
+	}
+	kr.req, kr.err = translate.ParseRequest(r.Method, kr.key, r.Form)
+	return kr
+}
+
+// observe counts a /v2/keys answer in the request metrics.
+func (s *Server) observe(method, action string, code int, start time.Time) {
+	m := s.metricsFor(method, action, code)
+	m.requests.Inc()
+	if action != "watch" {
+		m.latency.Observe(time.Since(start).Seconds())
+	}
+}
+
+func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r.Method, keysMethods...) {
 		return
 	}
-	key := strings.TrimPrefix(r.URL.Path, "/v2/keys")
-	req, verr := translate.ParseRequest(r.Method, key, r.Form)
-	if verr != nil {
-		code = writeError(w, verr)
+	kr, ok := r.Context().Value(parsedKeys{}).(*keysRequest)
+	if !ok {
+		kr = parseKeys(r)
+	}
+	action, code := "error", 0
+	defer func() { s.observe(r.Method, action, code, kr.start) }()
+	setHeader(w.Header(), "X-Etcd-Cluster-Id", s.clusterIDHeader(s.cfg.Store.Meta().ClusterID))
+	if kr.err != nil {
+		code = writeError(w, kr.err)
 		return
 	}
-	if s.cfg.Auth != nil {
-		if code = s.checkKeys(w, r, key, req.Recursive); code != 0 {
-			return
-		}
-	}
+	req := kr.req
 	if req.IsWatch() {
 		action = "watch"
 		code = s.watch(w, r, req)

@@ -42,7 +42,22 @@ const memberEnv = "V2BRIDGETEST_MEMBER"
 // process dies.
 func StartProcessCluster(t TB, n int) *Cluster {
 	t.Helper()
-	return startCluster(t, n, true, MemberLimits{})
+	return startCluster(t, n, true, MemberLimits{}, "")
+}
+
+// StartProcessClusterIn is StartProcessCluster with the members' data
+// directories under dir (a slow disk's mount, say) instead of a temporary
+// directory; the caller removes them.
+func StartProcessClusterIn(t TB, n int, dir string) *Cluster {
+	t.Helper()
+	return startCluster(t, n, true, MemberLimits{}, dir)
+}
+
+// PID is the process id of member i, which runs in a child process
+// (StartProcessCluster).
+func (c *Cluster) PID(i int) int {
+	c.t.Helper()
+	return c.process(i, "PID").cmd.Process.Pid
 }
 
 // MemberMain returns at once, unless this process was started by

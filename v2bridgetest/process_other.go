@@ -17,6 +17,16 @@ func StartProcessCluster(t TB, n int) *Cluster {
 	return nil
 }
 
+// StartProcessClusterIn skips the test, as StartProcessCluster does.
+func StartProcessClusterIn(t TB, n int, _ string) *Cluster { return StartProcessCluster(t, n) }
+
+// PID fails the test: no member runs in a child process here.
+func (c *Cluster) PID(i int) int {
+	c.t.Helper()
+	c.t.Fatalf("PID: member %d runs in this process", i)
+	return 0
+}
+
 // childMembers: StartProcessCluster works on this system.
 const childMembers = false
 

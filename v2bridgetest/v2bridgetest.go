@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -148,7 +149,7 @@ func RetryPortTaken(t TB, what string, start func() error) {
 // serve; they stop when the test ends.
 func StartCluster(t TB, n int) *Cluster {
 	t.Helper()
-	return startCluster(t, n, false, MemberLimits{})
+	return startCluster(t, n, false, MemberLimits{}, "")
 }
 
 // MemberLimits are etcd's request limits for every member of a cluster
@@ -162,7 +163,7 @@ type MemberLimits struct {
 // StartClusterWithLimits is StartCluster with members that apply limits.
 func StartClusterWithLimits(t TB, n int, limits MemberLimits) *Cluster {
 	t.Helper()
-	return startCluster(t, n, false, limits)
+	return startCluster(t, n, false, limits, "")
 }
 
 // memberSpec is what a member needs to start, in this process or (as JSON)
@@ -227,14 +228,16 @@ func startInProcess(s memberSpec) (*embed.Etcd, error) {
 
 func hostOf(u string) string { return strings.TrimPrefix(u, "http://") }
 
-func startCluster(t TB, n int, inChildren bool, limits MemberLimits) *Cluster {
+// startCluster starts the members' data directories under dir (empty: a
+// temporary directory of the test's).
+func startCluster(t TB, n int, inChildren bool, limits MemberLimits, dir string) *Cluster {
 	t.Helper()
 	// etcd binds its own ports (in a child process, the error is in the
 	// output the start error carries).
 	var c *Cluster
 	RetryPortTaken(t, "start cluster", func() error {
 		var err error
-		if c, err = tryStartCluster(t, n, inChildren, limits); err != nil {
+		if c, err = tryStartCluster(t, n, inChildren, limits, dir); err != nil {
 			c.Stop()
 		}
 		return err
@@ -244,7 +247,7 @@ func startCluster(t TB, n int, inChildren bool, limits MemberLimits) *Cluster {
 	return c
 }
 
-func tryStartCluster(t TB, n int, inChildren bool, limits MemberLimits) (*Cluster, error) {
+func tryStartCluster(t TB, n int, inChildren bool, limits MemberLimits, base string) (*Cluster, error) {
 	t.Helper()
 	c := &Cluster{t: t, ids: map[string]int{}}
 	for i := 0; i < n; i++ {
@@ -265,7 +268,14 @@ func tryStartCluster(t TB, n int, inChildren bool, limits MemberLimits) (*Cluste
 		m.ProxyURL = m.client.url
 		initial = append(initial, m.Name+"="+m.peer.url)
 	}
+	// Each attempt has a directory of its own: a failed one may leave data.
 	dir := t.TempDir()
+	if base != "" {
+		var err error
+		if dir, err = os.MkdirTemp(base, "cluster"); err != nil {
+			return c, err
+		}
+	}
 	errc := make(chan error, n)
 	for _, m := range c.Members {
 		spec := memberSpec{Name: m.Name, Dir: filepath.Join(dir, m.Name), ClientURL: m.ClientURL, PeerURL: m.PeerURL,

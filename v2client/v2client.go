@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package v2client is the one HTTP client the bridge's commands reach the
-// old v2 server with, as any v2 client would: its URLs tried in turn, its
+// v2 server with, as any v2 client would: its URLs tried in turn, its
 // credentials, TLS and timeouts. What is asked of it (copying, following,
 // probing, padding) belongs to the packages that ask.
 package v2client
@@ -20,7 +20,7 @@ import (
 
 // ErrUnreachable matches (errors.Is) errors about a server that does not
 // answer.
-var ErrUnreachable = errors.New("the v2 source is unreachable")
+var ErrUnreachable = errors.New("the v2 server is unreachable")
 
 // Config configures a Client.
 type Config struct {
@@ -49,7 +49,7 @@ type Client struct {
 // New is a client of the server at cfg.URLs.
 func New(cfg Config) (*Client, error) {
 	if len(cfg.URLs) == 0 {
-		return nil, errors.New("no URL of the v2 source")
+		return nil, errors.New("no URL of the v2 server")
 	}
 	c := &Client{tr: &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: cfg.TLS,
 		MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: cfg.HeaderTimeout}}
@@ -60,14 +60,14 @@ func New(cfg Config) (*Client, error) {
 	for _, raw := range cfg.URLs {
 		u, err := url.Parse(strings.TrimRight(raw, "/"))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("bad URL of the v2 source %q: want http(s)://host:port", raw)
+			return nil, fmt.Errorf("bad URL of the v2 server %q: want http(s)://host:port", raw)
 		}
 		c.urls = append(c.urls, u)
 	}
 	if cfg.User != "" {
 		var ok bool
 		if c.user, c.pass, ok = strings.Cut(cfg.User, ":"); !ok {
-			return nil, errors.New("the v2 source's user must be name:password")
+			return nil, errors.New("the v2 server's user must be name:password")
 		}
 	}
 	return c, nil
@@ -126,7 +126,7 @@ func (c *Client) Do(ctx context.Context, method, p string, q, form url.Values) (
 		}
 		errs = append(errs, err)
 	}
-	return nil, &unreachableError{fmt.Sprintf("cannot reach the v2 source %s: %v", c, errors.Join(errs...))}
+	return nil, &unreachableError{fmt.Sprintf("cannot reach the v2 server %s: %v", c, errors.Join(errs...))}
 }
 
 // Unreachable is an error of kind ErrUnreachable with the text of

@@ -73,7 +73,7 @@ func TestDoWithNoURLAnsweringIsUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Do(context.Background(), http.MethodGet, "/v2/keys/", nil, nil)
-	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "cannot reach the v2 source "+dead) {
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "cannot reach the v2 server "+dead) {
 		t.Fatalf("%v, want unreachable naming %s", err, dead)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -55,19 +55,20 @@ type Config struct {
 	// gRPC keepalive on the connection (grpc-go raises times below 10 s).
 	KeepAliveTime    time.Duration
 	KeepAliveTimeout time.Duration
-	// The application heartbeat: one gRPC health check per interval, each
-	// with its own deadline; HeartbeatFailures misses in a row declare the
-	// backend lost. A member without a leader fails it too.
+	// The application heartbeat: one quorum check per interval (a
+	// linearizable member list, see quorumCheck), each with its own
+	// deadline; HeartbeatFailures misses in a row declare the backend
+	// lost. A member without a quorum fails it too, but is left only for
+	// one that has a quorum (see monitor).
 	//
-	// The defaults (300 ms, 500 ms, 2) declare a silent member lost 1 to
-	// 1.3 s after it went silent: the first check after the fault starts
-	// within an interval, and it and the next, which follows at once, time
-	// out (bench/FAILOVER.md: at most 1.28 s at the v2 watchers, for a
-	// blackholed and a frozen member); a killed one, whose checks fail at
-	// once, within two intervals. They need a second of complete silence,
-	// which neither heavy load nor a defrag causes, since etcd answers
-	// health checks without touching its storage, and a bridge starved of
-	// CPU excuses its own timeouts (see monitor).
+	// The defaults (300 ms, 500 ms, 2) declare a silent member, or one cut
+	// off from its peers, lost 1 to 1.3 s after the fault: the first check
+	// after it starts within an interval, and it and the next, which
+	// follows at once, time out (bench/FAILOVER.md); a killed one, whose
+	// checks fail at once, within two intervals. They need a second
+	// without a quorum's answer, which heavy load does not cause, since
+	// etcd answers the check from memory; a member whose storage is behind
+	// (a defrag) and a bridge starved of CPU are excused (see monitor).
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 	HeartbeatFailures int
@@ -244,7 +245,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	for i := range b.writeSlots {
 		b.writeSlots[i].turn = make(chan struct{}, 1)
 	}
-	s, err := b.connect(ctx)
+	s, err := b.connect(ctx, false)
 	if err != nil {
 		b.stop()
 		b.wg.Wait() // the dials that did not answer

@@ -3,8 +3,10 @@
 package v3backend
 
 // The liveness monitor against fake members: gRPC servers on loopback that
-// answer the two calls a session makes of a member (the health check, and
-// the count-only read that admits it) and can be told to fail or to hang.
+// answer the calls a session makes of a member (the heartbeat's member
+// list and status, and the count-only read that admits it) and can be told
+// to fail, to hang, or to answer as a member cut off from its peers or
+// behind in applying.
 // No etcd member runs, so these run in make unit.
 
 import (
@@ -21,9 +23,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/v2bridge/v2bridge/translate"
 )
@@ -31,21 +37,41 @@ import (
 type memberMode int
 
 const (
-	serving memberMode = iota
-	notServing
-	hanging // no answer until the caller gives up
+	serving    memberMode = iota
+	notServing            // no leader: the check fails at once
+	hanging               // no answer until the caller gives up
+	// cutOff: the member answers its status (it believes in a leader, and
+	// has applied all it committed), but no quorum confirms its reads.
+	cutOff
+	// cutOffLeader: the same, of the leader, in the term of its last
+	// answered check.
+	cutOffLeader
+	// newLeader: the member has just been elected leader (in a new term),
+	// and has not confirmed a read yet.
+	newLeader
+	// behind: the member has a leader but is applying entries it
+	// committed: no read is confirmed in time either.
+	behind
+	// stalled: the member's storage stalls (a defrag with writes
+	// pending): no read is confirmed, its status waits on its storage
+	// (as etcd 3.6's does), its health check answers.
+	stalled
 )
 
 type fakeMember struct {
 	healthpb.UnimplementedHealthServer
+	etcdserverpb.UnimplementedClusterServer
+	etcdserverpb.UnimplementedMaintenanceServer
 	etcdserverpb.UnimplementedKVServer
 	ep string
 
 	// mu guards the fields below.
 	mu        sync.Mutex
 	mode      memberMode
-	failNext  int             // checks still to fail before mode applies again
-	served    int             // checks answered SERVING
+	failNext  int             // checks still to fail (as a broken member) before mode applies again
+	served    int             // checks answered
+	checks    int             // checks received
+	statuses  int             // status requests received
 	deadlines []time.Duration // time left to each hung check when it arrived
 }
 
@@ -60,6 +86,8 @@ func startFakeMember(t *testing.T, mode memberMode) *fakeMember {
 	f := &fakeMember{ep: "http://" + ln.Addr().String(), mode: mode}
 	srv := grpc.NewServer()
 	healthpb.RegisterHealthServer(srv, f)
+	etcdserverpb.RegisterClusterServer(srv, f)
+	etcdserverpb.RegisterMaintenanceServer(srv, f)
 	etcdserverpb.RegisterKVServer(srv, f)
 	done := make(chan struct{})
 	go func() {
@@ -73,14 +101,24 @@ func startFakeMember(t *testing.T, mode memberMode) *fakeMember {
 	return f
 }
 
-func (f *fakeMember) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+// MemberList is the heartbeat: it must ask for a linearizable answer from
+// a member that has a leader.
+func (f *fakeMember) MemberList(ctx context.Context, r *etcdserverpb.MemberListRequest) (*etcdserverpb.MemberListResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if !r.Linearizable || len(md.Get(rpctypes.MetadataRequireLeaderKey)) == 0 {
+		return nil, fmt.Errorf("heartbeat: linearizable %v, require-leader %q", r.Linearizable,
+			md.Get(rpctypes.MetadataRequireLeaderKey))
+	}
 	f.mu.Lock()
+	f.checks++
 	mode := f.mode
 	if f.failNext > 0 {
 		f.failNext--
-		mode = notServing
+		f.mu.Unlock()
+		return nil, status.Error(codes.Internal, "a broken member")
 	}
-	if mode == hanging {
+	if mode == hanging || mode == cutOff || mode == cutOffLeader || mode == newLeader || mode == behind ||
+		mode == stalled {
 		left := time.Duration(-1)
 		if d, ok := ctx.Deadline(); ok {
 			left = time.Until(d)
@@ -92,11 +130,54 @@ func (f *fakeMember) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) 
 	}
 	f.mu.Unlock()
 	switch mode {
+	case hanging, cutOff, cutOffLeader, newLeader, behind, stalled:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case notServing:
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
+	return &etcdserverpb.MemberListResponse{Header: &etcdserverpb.ResponseHeader{ClusterId: 1, MemberId: 2, RaftTerm: 3}},
+		nil
+}
+
+func (f *fakeMember) Status(ctx context.Context, _ *etcdserverpb.StatusRequest) (*etcdserverpb.StatusResponse, error) {
+	f.mu.Lock()
+	f.statuses++
+	mode := f.mode
+	f.mu.Unlock()
+	switch mode {
+	case cutOff:
+		return &etcdserverpb.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 2}, Leader: 7, RaftIndex: 40,
+			RaftAppliedIndex: 40}, nil
+	case cutOffLeader:
+		return &etcdserverpb.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 7}, Leader: 7, RaftTerm: 3,
+			RaftIndex: 40, RaftAppliedIndex: 40}, nil
+	case newLeader:
+		return &etcdserverpb.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 7}, Leader: 7, RaftTerm: 4,
+			RaftIndex: 40, RaftAppliedIndex: 40}, nil
+	case behind:
+		return &etcdserverpb.StatusResponse{Leader: 7, RaftIndex: 40, RaftAppliedIndex: 30}, nil
+	case notServing:
+		return &etcdserverpb.StatusResponse{RaftIndex: 40, RaftAppliedIndex: 40}, nil
+	case hanging, stalled:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return &etcdserverpb.StatusResponse{Leader: 7, RaftIndex: 40, RaftAppliedIndex: 40}, nil
+}
+
+// Check is the health service: answered from memory, failed without a
+// leader.
+func (f *fakeMember) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	f.mu.Lock()
+	mode := f.mode
+	f.mu.Unlock()
+	switch mode {
 	case hanging:
 		<-ctx.Done()
 		return nil, ctx.Err()
 	case notServing:
-		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
+		return nil, rpctypes.ErrGRPCNoLeader
 	}
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
@@ -115,6 +196,13 @@ func (f *fakeMember) stats() (served int, deadlines []time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.served, append([]time.Duration(nil), f.deadlines...)
+}
+
+// counts are the checks and status requests the member received.
+func (f *fakeMember) counts() (checks, statuses int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.checks, f.statuses
 }
 
 // newMonitored connects to eps and runs the liveness monitor, as New does,
@@ -143,7 +231,7 @@ func newMonitoredLag(t *testing.T, cfg Config, lag lagMeter, eps ...string) *Bac
 	b.closeCh = b.ctx.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := b.connect(ctx)
+	s, err := b.connect(ctx, false)
 	if err != nil {
 		b.stop()
 		b.wg.Wait()

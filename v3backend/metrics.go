@@ -26,6 +26,11 @@ type metrics struct {
 	// excused: timed-out heartbeats not counted as misses, since the
 	// bridge itself ran late meanwhile.
 	excused prometheus.Counter
+	// applying: timed-out heartbeats not counted as misses, since the
+	// member had a leader and was applying what it had committed.
+	applying prometheus.Counter
+	// deferred: losses not declared, since no other member had a quorum.
+	deferred prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,6 +45,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Backend heartbeats that failed or timed out."}),
 		excused: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_heartbeat_misses_excused_total",
 			Help: "Backend heartbeats that timed out while the bridge itself ran late (starved of CPU), not counted as misses."}),
+		applying: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_heartbeat_applying_total",
+			Help: "Backend heartbeats that timed out while the member, which had a leader, was still applying entries it had committed (a defrag, a slow disk), not counted as misses."}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_losses_deferred_total",
+			Help: "Times the member had no quorum for enough heartbeats to be lost, but no other member had one either (the cluster was electing a leader): the bridge stayed."}),
 		recoverSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "v2bridge_backend_recover_seconds",
 			Help: "Time from a declared loss until a backend member answered again.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 12)}),
 		detectSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "v2bridge_backend_detect_seconds",
@@ -64,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "etcd v3 changes the shared watch received: the served subtrees' and their bookkeeping (with --serve-prefix /, the whole key space's)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.excused, m.recoverSeconds, m.detectSeconds,
+		reg.MustRegister(m.backendUp, m.losses, m.heartbeat, m.heartbeatMisses, m.excused, m.applying, m.deferred, m.recoverSeconds, m.detectSeconds,
 			m.writeRetries, m.v3Watches, m.mirrorReads, m.backendReads, m.forgedJournals, m.leaseGrants,
 			m.writeBatches, m.batchedWrites, m.v3Events)
 	}

@@ -6,9 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
@@ -27,8 +30,9 @@ type session struct {
 	endpoint string
 	index    int
 	started  time.Time
-	lastOK   atomic.Int64 // unix nanoseconds of the last good heartbeat
-	lostAt   time.Time    // set by lose, under Backend.mu
+	lastOK   atomic.Int64  // unix nanoseconds of the last good heartbeat
+	term     atomic.Uint64 // the member's raft term at the last good heartbeat
+	lostAt   time.Time     // set by lose, under Backend.mu
 }
 
 func (s *session) end() {
@@ -55,46 +59,219 @@ func (b *Backend) dial(ctx context.Context, endpoint string) (*clientv3.Client, 
 	})
 }
 
-// health is the heartbeat: the gRPC health service, which etcd answers
-// without touching its storage, so a defrag or a slow disk is not mistaken
-// for a dead member (a read, or a progress request on the watch stream,
-// waits for storage: a defrag of a few hundred MB stalls them for seconds).
+// A verdict is what one heartbeat says of a member.
+type verdict int
+
+const (
+	// quorate: a quorum confirmed the member's read index. The member
+	// serves.
+	quorate verdict = iota
+	// applying: no read index in time, but the member has a leader and
+	// has committed entries it has not applied yet (a defrag, a slow
+	// disk): it hears a quorum, its storage is behind. No miss.
+	applying
+	// noQuorum: the member answers, but no quorum confirmed it (it has no
+	// leader, or one it cannot reach): a miss, and the bridge leaves only
+	// for a member that has a quorum.
+	noQuorum
+	// deposed: the member is the leader, in the term it had at the last
+	// good heartbeat, but no quorum confirms it: it is cut off from a
+	// majority, which elects another leader. A miss, and the bridge leaves
+	// without asking the others (none has a quorum before that election
+	// ends). A leader just elected, in a new term, may take a moment to
+	// confirm reads: it is noQuorum.
+	deposed
+	// silent: the member did not answer (dead, frozen, unreachable): a
+	// miss.
+	silent
+)
+
+// quorumCheck is the heartbeat: a linearizable member list, which etcd
+// (3.5 and later) answers from memory once the leader has confirmed its
+// read index with a quorum, and the member has applied up to that index.
+// It carries the require-leader mark, so a member that knows it has no
+// leader fails it at once; a member cut off from its peers, which has not
+// noticed yet, gets no read index confirmed and times out. An etcd older
+// than 3.5 ignores the linearizable field and answers from memory: the
+// check is then a require-leader check, as a health check is.
 //
-// It carries the require-leader mark, which etcd checks (for every unary
-// call, this one included) before answering: a member that has no leader,
-// such as one cut off from its peers, fails the heartbeat as well, which is
-// sooner than etcd cancels require-leader watches (three election
-// timeouts). A leader moved leaves the followers without one for
-// milliseconds, fewer than the misses need (the leader-move test: no miss
-// at all); a cluster whose leader died has none until an election ends, and
-// a member that reports so for HeartbeatFailures checks in a row is left.
-func (b *Backend) health(ctx context.Context, cli *clientv3.Client) error {
+// A check still unanswered at half its deadline (rare: it takes a
+// millisecond) asks two more questions, so that a timeout tells a member
+// whose storage is behind from one without a quorum, and both from a
+// silent one. A defrag with writes pending holds every linearizable read
+// until it ends, as the member cannot apply what it commits.
+//   - The member's status: its leader, committed and applied indexes (from
+//     memory in etcd 3.5; 3.6 also reads its storage version, so a stalled
+//     storage holds it too). Applied behind committed: the member commits,
+//     so it hears a quorum; its storage is behind.
+//   - The gRPC health check with require-leader, answered from memory: the
+//     member is alive and has a leader. With the status held up, that is a
+//     member whose storage stalls; a cut-off member's storage answers.
+//
+// In the common case it is one call.
+//
+// term is the member's raft term at its last good heartbeat (0: none); the
+// term it answers with is returned.
+func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client, term uint64) (verdict, uint64, error) {
 	if m := b.cfg.Member; m != nil {
 		select {
 		case <-m.StopNotify():
-			return errors.New("the embedded member has stopped")
+			return silent, 0, errors.New("the embedded member has stopped")
 		default:
 		}
 		if m.Leader() == 0 {
-			return errors.New("the embedded member has no leader")
+			return noQuorum, 0, errors.New("the embedded member has no leader")
 		}
-		return nil
+		return quorate, m.Term(), nil
 	}
-	resp, err := healthpb.NewHealthClient(cli.ActiveConnection()).Check(clientv3.WithRequireLeader(ctx),
-		&healthpb.HealthCheckRequest{})
-	if err != nil {
-		return err
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return silent, 0, errors.New("v3backend: a heartbeat without a deadline")
 	}
-	if resp.Status != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("health status %v", resp.Status)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel: every call ends with ctx
+	defer cancel()
+	conn := cli.ActiveConnection()
+	type listAnswer struct {
+		term uint64
+		err  error
 	}
-	return nil
+	quorum := make(chan listAnswer, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		resp, err := etcdserverpb.NewClusterClient(conn).MemberList(clientv3.WithRequireLeader(ctx),
+			&etcdserverpb.MemberListRequest{Linearizable: true})
+		var t uint64
+		if err == nil && resp.Header != nil {
+			t = resp.Header.RaftTerm
+		}
+		quorum <- listAnswer{t, err}
+	}()
+	var (
+		st     *etcdserverpb.StatusResponse
+		stErr  error
+		hc     *healthpb.HealthCheckResponse
+		hcErr  error
+		asked  bool
+		others sync.WaitGroup // the two questions; their answers are read after Wait
+	)
+	half := time.NewTimer(time.Until(deadline) / 2)
+	defer half.Stop()
+	for {
+		select {
+		case <-half.C:
+			asked = true
+			wg.Add(2)
+			others.Add(2)
+			go func() {
+				defer wg.Done()
+				defer others.Done()
+				st, stErr = etcdserverpb.NewMaintenanceClient(conn).Status(ctx, &etcdserverpb.StatusRequest{})
+			}()
+			go func() {
+				defer wg.Done()
+				defer others.Done()
+				hc, hcErr = healthpb.NewHealthClient(conn).Check(clientv3.WithRequireLeader(ctx),
+					&healthpb.HealthCheckRequest{})
+			}()
+			continue
+		case a := <-quorum:
+			err := a.err
+			if err == nil {
+				return quorate, a.term, nil
+			}
+			if quorumError(err) {
+				return noQuorum, 0, err
+			}
+			if !asked || status.Code(err) != codes.DeadlineExceeded {
+				return silent, 0, err
+			}
+			others.Wait() // they end by the same deadline
+			switch {
+			case stErr == nil && st.Leader != 0 && st.RaftAppliedIndex > 0 && st.RaftAppliedIndex < st.RaftIndex:
+				return applying, st.RaftTerm, fmt.Errorf("%w (leader %x; applied %d of %d committed)", err, st.Leader,
+					st.RaftAppliedIndex, st.RaftIndex)
+			case stErr == nil && st.Header != nil && st.Leader != 0 && st.Leader == st.Header.MemberId &&
+				st.RaftTerm == term:
+				return deposed, st.RaftTerm, fmt.Errorf("%w: no quorum confirmed a read of the leader of term %d "+
+					"(applied %d of %d committed)", err, term, st.RaftAppliedIndex, st.RaftIndex)
+			case stErr == nil:
+				return noQuorum, st.RaftTerm, fmt.Errorf("%w: no quorum confirmed a read (leader %x, term %d; applied "+
+					"%d of %d committed)", err, st.Leader, st.RaftTerm, st.RaftAppliedIndex, st.RaftIndex)
+			case hcErr == nil && hc.Status == healthpb.HealthCheckResponse_SERVING:
+				return applying, 0, fmt.Errorf("%w (it has a leader, its status waits on its storage)", err)
+			case quorumError(hcErr):
+				return noQuorum, 0, fmt.Errorf("%w: %w", err, hcErr)
+			}
+			return silent, 0, err
+		}
+	}
 }
 
-// connect dials every endpoint at once and keeps the first that answers a
-// health check and a read, both requiring a leader: a dead member cannot
-// hold up the others, and a member cut off from quorum is not chosen.
-func (b *Backend) connect(ctx context.Context) (*session, error) {
+// quorumError reports whether err is etcd's answer that it has no quorum
+// to serve a linearizable request: no leader, a leader change, a timeout.
+func quorumError(err error) bool {
+	e := rpctypes.Error(err)
+	for _, q := range []error{rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeout,
+		rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost} {
+		if errors.Is(e, q) {
+			return true
+		}
+	}
+	return false
+}
+
+// quorumElsewhere asks every other endpoint at once, each bounded by the
+// heartbeat timeout, whether a quorum confirms it, and names the first
+// that does ("" if none).
+func (b *Backend) quorumElsewhere(s *session) string {
+	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
+	defer cancel()
+	var others []string
+	for _, ep := range b.Endpoints() {
+		if ep != s.endpoint {
+			others = append(others, ep)
+		}
+	}
+	found := make(chan string, len(others))
+	var wg sync.WaitGroup
+	for _, ep := range others {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cli, err := b.dial(ctx, ep)
+			if err != nil {
+				found <- ""
+				return
+			}
+			defer func() { _ = cli.Close() }()
+			if v, _, _ := b.quorumCheck(ctx, cli, 0); v == quorate {
+				found <- ep
+				return
+			}
+			found <- ""
+		}()
+	}
+	defer wg.Wait() // after cancel
+	defer cancel()
+	for range others {
+		if ep := <-found; ep != "" {
+			return ep
+		}
+	}
+	return ""
+}
+
+// connect dials every endpoint at once and keeps the first that a quorum
+// confirms (see quorumCheck) and that answers a read requiring a leader: a dead
+// member cannot hold up the others, and a member cut off from quorum is
+// not chosen. With retry, an endpoint that fails is tried again every
+// heartbeat interval until ctx ends, so the attempt ends as soon as any
+// member serves (the end of an election, say), not when the slowest
+// endpoint gives up.
+func (b *Backend) connect(ctx context.Context, retry bool) (*session, error) {
 	type result struct {
 		s   *session
 		ep  string
@@ -109,8 +286,19 @@ func (b *Backend) connect(ctx context.Context) (*session, error) {
 	for i, ep := range eps {
 		go func() {
 			defer b.wg.Done()
-			s, err := b.tryEndpoint(ctx, ep, i)
-			results <- result{s, ep, err}
+			for {
+				s, err := b.tryEndpoint(ctx, ep, i)
+				if err == nil || !retry {
+					results <- result{s, ep, err}
+					return
+				}
+				select {
+				case <-ctx.Done():
+					results <- result{nil, ep, err}
+					return
+				case <-time.After(b.cfg.HeartbeatInterval):
+				}
+			}
 		}()
 	}
 	var errs []error
@@ -144,7 +332,7 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	}
 	cctx, ccancel := context.WithTimeout(ctx, b.cfg.DialTimeout)
 	defer ccancel()
-	err = b.health(cctx, cli)
+	_, term, err := b.quorumCheck(cctx, cli, 0)
 	if err == nil {
 		var resp *clientv3.GetResponse
 		resp, err = cli.Get(clientv3.WithRequireLeader(cctx), b.layout.JournalKey(), clientv3.WithSerializable(), clientv3.WithCountOnly()) // a key the bridge may read under RBAC
@@ -159,6 +347,7 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	}
 	s := &session{cli: cli, ctx: sctx, cancel: cancel, endpoint: ep, index: idx, started: time.Now()}
 	s.lastOK.Store(time.Now().UnixNano())
+	s.term.Store(term)
 	return s, nil
 }
 
@@ -244,9 +433,10 @@ func (b *Backend) Endpoint() string {
 // Detection: the first check after the fault starts within an interval of
 // it; a check that times out is followed at once by the next (its tick is
 // due when the interval is at most the timeout), so a member that stops
-// answering is declared lost an interval plus HeartbeatFailures timeouts
-// after the fault at most (see Config); a member without a leader, within
-// HeartbeatFailures intervals of noticing that it has none.
+// answering, or that a quorum no longer confirms (cut off from its peers),
+// is declared lost an interval plus HeartbeatFailures timeouts after the
+// fault at most (see Config); a member that knows it has no leader, within
+// HeartbeatFailures intervals.
 //
 // A check that times out while this process itself was held for more than
 // a quarter of the timeout (see lagMeter) is excused: a bridge starved of
@@ -254,13 +444,31 @@ func (b *Backend) Endpoint() string {
 // answered. It neither counts nor forgives a miss, and
 // v2bridge_backend_heartbeat_misses_excused_total counts it. Excuses end
 // once the member has been silent for excuseLimit heartbeats: a bridge
-// starved for good still notices a dead member.
+// starved for good still notices a dead member. A member whose storage is
+// behind (see quorumCheck) is excused the same way, without a limit (a defrag of
+// a large database takes as long as it takes; a member cut off meanwhile
+// notices that it has no leader), and
+// v2bridge_backend_heartbeat_applying_total counts it.
+//
+// A member that answers but has no quorum is left only for one that has
+// had a quorum at its last two misses: at each such miss, the other
+// endpoints are asked (see quorumElsewhere). If none has a quorum either,
+// the cluster is electing a leader, and leaving would end every watch for
+// nothing: the bridge stays and keeps checking
+// (v2bridge_backend_losses_deferred_total), for excuseLimit heartbeats of
+// silence at most. Two misses, not one: the other members may be asked
+// just as one of them wins the election, a moment before the bridge's
+// member hears of it. A leader without a quorum is left after its misses:
+// it is cut off, and the majority elects another.
 func (b *Backend) monitor() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.cfg.HeartbeatInterval)
 	defer t.Stop()
 	var last *session
 	misses := 0
+	deferring := false // a loss is deferred: no other member had a quorum
+	quorumSeen := 0    // checks in a row at whose miss another member had a quorum
+	elsewhere := ""    // the last such member
 	for {
 		s, changed := b.sessionChanged()
 		if s == nil {
@@ -270,7 +478,7 @@ func (b *Backend) monitor() {
 			continue
 		}
 		if s != last {
-			last, misses = s, 0
+			last, misses, deferring, quorumSeen = s, 0, false, 0
 		}
 		select {
 		case <-b.closeCh:
@@ -280,18 +488,22 @@ func (b *Backend) monitor() {
 		case <-t.C:
 		}
 		start := time.Now()
-		late, err := b.check(s)
-		if err == nil {
+		late, v, err := b.check(s)
+		if v == quorate {
 			b.metrics.heartbeat.Observe(time.Since(start).Seconds())
 			s.lastOK.Store(time.Now().UnixNano())
-			misses = 0
+			misses, quorumSeen = 0, 0
+			if deferring {
+				deferring = false
+				b.lg.Info("etcd v3 backend has a quorum again", zap.String("endpoint", s.endpoint))
+			}
 			continue
 		}
 		if s.ctx.Err() != nil {
 			continue // lost meanwhile
 		}
 		if status.Code(err) == codes.DeadlineExceeded {
-			if b.lastAnswer.Load() > start.UnixNano() {
+			if v == silent && b.lastAnswer.Load() > start.UnixNano() {
 				// The member answered other requests while this check
 				// waited: it is overloaded, not gone. A dead, frozen or
 				// cut-off member answers nothing.
@@ -304,15 +516,59 @@ func (b *Backend) monitor() {
 					zap.Duration("late", late))
 				continue
 			}
+			if v == applying {
+				b.metrics.applying.Inc()
+				b.lg.Debug("heartbeat timed out while the member applies what it committed: excused",
+					zap.String("endpoint", s.endpoint), zap.Error(err))
+				continue
+			}
 		}
 		misses++
 		b.metrics.heartbeatMisses.Inc()
 		b.lg.Debug("heartbeat missed", zap.String("endpoint", s.endpoint), zap.Int("misses", misses),
 			zap.Duration("late", late), zap.Error(err))
-		if misses >= b.cfg.HeartbeatFailures {
-			b.lose(s, fmt.Sprintf("%d heartbeats missed: %v", misses, err))
+		polled := v == noQuorum && b.cfg.Member == nil
+		if polled {
+			if ep := b.quorumElsewhere(s); ep != "" {
+				quorumSeen++
+				elsewhere = ep
+			} else {
+				quorumSeen = 0
+			}
 		}
+		if misses < b.cfg.HeartbeatFailures {
+			continue
+		}
+		reason := fmt.Sprintf("%d heartbeats missed: %v", misses, err)
+		if polled {
+			switch {
+			case quorumSeen >= min(2, b.cfg.HeartbeatFailures):
+				reason += "; " + elsewhere + " has a quorum"
+			case quorumSeen > 0 || b.mayDefer(s):
+				if !deferring {
+					deferring = true
+					b.metrics.deferred.Inc()
+					msg := "etcd v3 backend has no quorum, nor has any other member: staying while the cluster " +
+						"elects a leader"
+					if quorumSeen > 0 {
+						msg = "etcd v3 backend has no quorum, another member has had one for a check: checking once " +
+							"more, as the election may just have ended"
+					}
+					b.lg.Warn(msg, zap.String("endpoint", s.endpoint), zap.Error(err))
+				}
+				continue
+			}
+		}
+		b.lose(s, reason)
 	}
+}
+
+// mayDefer reports whether a loss of s may still wait for the cluster to
+// elect a leader: s has been without a good heartbeat for fewer than
+// excuseLimit heartbeats.
+func (b *Backend) mayDefer(s *session) bool {
+	silent := time.Since(time.Unix(0, s.lastOK.Load()))
+	return silent < excuseLimit*(b.cfg.HeartbeatInterval+b.cfg.HeartbeatTimeout)
 }
 
 const (
@@ -334,17 +590,24 @@ func (b *Backend) excused(s *session, late time.Duration) bool {
 
 // check runs one heartbeat on s, bounded by the heartbeat timeout, and
 // reports the longest this process was held while it was in flight.
-func (b *Backend) check(s *session) (time.Duration, error) {
+func (b *Backend) check(s *session) (time.Duration, verdict, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
 	defer cancel()
-	var err error
+	var (
+		v    verdict
+		term uint64
+		err  error
+	)
 	done := make(chan struct{})
 	go func() { // waited for below; the deadline bounds it
 		defer close(done)
-		err = b.health(ctx, s.cli)
+		v, term, err = b.quorumCheck(ctx, s.cli, s.term.Load())
 	}()
 	late := b.lag.wait(done)
-	return late, err
+	if v == quorate {
+		s.term.Store(term)
+	}
+	return late, v, err
 }
 
 // A lagMeter tells how late this process runs.
@@ -397,7 +660,7 @@ func (b *Backend) reconnect(lost *session) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.DialTimeout)
 		// Close need not wait for the attempt: closing cancels it.
 		stop := context.AfterFunc(b.ctx, cancel)
-		ns, err := b.connect(ctx)
+		ns, err := b.connect(ctx, true)
 		stop()
 		cancel()
 		if err == nil {

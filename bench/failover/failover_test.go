@@ -317,11 +317,17 @@ func benchBridge(t *testing.T, c *v2bridgetest.Cluster, setup, fault string, bre
 	r := startRig(t, c, h)
 	res := result{setup: setup, fault: fault, trials: trials}
 	for trial := 0; trial < trials; trial++ {
+		before := heartbeatCounts(t, r.br)
 		bad, detect, recov := r.trial(t, breakIt)
 		res.detect = append(res.detect, detect)
 		res.recover = append(res.recover, recov)
-		t.Logf("trial %d, member %d: watches ended after %v, events again after %v", trial+1, bad,
-			detect.Round(time.Millisecond), recov.Round(time.Millisecond))
+		after := heartbeatCounts(t, r.br)
+		for i := range after {
+			after[i] -= before[i]
+		}
+		t.Logf("trial %d, member %d: watches ended after %v, events again after %v; heartbeat misses, excused as "+
+			"late, excused as applying, losses deferred: %v", trial+1, bad, detect.Round(time.Millisecond),
+			recov.Round(time.Millisecond), after)
 
 		undo(bad)
 		// Before the next fault: the healed member is back in the cluster
@@ -748,6 +754,25 @@ func v2List(t *testing.T, base string) []uint64 {
 	return out
 }
 
+// heartbeatCounts reads the bridge's heartbeat misses, misses excused as
+// late, excused as applying, and losses deferred.
+func heartbeatCounts(t *testing.T, br *v2bridgetest.Bridge) []float64 {
+	t.Helper()
+	names := []string{"v2bridge_backend_heartbeat_misses_total", "v2bridge_backend_heartbeat_misses_excused_total",
+		"v2bridge_backend_heartbeat_applying_total", "v2bridge_backend_losses_deferred_total"}
+	fams, err := br.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float64, len(names))
+	for _, f := range fams {
+		if i := slices.Index(names, f.GetName()); i >= 0 && len(f.GetMetric()) == 1 {
+			out[i] = f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
 // ---- the table ----
 
 // pct is the nearest-rank percentile p (0..1) of ds.
@@ -808,7 +833,7 @@ func render(rows []result, trials int, took time.Duration) string {
 - **detect**: from the fault to the moment every v2 watch that was in flight (or sent within %v after) has ended, so the client re-issues it. Per trial, the slowest watcher.
 - **recover**: from the fault to the first event delivered again (per trial, the slowest watcher); a watcher learns of events only after its watch ended, and (like flanneld) re-issues a failed watch after a 1 s back-off, which is most of the gap between detect and recover in (a).
 - **events lost**: keys created in the backend (ground truth read from it afterwards) that a watcher never received, summed over watchers; every watcher must see every key once, in order.
-- (a): a 3-member etcd cluster in loopback, each member's client and peer URLs behind a fault proxy; the bridge through the proxies, with the heartbeat named in the row (interval, timeout, misses in a row); %d flannel-like watchers (the Go v2 client in a loop) through the bridge; a writer creating a key every 25 ms through a healthy member. Each trial faults the member the bridge uses (blackhole: its proxies drop all traffic both ways; SIGSTOP: the member is a child process; killed: a child process gets SIGKILL, and each trial has a cluster of its own; partition: its peer proxies drop raft traffic, clients still reach it, and it answers until it notices it has no leader), then lifts the fault and waits until that member serves and the bridge is healthy again.
+- (a): a 3-member etcd cluster in loopback, each member's client and peer URLs behind a fault proxy; the bridge through the proxies, with the heartbeat named in the row (interval, timeout, misses in a row); %d flannel-like watchers (the Go v2 client in a loop) through the bridge; a writer creating a key every 25 ms through a healthy member. Each trial faults the member the bridge uses (blackhole: its proxies drop all traffic both ways; SIGSTOP: the member is a child process; killed: a child process gets SIGKILL, and each trial has a cluster of its own; partition: its peer proxies drop raft traffic; clients still reach it, but no quorum confirms its reads), then lifts the fault and waits until that member serves and the bridge is healthy again.
 - (b): the setup the bridge replaces: a real etcd v2 server (etcd 3.5, internal/v2ref), the watchers reach it through a plain TCP forwarder whose upstream connections use Go's default TCP keepalive; N watchers, each on its own connection, in one fault episode of %.0f s count as N trials. The watches are idle and in flight when the server is frozen; after %.0f s it gets SIGCONT, the stalled watches resume on their old connection, and the writer (straight to the server) resumes, so recovery comes only after the fault is lifted by hand. The kernel keeps ACKing a frozen process's TCP traffic, keepalive probes included, so TCP keepalive never fires.
 
 ![One SIGSTOP fault of (a), default heartbeat: backend up, v2 watches open, requests answered and errors per second](failover-timeline.png)

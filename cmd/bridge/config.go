@@ -31,7 +31,7 @@ type config struct {
 	advertiseOnlySelf   bool
 
 	endpoints             string
-	v2Upstream            string
+	v2Server              string
 	modeLeaseTTL          time.Duration
 	dialTimeout           time.Duration
 	cacert, cert, key     string
@@ -93,12 +93,15 @@ type config struct {
 	// --discovery-srv), "explicit" (--embedded) or "implicit" (no backend
 	// settings at all: the make run case).
 	embeddedMode string
+
+	// deprecated warns of each deprecated flag name used (alias.go).
+	deprecated []string
 }
 
-// passthrough reports whether the bridge forwards the v2 API to --v2-upstream.
-func (c *config) passthrough() bool { return c.v2Upstream != "" }
+// passthrough reports whether the bridge forwards the v2 API to --v2-server.
+func (c *config) passthrough() bool { return c.v2Server != "" }
 
-// dual reports whether the bridge has both sides: a --v2-upstream and an
+// dual reports whether the bridge has both sides: a --v2-server and an
 // etcd v3 cluster, of which the mode record in etcd v3 names the one served.
 func (c *config) dual() bool {
 	return c.passthrough() && (c.endpoints != "" || c.discoverySRV != "")
@@ -151,7 +154,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.advertiseClientURLs, "advertise-client-urls", "", "this bridge's URLs in /v2/members and /v2/machines (default: the listen URLs)")
 	fs.BoolVar(&c.advertiseOnlySelf, "advertise-only-self", false, "/v2/members and /v2/machines list this bridge alone, and no other bridge lists it: for a bridge per node whose clients must stay on their node (default: every live bridge of the same cluster and --data-prefix, from their registrations in etcd v3)")
 	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd v3 endpoints (without them, and without any other backend setting, a private embedded etcd runs)")
-	fs.StringVar(&c.v2Upstream, "v2-upstream", "", "passthrough mode: comma-separated client URLs of an old etcd v2 server, which answers every v2 request (failover in list order); with --endpoints or --discovery-srv too, dual mode: the mode record in etcd v3 says which side serves, and 'migrate cutover' switches every bridge at once")
+	fs.StringVar(&c.v2Server, "v2-server", "", "passthrough mode: comma-separated client URLs of the etcd v2 server being migrated from (the v2 server), which answers every v2 request (failover in list order); with --endpoints or --discovery-srv too, dual mode: the mode record in etcd v3 says which side serves, and 'migrate cutover' switches every bridge at once")
 	fs.DurationVar(&c.modeLeaseTTL, "mode-lease-ttl", 10*time.Second, "TTL of the lease on the bridge's registration in etcd v3: a bridge that dies leaves the other bridges' /v2/members within it; in dual mode, a bridge that cannot renew it that long refuses writes, since a cutover may have fenced without it")
 	fs.DurationVar(&c.dialTimeout, "dial-timeout", d.DialTimeout, "timeout for connecting to an etcd v3 endpoint")
 	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify the etcd v3 endpoints")
@@ -161,10 +164,10 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.user, "user", "", "etcd v3 user as name:password")
 	fs.DurationVar(&c.dialKeepAliveTime, "dial-keepalive-time", d.KeepAliveTime, "gRPC keepalive ping interval to the backend (grpc-go raises values below 10s)")
 	fs.DurationVar(&c.dialKeepAliveTimeout, "dial-keepalive-timeout", d.KeepAliveTimeout, "gRPC keepalive ping timeout")
-	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", d.HeartbeatInterval, "interval of the backend liveness heartbeat (gRPC health check; GET /health of a --v2-upstream)")
+	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", d.HeartbeatInterval, "interval of the backend liveness heartbeat (a read a quorum confirms; GET /health of a --v2-server)")
 	fs.DurationVar(&c.heartbeatTimeout, "heartbeat-timeout", d.HeartbeatTimeout, "deadline of one heartbeat")
 	fs.IntVar(&c.heartbeatFailures, "heartbeat-failures", d.HeartbeatFailures, "missed heartbeats in a row that declare the backend lost")
-	fs.DurationVar(&c.requestTimeout, "request-timeout", d.RequestTimeout, "deadline of every backend call made for a v2 request (of every request forwarded to a --v2-upstream but watches)")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", d.RequestTimeout, "deadline of every backend call made for a v2 request (of every request forwarded to a --v2-server but watches)")
 	fs.IntVar(&c.writeBatch, "write-batch", d.WriteBatch, "concurrent v2 writes one v3 transaction may carry, each guarded on its own (1: every write in a transaction of its own)")
 	fs.DurationVar(&c.autoSyncInterval, "endpoints-auto-sync-interval", 0, "refresh the backend endpoints from the cluster's member list at this interval (0: never)")
 	fs.StringVar(&c.discoverySRV, "discovery-srv", "", "domain whose DNS SRV records (_etcd-client-ssl._tcp, _etcd-client._tcp) list the backend endpoints")
@@ -180,7 +183,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	c.servePrefix = "/"
 	fs.Var(&trackedString{value: &c.servePrefix, set: &c.servePrefixSet}, "serve-prefix",
 		"v2 subtrees served, comma-separated (e.g. /coreos.com/network): a key outside them gets error 100 (Key not found) in every mode, "+
-			"and the bridge reads, watches and mirrors only them; / serves everything; migrate, verify and cutover take it for --from-prefix's default")
+			"and the bridge reads, watches and mirrors only them; / serves everything; migrate, verify and cutover take it for --v2-server-prefix's default")
 	fs.StringVar(&c.name, "name", "v2bridge", "member name reported by /v2/members")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
@@ -204,6 +207,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.shadowQueue, "shadow-queue", shadow.Defaults.Queue, "sampled requests waiting for a shadow comparison; more are dropped (counted), and the sample rate halves while it overflows")
 	fs.StringVar(&c.shadowPrefix, "shadow-prefix", "", "v2 subtree the shadow comparison covers (default: --serve-prefix, all that is served)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
+	addAlias(fs, "v2-upstream", "v2-server")
 	return fs
 }
 
@@ -221,6 +225,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	if err := applySources(fs, getenv); err != nil {
 		return nil, err
 	}
+	c.deprecated = deprecationWarnings(fs)
 	if c.advertiseClientURLs == "" {
 		c.advertiseClientURLs = advertiseDefault(c.listenClientURLs, os.Hostname)
 	}
@@ -232,7 +237,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 
 // applySources fills the flags not given on the command line, first from
 // V2BRIDGE_* environment variables, then from --config-file: one rule,
-// command line > environment > config file > default.
+// command line > environment > config file > default. A deprecated flag
+// name, from any of them, sets the flag that replaced it (resolveAliases).
 func applySources(fs *flag.FlagSet, getenv func(string) string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -254,7 +260,7 @@ func applySources(fs *flag.FlagSet, getenv func(string) string) error {
 	}
 	cf := fs.Lookup("config-file")
 	if cf == nil || cf.Value.String() == "" {
-		return nil
+		return resolveAliases(fs, set)
 	}
 	vals, err := readConfigFile(cf.Value.String())
 	if err != nil {
@@ -272,8 +278,12 @@ func applySources(fs *flag.FlagSet, getenv func(string) string) error {
 		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %s: %w", cf.Value.String(), name, err))
 		}
+		set[name] = true
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return resolveAliases(fs, set)
 }
 
 // readConfigFile reads a YAML map of flag names to values; lists become
@@ -362,7 +372,7 @@ func (c *config) validate() error {
 		return usageErrorf("--serve-prefix: %v", err)
 	}
 	if len(served) > 1 && c.passthrough() {
-		return usageErrorf("--serve-prefix %s: a bridge with --v2-upstream serves one subtree (its migration covers one)", c.servePrefix)
+		return usageErrorf("--serve-prefix %s: a bridge with --v2-server serves one subtree (its migration covers one)", c.servePrefix)
 	}
 	c.served, c.servePrefix = served, strings.Join(served, ",")
 	if c.shadowPrefix == "" {
@@ -382,7 +392,7 @@ func (c *config) validate() error {
 // so a typo never turns into a bridge serving an empty private store.
 func (c *config) decideBackend() error {
 	if c.passthrough() {
-		return c.checkUpstream()
+		return c.checkV2Server()
 	}
 	remote := c.endpoints != "" || c.discoverySRV != ""
 	switch {
@@ -433,11 +443,11 @@ func splitList(s string) []string {
 
 func getenv(k string) string { return os.Getenv(k) }
 
-// checkUpstream validates passthrough mode: --v2-upstream is a list of
+// checkV2Server validates passthrough mode: --v2-server is a list of
 // http(s) URLs, and no embedded etcd goes with it.
-func (c *config) checkUpstream() error {
+func (c *config) checkV2Server() error {
 	if c.embedded.value {
-		return errors.New("--embedded conflicts with --v2-upstream: passthrough mode serves the v2 upstream, not an etcd")
+		return errors.New("--embedded conflicts with --v2-server: passthrough mode serves the v2 server, not an etcd")
 	}
 	if c.discoverySRV != "" && c.endpoints != "" {
 		return errors.New("--discovery-srv and --endpoints conflict: give one")
@@ -445,14 +455,14 @@ func (c *config) checkUpstream() error {
 	if c.modeLeaseTTL < 2*time.Second {
 		return fmt.Errorf("--mode-lease-ttl %v: at least 2s (etcd's shortest lease)", c.modeLeaseTTL)
 	}
-	for _, u := range splitList(c.v2Upstream) {
+	for _, u := range splitList(c.v2Server) {
 		pu, err := url.Parse(u)
 		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			return fmt.Errorf("bad --v2-upstream URL %q: want http://host:port or https://host:port", u)
+			return fmt.Errorf("bad --v2-server URL %q: want http://host:port or https://host:port", u)
 		}
 	}
-	if len(splitList(c.v2Upstream)) == 0 {
-		return errors.New("--v2-upstream: no URL")
+	if len(splitList(c.v2Server)) == 0 {
+		return errors.New("--v2-server: no URL")
 	}
 	c.embeddedMode = ""
 	return nil

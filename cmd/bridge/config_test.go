@@ -98,12 +98,12 @@ func TestConfigDecidesDualMode(t *testing.T) {
 		dual, passthrough bool
 		err               string
 	}{
-		{"upstream alone is passthrough", []string{"--v2-upstream", "http://old:2379"}, false, true, ""},
-		{"upstream and endpoints is dual", []string{"--v2-upstream", "http://old:2379", "--endpoints", "http://m1:2379"}, true, true, ""},
-		{"upstream and SRV discovery is dual", []string{"--v2-upstream", "http://old:2379", "--discovery-srv", "example.com"}, true, true, ""},
-		{"a lease shorter than etcd's shortest is refused", []string{"--v2-upstream", "http://old:2379", "--endpoints", "http://m1:2379",
+		{"v2 server alone is passthrough", []string{"--v2-server", "http://old:2379"}, false, true, ""},
+		{"v2 server and endpoints is dual", []string{"--v2-server", "http://old:2379", "--endpoints", "http://m1:2379"}, true, true, ""},
+		{"v2 server and SRV discovery is dual", []string{"--v2-server", "http://old:2379", "--discovery-srv", "example.com"}, true, true, ""},
+		{"a lease shorter than etcd's shortest is refused", []string{"--v2-server", "http://old:2379", "--endpoints", "http://m1:2379",
 			"--mode-lease-ttl", "1s"}, false, false, "--mode-lease-ttl"},
-		{"endpoints and SRV discovery conflict in dual mode too", []string{"--v2-upstream", "http://old:2379", "--endpoints", "http://m1:2379",
+		{"endpoints and SRV discovery conflict in dual mode too", []string{"--v2-server", "http://old:2379", "--endpoints", "http://m1:2379",
 			"--discovery-srv", "example.com"}, false, false, "conflict"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -207,8 +207,8 @@ func TestServePrefixList(t *testing.T) {
 			t.Errorf("--serve-prefix %q: %v, want the command-line mistake %q", in, err, want)
 		}
 	}
-	_, err = parseConfig([]string{"--serve-prefix", "/a,/b", "--v2-upstream", "http://old:2379"}, func(string) string { return "" }, io.Discard)
+	_, err = parseConfig([]string{"--serve-prefix", "/a,/b", "--v2-server", "http://old:2379"}, func(string) string { return "" }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "serves one subtree") {
-		t.Errorf("two prefixes with --v2-upstream: %v", err)
+		t.Errorf("two prefixes with --v2-server: %v", err)
 	}
 }

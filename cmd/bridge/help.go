@@ -20,9 +20,9 @@ var flagGroups = []flagGroup{
 	{"Serving the v2 API", []string{"listen-client-urls", "advertise-client-urls", "advertise-only-self", "mode-lease-ttl", "name",
 		"cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "client-crl-file", "tls-min-version",
 		"listen-metrics-urls", "enable-pprof", "http-idle-timeout", "http-body-read-timeout", "max-connections", "keys-detach"}},
-	{"Passthrough to an old etcd v2 server (the migration's first step; heartbeat and request flags below apply);\n" +
+	{"Passthrough to the etcd v2 server being migrated from, the v2 server (the migration's first step; heartbeat and request flags below apply);\n" +
 		"with an etcd v3 cluster too, dual mode (the mode record in etcd v3 says which side serves)",
-		[]string{"v2-upstream"}},
+		[]string{"v2-server"}},
 	{"Shadow comparison in dual mode (while it passes through, reads and writes are checked against etcd v3, off the request path)",
 		[]string{"shadow-sample-rate", "shadow-queue", "shadow-prefix"}},
 	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions", "watch-detach"}},
@@ -56,10 +56,11 @@ Settings: every flag can be set on the command line, as its V2BRIDGE_ variable, 
 YAML --config-file under the flag's name (lists allowed). Precedence, highest first:
   command line > environment > config file > default
 A V2BRIDGE_ variable that no flag reads is an error naming the closest real one.
+Deprecated names (--v2-upstream; migrate's --from*) still work, with a warning.
 
-Backend rule: with --v2-upstream the bridge forwards every v2 request to that old v2 server
-(passthrough mode; no etcd v3 is used). With --v2-upstream and --endpoints (or --discovery-srv)
-it runs in dual mode: it serves from the side the mode record in etcd v3 names (the old server
+Backend rule: with --v2-server the bridge forwards every v2 request to that v2 server
+(passthrough mode; no etcd v3 is used). With --v2-server and --endpoints (or --discovery-srv)
+it runs in dual mode: it serves from the side the mode record in etcd v3 names (the v2 server
 until "migrate cutover", etcd v3 after it; the record beats the flags). Otherwise it serves
 --endpoints (or --discovery-srv). A private embedded etcd runs
 only with --embedded, or when no backend setting is given at all (no --endpoints,
@@ -84,8 +85,12 @@ func printUsage(w io.Writer) {
 	_, _ = fmt.Fprint(w, usageTail)
 }
 
-// printFlag writes one flag as --name TYPE  $VARIABLE, then its usage.
+// printFlag writes one flag as --name TYPE  $VARIABLE, then its usage;
+// deprecated names are left out.
 func printFlag(o io.Writer, f *flag.Flag) {
+	if isAlias(f) {
+		return
+	}
 	name, usage := flag.UnquoteUsage(f)
 	if _, ok := f.Value.(*optionalBool); ok {
 		name = ""

@@ -63,10 +63,12 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 		}
 		switch rest[0] {
 		case "migrate", "verify":
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			if rest[0] == "migrate" && len(rest) > 1 && (rest[1] == "cutover" || rest[1] == "rollback") {
-				return runCutoverCommand(rest[1], append(append([]string{}, global...), rest[2:]...), stdout, stderr)
+				return cutoverMain(ctx, rest[1], append(append([]string{}, global...), rest[2:]...), getenv, stdout, stderr)
 			}
-			return runMigrateCommand(rest[0], append(append([]string{}, global...), rest[1:]...), stdout, stderr)
+			return migrateMain(ctx, rest[0], append(append([]string{}, global...), rest[1:]...), getenv, stdout, stderr, isTerminal(os.Stderr))
 		case "version":
 			if len(rest) > 1 {
 				return usageErrorf("version: unexpected argument %q", rest[1])
@@ -82,6 +84,9 @@ func run(args, environ []string, stdout, stderr io.Writer) error {
 	c, err := parseConfig(args, getenv, io.Discard)
 	if err != nil {
 		return err
+	}
+	for _, w := range c.deprecated {
+		_, _ = fmt.Fprintln(stderr, progName+": "+w)
 	}
 	if c.showVersion {
 		printVersion(stdout)

@@ -46,7 +46,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		ClientCertAuth: c.clientCertAuth, WatchDetach: c.watchDetach,
 		ShadowSampleRate: c.shadowSampleRate, ShadowPrefix: c.shadowPrefix, ShadowQueue: c.shadowQueue}
 	if c.passthrough() {
-		acfg.Mode, acfg.V2Upstream = assemble.Passthrough, splitList(c.v2Upstream)
+		acfg.Mode, acfg.V2Server = assemble.Passthrough, splitList(c.v2Server)
 	}
 	if acfg.Mode == assemble.V3 || c.dual() {
 		if c.dual() {

@@ -15,7 +15,7 @@ import (
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 
-// The bridge's modes: v3 (--endpoints), passthrough (--v2-upstream) and
+// The bridge's modes: v3 (--endpoints), passthrough (--v2-server) and
 // dual (both).
 const (
 	v3   = "v3"
@@ -35,6 +35,7 @@ var appliesIn = map[string][]string{
 	// serving from etcd v3 (dual: once its v3 side is connected)
 	"v2bridge_backend_up":                               {v3, dual},
 	"v2bridge_backend_losses_total":                     {v3, dual},
+	"v2bridge_backend_losses_deferred_total":            {v3, dual},
 	"v2bridge_backend_heartbeat_misses_total":           {v3, dual},
 	"v2bridge_backend_heartbeat_seconds_bucket":         {v3, dual},
 	"v2bridge_backend_detect_seconds_bucket":            {v3, dual},
@@ -202,10 +203,10 @@ func v3Bridge(t *testing.T) string {
 	return b
 }
 
-// passthroughBridge is a bridge forwarding to the old server at ref, after
+// passthroughBridge is a bridge forwarding to the v2 server at ref, after
 // a write and a read.
 func passthroughBridge(t *testing.T, ref string) string {
-	b := startBridge(t, "--v2-upstream", ref)
+	b := startBridge(t, "--v2-server", ref)
 	if s := do("PUT", b, "/v2/keys/pass/a", url.Values{"value": {"1"}}); s != 201 {
 		t.Fatalf("PUT through the passthrough bridge: %d", s)
 	}
@@ -215,16 +216,16 @@ func passthroughBridge(t *testing.T, ref string) string {
 	return b
 }
 
-// dualBridge is a bridge in dual mode between the old server at ref and a
+// dualBridge is a bridge in dual mode between the v2 server at ref and a
 // fresh etcd v3 cluster that no migration filled, after a read of a key the
-// old server has: its shadow comparison finds etcd v3 without it. before
+// v2 server has: its shadow comparison finds etcd v3 without it. before
 // is its scrape before that read.
 func dualBridge(t *testing.T, ref string) (base string, before []sample) {
 	c := v2bridgetest.StartCluster(t, 1)
 	if s := do("PUT", ref, "/v2/keys/dual/a", url.Values{"value": {"1"}}); s != 201 {
-		t.Fatalf("PUT to the old server: %d", s)
+		t.Fatalf("PUT to the v2 server: %d", s)
 	}
-	b := startBridge(t, "--v2-upstream", ref, "--endpoints", strings.Join(c.Endpoints(), ","), "--mode-lease-ttl", "3s")
+	b := startBridge(t, "--v2-server", ref, "--endpoints", strings.Join(c.Endpoints(), ","), "--mode-lease-ttl", "3s")
 	waitFor(t, 30*time.Second, "the dual bridge's v3 side", func() bool {
 		fams, err := scrape(b)
 		return err == nil && fams["v2bridge_backend_up"] != nil && fams["v2bridge_shadow_sample_rate"] != nil

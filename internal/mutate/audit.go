@@ -18,7 +18,7 @@ var auditMutations = []Mutation{
 	},
 	{
 		Name: "shadow-write-ttl-one-way", File: "shadow/writes.go",
-		What: "a v3 expiration later than the old server's is not a divergence (only an earlier one is)",
+		What: "a v3 expiration later than the v2 server's is not a divergence (only an earlier one is)",
 		Find: "want.exp.Sub(have.exp).Abs() > s.cfg.TTLTolerance", Replace: "want.exp.Sub(have.exp) > s.cfg.TTLTolerance",
 		Test: "go test -short -count=1 -run ^TestAWritesTTLIsComparedInBothDirections$ ./shadow/",
 	},
@@ -212,7 +212,7 @@ var auditMutations = []Mutation{
 	},
 	{
 		Name: "shadow-read-ttl-one-way", File: "shadow/compare.go",
-		What:    "a read's v3 TTL and expiration later than the old server's are within the tolerance (only earlier ones count)",
+		What:    "a read's v3 TTL and expiration later than the v2 server's are within the tolerance (only earlier ones count)",
 		Find:    "math.Abs(float64(ri-bi)) <= math.Ceil(s.cfg.TTLTolerance.Seconds())\n\tcase \"expiration\":\n\t\tr, rok := d.Ref.(string)\n\t\tb, bok := d.Bridge.(string)\n\t\tif !rok || !bok {\n\t\t\treturn false\n\t\t}\n\t\trt, err1 := time.Parse(time.RFC3339Nano, r)\n\t\tbt, err2 := time.Parse(time.RFC3339Nano, b)\n\t\treturn err1 == nil && err2 == nil && rt.Sub(bt).Abs() <= s.cfg.TTLTolerance",
 		Replace: "float64(ri-bi) <= math.Ceil(s.cfg.TTLTolerance.Seconds())\n\tcase \"expiration\":\n\t\tr, rok := d.Ref.(string)\n\t\tb, bok := d.Bridge.(string)\n\t\tif !rok || !bok {\n\t\t\treturn false\n\t\t}\n\t\trt, err1 := time.Parse(time.RFC3339Nano, r)\n\t\tbt, err2 := time.Parse(time.RFC3339Nano, b)\n\t\treturn err1 == nil && err2 == nil && rt.Sub(bt) <= s.cfg.TTLTolerance",
 		Test:    "go test -short -count=1 -run ^TestAReadsTTLIsComparedInBothDirections$ ./shadow/",

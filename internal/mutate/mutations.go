@@ -187,9 +187,9 @@ var mutations = []Mutation{
 		Test: "go test -count=1 -run ^TestStoreReplaceLearn$ ./auth/",
 	},
 	{
-		Name: "watch-unchecked", File: "v2api/server.go",
+		Name: "watch-unchecked", File: "v2api/auth.go",
 		What: "a watch is served without checking the user may read what it watches",
-		Find: "\tif s.cfg.Auth != nil {\n\t\tif code = s.checkKeys(", Replace: "\tif s.cfg.Auth != nil && !req.IsWatch() {\n\t\tif code = s.checkKeys(",
+		Find: "if kr.err == nil && !s.checkKeys(w, r, kr) {", Replace: "if kr.err == nil && !kr.req.IsWatch() && !s.checkKeys(w, r, kr) {",
 		Test: "go test -short -count=1 ./v2api/",
 	},
 	{
@@ -251,8 +251,20 @@ var mutations = []Mutation{
 	{
 		Name: "heartbeat-failures-x1000", File: "v3backend/session.go",
 		What: "the heartbeat failure threshold is multiplied by 1,000",
-		Find: "if misses >= b.cfg.HeartbeatFailures {", Replace: "if misses >= b.cfg.HeartbeatFailures*1000 {",
+		Find: "if misses < b.cfg.HeartbeatFailures {", Replace: "if misses < b.cfg.HeartbeatFailures*1000 {",
 		Test: "go test -short -count=1 ./v3backend/",
+	},
+	{
+		Name: "no-election-deferral", File: "v3backend/session.go",
+		What: "a member without a quorum is left though no other member has one (an election)",
+		Find: "case quorumSeen > 0 || b.mayDefer(s):", Replace: "case false:",
+		Test: "go test -count=1 -run ^TestNoMemberWithAQuorumDefersTheLoss$ ./v3backend/",
+	},
+	{
+		Name: "applying-is-a-miss", File: "v3backend/session.go",
+		What: "a heartbeat timed out while the member applies behind its commits (a defrag) counts as a miss",
+		Find: "\t\t\tif v == applying {\n", Replace: "\t\t\tif false {\n",
+		Test: "go test -count=1 -run ^TestAMemberBehindInApplyingIsExcused$ ./v3backend/",
 	},
 	{
 		Name: "lose-does-not-cancel", File: "v3backend/session.go",
@@ -298,7 +310,7 @@ var mutations = []Mutation{
 	},
 	{
 		Name: "shadow-divergence-taken-for-lag", File: "shadow/compare.go",
-		What: "a read the v3 side answers differently, while the upstream's answer stands, is counted as lagging",
+		What: "a read the v3 side answers differently, while the v2 server's answer stands, is counted as lagging",
 		Find: "\tif s.same(q, ref, again) {\n\t\treturn res\n\t}\n",
 		Test: "go test -short -count=1 -run ^TestDivergencesAreCountedByKind$ ./shadow/",
 	},

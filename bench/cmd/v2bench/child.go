@@ -27,10 +27,10 @@ import (
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
+	"github.com/v2bridge/v2bridge/passthrough"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/shadow"
 	"github.com/v2bridge/v2bridge/translate"
-	"github.com/v2bridge/v2bridge/upstream"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
 
@@ -47,8 +47,8 @@ const childCommand = "__serve-bridge"
 
 // serveBridge runs in the child. It prints "READY <bridge-url> <etcd-url>"
 // on stdout once both serve (with -endpoints, etcd-url is the first of
-// them; with -etcd-only, "READY <etcd-url> <etcd-url>"; with -v2-upstream,
-// "READY <bridge-url> <upstream-url>"), and shuts down when
+// them; with -etcd-only, "READY <etcd-url> <etcd-url>"; with -v2-server,
+// "READY <bridge-url> <v2-server-url>"), and shuts down when
 // stdin reaches EOF (the parent closed it or died).
 func serveBridge(args []string) error {
 	fs := flag.NewFlagSet(childCommand, flag.ContinueOnError)
@@ -57,31 +57,31 @@ func serveBridge(args []string) error {
 	watchDetach := fs.Bool("watch-detach", true, "waiting one-shot watches leave net/http (the bridge's --watch-detach)")
 	endpoints := fs.String("endpoints", "", "comma-separated client URLs of an external etcd (empty: start an embedded member)")
 	etcdOnly := fs.Bool("etcd-only", false, "start the embedded member only, no bridge")
-	v2Upstream := fs.String("v2-upstream", "", "run the bridge in passthrough mode in front of this v2 server")
+	v2Server := fs.String("v2-server", "", "run the bridge in passthrough mode in front of this v2 server")
 	grpcHop := fs.String("grpc-hop", "", "run no bridge: forward etcd's KV and Lease gRPC services to this client URL")
-	shadowEndpoints := fs.String("shadow-endpoints", "", "with -v2-upstream: compare every forwarded write with the copy in this etcd v3")
+	shadowEndpoints := fs.String("shadow-endpoints", "", "with -v2-server: compare every forwarded write with the copy in this etcd v3")
 	follow := fs.String("follow", "", "run no bridge: copy this v2 server's "+shadowRoot+" into -endpoints and follow it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	raiseNofile()
 	if *grpcHop != "" {
-		if *etcdOnly || *endpoints != "" || *v2Upstream != "" {
+		if *etcdOnly || *endpoints != "" || *v2Server != "" {
 			return errors.New("-grpc-hop runs a gRPC forwarder alone: it takes no other mode")
 		}
 		return serveGRPCHop(*grpcHop)
 	}
 	if *follow != "" {
-		if *etcdOnly || *endpoints == "" || *v2Upstream != "" {
+		if *etcdOnly || *endpoints == "" || *v2Server != "" {
 			return errors.New("-follow runs the follower alone, into -endpoints")
 		}
 		return serveFollower(*follow, *endpoints)
 	}
-	if *v2Upstream != "" {
+	if *v2Server != "" {
 		if *etcdOnly || *endpoints != "" {
-			return errors.New("-v2-upstream runs passthrough mode: it takes no -endpoints nor -etcd-only")
+			return errors.New("-v2-server runs passthrough mode: it takes no -endpoints nor -etcd-only")
 		}
-		return servePassthrough(*v2Upstream, *shadowEndpoints)
+		return servePassthrough(*v2Server, *shadowEndpoints)
 	}
 
 	var eps []string
@@ -181,7 +181,7 @@ func serveBridge(args []string) error {
 
 // servePassthrough runs the bridge in passthrough mode in front of the v2
 // server at up, assembled as the binary's passthrough mode does (the
-// upstream package's Passthrough as the handler, the bridge's HTTP server
+// passthrough package's Passthrough as the handler, the bridge's HTTP server
 // limits), with its defaults for the heartbeat and the request timeout and
 // no request log. With shadowEndpoints, its shadow comparison checks every
 // forwarded write against the copy there, as a dual-mode bridge does.
@@ -190,7 +190,7 @@ func servePassthrough(up, shadowEndpoints string) error {
 	if err != nil {
 		return err
 	}
-	var obs upstream.Observer
+	var obs passthrough.Observer
 	if shadowEndpoints != "" {
 		sh, stop, err := startShadow(shadowEndpoints, reg)
 		if err != nil {
@@ -199,7 +199,7 @@ func servePassthrough(up, shadowEndpoints string) error {
 		defer stop()
 		obs = sh
 	}
-	p, err := upstream.New(upstream.Config{URLs: []string{up}, Name: "bench", AdvertiseURLs: []string{u},
+	p, err := passthrough.New(passthrough.Config{URLs: []string{up}, Name: "bench", AdvertiseURLs: []string{u},
 		Registry: reg, Gatherer: reg, Observer: obs})
 	if err != nil {
 		return err
@@ -279,7 +279,7 @@ func startShadow(endpoints string, reg *prometheus.Registry) (*shadow.Shadow, fu
 		return nil, nil, err
 	}
 	sh, err := shadow.New(shadow.Config{Store: server.Store{B: br.Backend}, SampleRate: 1, Registry: reg,
-		Feed: &shadow.V3Feed{Client: cli, Layout: layout}})
+		Updates: &shadow.V3Updates{Client: cli, Layout: layout}})
 	if err != nil {
 		_ = cli.Close()
 		_ = br.Close(ctx)
@@ -318,18 +318,18 @@ func serveFollower(from, endpoints string) error {
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	src, err := cutover.NewSource([]string{from}, nil, "", 10*time.Second)
+	src, err := cutover.NewV2Server([]string{from}, nil, "", 10*time.Second)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	o := migrate.Options{From: from, FromPrefix: shadowRoot, Target: be, NoHiddenDiscovery: true,
+	o := migrate.Options{V2Server: []string{from}, V2ServerPrefix: shadowRoot, Target: be, NoHiddenDiscovery: true,
 		Log: func(s string) { fmt.Fprintln(os.Stderr, "follower:", s) }}
 	sum, err := migrate.Copy(ctx, o)
 	if err != nil {
 		return err
 	}
-	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), Source: src,
+	rep := &cutover.FollowReporter{Client: cli, Keys: cutover.KeysFor(layout.MetaPrefix), V2Server: src,
 		Prefix: shadowRoot}
 	rep.Applied(sum.Index)
 	o.Applied = rep.Applied

@@ -15,7 +15,7 @@
 // binary re-executed), the etcd v2 and v2v3 servers in v2ref child
 // processes; v2bridge-ext is this binary re-executed with -endpoints, in
 // front of the etcd 3.5 of a v2ref child; v2bridge-passthrough is this
-// binary re-executed with -v2-upstream, the bridge in passthrough mode in
+// binary re-executed with -v2-server, the bridge in passthrough mode in
 // front of that etcd's v2 API (key-value section only); the history
 // section runs the embedded member alone in a child (-etcd-only) and
 // bridges in front of it (-endpoints), so that a bridge can start afresh
@@ -502,7 +502,7 @@ func header(cfg *config, elapsed time.Duration) string {
 		"**v2bridge-ext** = the bridge as deployed, in a child process of its own (`--endpoints`), in front of the " +
 		"v3 API of an external etcd 3.5 (v2ref, v2 store enabled too); **direct-v3-ext** = clientv3 straight to that " +
 		"same etcd 3.5. The -ext columns compare the bridge with the v3 and the v2 API of one and the same etcd. " +
-		"**v2bridge-passthrough** = the bridge in passthrough mode (`--v2-upstream`), in a child process of its own, " +
+		"**v2bridge-passthrough** = the bridge in passthrough mode (`--v2-server`), in a child process of its own, " +
 		"forwarding every v2 request (one HTTP round trip each) to the v2 API of the etcd 3.5 that serves etcd v2; " +
 		"its passthrough/etcd-v2 column is what the extra hop costs against talking to that v2 server directly. " +
 		"**direct-v3-hop** = clientv3 through a child process of its own that forwards each gRPC call unchanged, " +

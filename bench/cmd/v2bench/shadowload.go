@@ -19,7 +19,7 @@ import (
 
 // The shadow section: the shadow comparison of a passthrough bridge at a
 // steady write rate. A real etcd v2 server (etcd 3.5, v2ref) is the
-// upstream; a follower child keeps a copy in etcd v3 (an embedded member, a
+// v2 server; a follower child keeps a copy in etcd v3 (an embedded member, a
 // child of its own) and records its progress as `migrate --follow` does;
 // two passthrough bridge children forward to the same v2 server, one
 // without a shadow and one comparing every write with the copy. The same
@@ -77,13 +77,13 @@ func runShadow(cfg *config, res *results) {
 		return
 	}
 	defer follower.Stop()
-	plain, err := startChild("-v2-upstream", v2.v2URL)
+	plain, err := startChild("-v2-server", v2.v2URL)
 	if err != nil {
 		res.note("%s: cannot start the plain passthrough bridge: %s", wl, fmtErr(err))
 		return
 	}
 	defer plain.Stop()
-	shadowed, err := startChild("-v2-upstream", v2.v2URL, "-shadow-endpoints", etcd.etcdURL)
+	shadowed, err := startChild("-v2-server", v2.v2URL, "-shadow-endpoints", etcd.etcdURL)
 	if err != nil {
 		res.note("%s: cannot start the shadowed passthrough bridge: %s", wl, fmtErr(err))
 		return

@@ -35,7 +35,7 @@ const (
 	sysBridgeExt = "v2bridge-ext"
 	// clientv3 straight to that etcd 3.5 server.
 	sysV3Ext = "direct-v3-ext"
-	// The bridge in passthrough mode (--v2-upstream), its own process, in
+	// The bridge in passthrough mode (--v2-server), its own process, in
 	// front of the v2 API of the etcd 3.5 server that serves etcd-v2.
 	sysPassthrough = "v2bridge-passthrough" //nolint:gosec // G101: a system's name, not a credential
 	// clientv3 through a gRPC forwarder, its own process, to that etcd 3.5
@@ -49,7 +49,7 @@ var allSystems = []string{sysBridge, sysV3, sysV2, sysV2V3, sysBridgeExt, sysV3E
 func kvOnly(sys string) bool { return sys == sysPassthrough || sys == sysV3Hop }
 
 // passthroughRoot is the directory under which v2bridge-passthrough keeps
-// its keys in the key-value section: its upstream is the very v2 store
+// its keys in the key-value section: the v2 server it forwards to is the very v2 store
 // etcd-v2 is measured on, so its keys must not meet etcd-v2's.
 const passthroughRoot = "/passthrough"
 
@@ -172,7 +172,7 @@ func startV2Ref(v2v3 bool) (*instance, error) {
 // of etcd's v2 API. The returned instance's stop stops the bridge only; its
 // CPU and RSS count both processes.
 func startPassthroughBridge(etcd *instance) (*instance, error) {
-	in, err := startChild("-v2-upstream", etcd.v2URL)
+	in, err := startChild("-v2-server", etcd.v2URL)
 	if err != nil {
 		return nil, err
 	}

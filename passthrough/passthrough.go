@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package upstream is passthrough mode: the bridge forwards every v2 request
-// to an old etcd v2 server (the upstream), which stays the single authority,
+// Package passthrough is passthrough mode: the bridge forwards every v2 request
+// to the v2 server, which stays the single authority,
 // while v2 clients move to their local bridge node by node. It holds the
-// forwarding handler, the liveness heartbeat against the upstream (with
-// failover along a list of upstreams), and the HTTP transport they share.
+// forwarding handler, the liveness heartbeat against the v2 server (with
+// failover along a list of v2 server URLs), and the HTTP transport they share.
 //
-// Each request costs at most one round trip to the upstream. Only the
+// Each request costs at most one round trip to the v2 server. Only the
 // bridges' membership (/v2/members, /v2/machines, /v2/stats/self and
 // /v2/stats/leader) and the probes (/readyz, /livez, /metrics) are answered
 // locally, so clients that sync their member list keep talking to bridges,
 // and the leader the stats name is a member listed.
-package upstream
+package passthrough
 
 import (
 	"context"
@@ -32,12 +32,12 @@ import (
 
 // Config is what a passthrough is built from.
 type Config struct {
-	// URLs are the upstream v2 servers' client URLs, in failover order.
+	// URLs are the v2 server's client URLs, in failover order.
 	URLs []string
 
 	// The heartbeat: a GET /health every HeartbeatInterval, each bounded
 	// by HeartbeatTimeout; HeartbeatFailures misses in a row declare the
-	// upstream lost.
+	// v2 server lost.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 	HeartbeatFailures int
@@ -71,12 +71,12 @@ type Observer interface {
 	Observe(r *http.Request, a Answer)
 }
 
-// Answer is the upstream's answer to a sampled request, as relayed.
+// Answer is the v2 server's answer to a sampled request, as relayed.
 type Answer struct {
-	// Upstream is the base URL of the upstream that answered.
-	Upstream string
-	Status   int
-	Header   http.Header // a copy
+	// URL is the base URL of the v2 server that answered.
+	URL    string
+	Status int
+	Header http.Header // a copy
 	// Body is the whole body; the observer must not change it.
 	Body []byte
 }
@@ -107,10 +107,10 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// errLost is the cause with which a lost upstream ends the requests in flight.
-var errLost = errors.New("upstream lost")
+// errLost is the cause with which a lost v2 server ends the requests in flight.
+var errLost = errors.New("v2 server lost")
 
-// Passthrough forwards the v2 API to an upstream v2 server.
+// Passthrough forwards the v2 API to the v2 server.
 type Passthrough struct {
 	cfg     Config
 	lg      *zap.Logger
@@ -120,11 +120,11 @@ type Passthrough struct {
 	api     *v2api.Server   // the locally answered part of the surface
 	metrics *metrics
 
-	// current is the index in targets of the upstream in use; up says
+	// current is the index in targets of the v2 server in use; up says
 	// whether it answers the heartbeat.
 	current atomic.Int64
 	up      atomic.Bool
-	// lastIndex is the last X-Etcd-Index an upstream sent, for the index
+	// lastIndex is the last X-Etcd-Index a v2 server sent, for the index
 	// of the errors the bridge writes itself; clusterID the last
 	// X-Etcd-Cluster-Id.
 	lastIndex atomic.Uint64
@@ -140,25 +140,25 @@ type Passthrough struct {
 	monitor sync.WaitGroup // the heartbeat goroutine
 }
 
-// forwarding is one request in flight to the upstream, ended by its loss
+// forwarding is one request in flight to the v2 server, ended by its loss
 // (and, when it is a watch, by the bridge's shutdown).
 type forwarding struct {
 	cancel context.CancelCauseFunc
 	watch  bool
 }
 
-// New checks cfg and starts the heartbeat. The upstream counts as lost until
+// New checks cfg and starts the heartbeat. The v2 server counts as lost until
 // it answers once (Ready).
 func New(cfg Config) (*Passthrough, error) {
 	cfg.setDefaults()
 	if len(cfg.URLs) == 0 {
-		return nil, errors.New("upstream: no v2 upstream URL")
+		return nil, errors.New("passthrough: no URL of the v2 server")
 	}
 	p := &Passthrough{cfg: cfg, lg: cfg.Logger, inflight: map[*forwarding]struct{}{}}
 	for _, s := range cfg.URLs {
 		u, err := url.Parse(strings.TrimSuffix(s, "/"))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("upstream: bad v2 upstream URL %q: want http://host:port or https://host:port", s)
+			return nil, fmt.Errorf("passthrough: bad URL of the v2 server %q: want http://host:port or https://host:port", s)
 		}
 		p.targets = append(p.targets, u)
 	}
@@ -178,20 +178,20 @@ func New(cfg Config) (*Passthrough, error) {
 	return p, nil
 }
 
-// Ready reports whether the upstream in use answers the heartbeat.
+// Ready reports whether the v2 server in use answers the heartbeat.
 func (p *Passthrough) Ready() bool { return p.up.Load() }
 
-// Upstream is the URL of the upstream in use.
-func (p *Passthrough) Upstream() string { return p.targets[p.current.Load()].String() }
+// V2Server is the URL of the v2 server in use.
+func (p *Passthrough) V2Server() string { return p.targets[p.current.Load()].String() }
 
-// WaitReady waits until the upstream answers, or ctx ends.
+// WaitReady waits until the v2 server answers, or ctx ends.
 func (p *Passthrough) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for !p.Ready() {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("upstream %s does not answer: %w", p.Upstream(), ctx.Err())
+			return fmt.Errorf("the v2 server %s does not answer: %w", p.V2Server(), ctx.Err())
 		case <-t.C:
 		}
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package upstream
+package passthrough
 
 import (
 	"net/http"
@@ -53,7 +53,7 @@ func TestTheObserverSeesSampledAnswersButNoWatch(t *testing.T) {
 		t.Fatalf("observed %d answers, want the 2 sampled", len(obs.observed))
 	}
 	a := obs.observed[0]
-	if a.Upstream != up.URL || a.Status != 200 || string(a.Body) != "answer" || a.Header.Get("X-Etcd-Index") != "7" {
+	if a.URL != up.URL || a.Status != 200 || string(a.Body) != "answer" || a.Header.Get("X-Etcd-Index") != "7" {
 		t.Errorf("observed %+v", a)
 	}
 }

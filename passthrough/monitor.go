@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package upstream
+package passthrough
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// heartbeat probes the upstream in use until ctx ends: HeartbeatFailures
+// heartbeat probes the v2 server in use until ctx ends: HeartbeatFailures
 // misses in a row declare it lost (its watches end, new requests get a fast
-// error 300) and move to the next upstream of the list; while lost, every
+// error 300) and move to the next v2 server of the list; while lost, every
 // miss moves on again, and the first answer makes the one that answered the
-// upstream in use.
+// v2 server in use.
 func (p *Passthrough) heartbeat(ctx context.Context) {
 	t := time.NewTicker(p.cfg.HeartbeatInterval)
 	defer t.Stop()
@@ -39,7 +39,7 @@ func (p *Passthrough) heartbeat(ctx context.Context) {
 		case p.up.Load():
 			misses++
 			p.metrics.misses.Inc()
-			p.lg.Debug("upstream heartbeat missed", zap.String("upstream", p.targets[i].String()),
+			p.lg.Debug("v2 server heartbeat missed", zap.String("v2-server", p.targets[i].String()),
 				zap.Int("misses", misses), zap.Error(err))
 			if misses >= p.cfg.HeartbeatFailures {
 				misses = 0
@@ -57,7 +57,7 @@ func (p *Passthrough) heartbeat(ctx context.Context) {
 	}
 }
 
-// probe is one heartbeat: GET /health on upstream i within HeartbeatTimeout,
+// probe is one heartbeat: GET /health on v2 server i within HeartbeatTimeout,
 // answered 200.
 func (p *Passthrough) probe(ctx context.Context, i int) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.HeartbeatTimeout)
@@ -80,10 +80,10 @@ func (p *Passthrough) probe(ctx context.Context, i int) error {
 	return nil
 }
 
-// lost declares upstream i lost: new requests are refused at once, every
+// lost declares v2 server i lost: new requests are refused at once, every
 // watch in flight ends (its client re-issues it), every other request in
 // flight gets error 300 without waiting out its deadline, and the heartbeat
-// moves to the next upstream of the list.
+// moves to the next v2 server of the list.
 func (p *Passthrough) lost(i int, cause error) {
 	p.up.Store(false)
 	p.metrics.up.Set(0)
@@ -93,15 +93,15 @@ func (p *Passthrough) lost(i int, cause error) {
 	p.probeTr.CloseIdleConnections()
 	next := (i + 1) % len(p.targets)
 	p.current.Store(int64(next))
-	p.lg.Warn("v2 upstream lost: its watches were ended, requests are refused until an upstream answers",
-		zap.String("upstream", p.targets[i].String()), zap.Int("watches-ended", ended),
+	p.lg.Warn("v2 server lost: its watches were ended, requests are refused until a v2 server answers",
+		zap.String("v2-server", p.targets[i].String()), zap.Int("watches-ended", ended),
 		zap.String("next", p.targets[next].String()), zap.Error(cause))
 }
 
-// recovered makes upstream i, which answered, the one in use.
+// recovered makes v2 server i, which answered, the one in use.
 func (p *Passthrough) recovered(i int) {
 	p.current.Store(int64(i))
 	p.up.Store(true)
 	p.metrics.up.Set(1)
-	p.lg.Info("v2 upstream answers: serving through it", zap.String("upstream", p.targets[i].String()))
+	p.lg.Info("v2 server answers: serving through it", zap.String("v2-server", p.targets[i].String()))
 }

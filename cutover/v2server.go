@@ -21,9 +21,9 @@ import (
 	"github.com/v2bridge/v2bridge/v2client"
 )
 
-// Source is the old v2 server, as the commands and the follower's progress
+// V2Server is the v2 server, as the commands and the follower's progress
 // reporter reach it (through its v2client).
-type Source struct {
+type V2Server struct {
 	c       *v2client.Client
 	timeout time.Duration
 	// Quiet is how long a probe's watch must stay without an event to
@@ -32,8 +32,8 @@ type Source struct {
 	Quiet time.Duration
 }
 
-// NewSource reaches the old server at urls (the first that answers).
-func NewSource(urls []string, tlsc *tls.Config, user string, timeout time.Duration) (*Source, error) {
+// NewV2Server reaches the v2 server at urls (the first that answers).
+func NewV2Server(urls []string, tlsc *tls.Config, user string, timeout time.Duration) (*V2Server, error) {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
@@ -41,24 +41,24 @@ func NewSource(urls []string, tlsc *tls.Config, user string, timeout time.Durati
 	if err != nil {
 		return nil, err
 	}
-	return &Source{c: c, timeout: timeout, Quiet: time.Second}, nil
+	return &V2Server{c: c, timeout: timeout, Quiet: time.Second}, nil
 }
 
-// String names the old server.
-func (s *Source) String() string { return s.c.String() }
+// String names the v2 server.
+func (s *V2Server) String() string { return s.c.String() }
 
 // Close releases idle connections.
-func (s *Source) Close() { s.c.Close() }
+func (s *V2Server) Close() { s.c.Close() }
 
 // do sends one request of the key p to the first URL that answers.
-func (s *Source) do(ctx context.Context, method, p string, q url.Values, body url.Values) (*http.Response, error) {
+func (s *V2Server) do(ctx context.Context, method, p string, q url.Values, body url.Values) (*http.Response, error) {
 	return s.c.Do(ctx, method, "/v2/keys"+p, q, body)
 }
 
 func headerIndex(h http.Header) (uint64, error) {
 	v, err := strconv.ParseUint(h.Get("X-Etcd-Index"), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("the old v2 server sent no X-Etcd-Index: is it an etcd v2 server?")
+		return 0, fmt.Errorf("the v2 server sent no X-Etcd-Index: is it an etcd v2 server?")
 	}
 	return v, nil
 }
@@ -69,12 +69,12 @@ func v2Error(resp *http.Response, body []byte) error {
 	if json.Unmarshal(body, &ve) == nil && ve.Code != 0 {
 		return &ve
 	}
-	return fmt.Errorf("the old v2 server answered %s: %.200s", resp.Status, body)
+	return fmt.Errorf("the v2 server answered %s: %.200s", resp.Status, body)
 }
 
-// Index is the old server's current index and cluster id (a quorum read of
+// Index is the v2 server's current index and cluster id (a quorum read of
 // the root).
-func (s *Source) Index(ctx context.Context) (uint64, string, error) {
+func (s *V2Server) Index(ctx context.Context) (uint64, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	resp, err := s.do(ctx, http.MethodGet, "/", url.Values{"quorum": {"true"}}, nil)
@@ -95,7 +95,7 @@ func (s *Source) Index(ctx context.Context) (uint64, string, error) {
 // Quiet) proves that none lies between from and the server's index when it
 // parked, which it returns with true. A waiting event returns its index
 // with false. A 401 means the server's history no longer reaches from.
-func (s *Source) Caught(ctx context.Context, prefix string, from uint64) (bool, uint64, error) {
+func (s *V2Server) Caught(ctx context.Context, prefix string, from uint64) (bool, uint64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	hctx, hcancel := context.WithTimeout(ctx, s.timeout)
@@ -130,13 +130,13 @@ func (s *Source) Caught(ctx context.Context, prefix string, from uint64) (bool, 
 			return true, at, nil // parked: nothing in [from, at]
 		}
 		if err := context.Cause(hctx); err != nil && !parked.Load() {
-			return false, 0, fmt.Errorf("probing the old v2 server: %w", err)
+			return false, 0, fmt.Errorf("probing the v2 server: %w", err)
 		}
-		return false, 0, errors.New("the old v2 server ended the probe's watch without an event; probing again")
+		return false, 0, errors.New("the v2 server ended the probe's watch without an event; probing again")
 	}
 	var ev translate.Event
 	if err := json.Unmarshal(body, &ev); err != nil || ev.Node == nil {
-		return false, 0, fmt.Errorf("the old v2 server's watch answer does not decode: %.200s", body)
+		return false, 0, fmt.Errorf("the v2 server's watch answer does not decode: %.200s", body)
 	}
 	if ev.Node.ModifiedIndex > at {
 		return true, at, nil // a live event: nothing matched in [from, at]
@@ -144,13 +144,13 @@ func (s *Source) Caught(ctx context.Context, prefix string, from uint64) (bool, 
 	return false, ev.Node.ModifiedIndex, nil
 }
 
-// Put sets key to value on the old server (the rollback's padding).
-func (s *Source) Put(ctx context.Context, key, value string) (uint64, error) {
+// Put sets key to value on the v2 server (the rollback's padding).
+func (s *V2Server) Put(ctx context.Context, key, value string) (uint64, error) {
 	return s.write(ctx, http.MethodPut, key, url.Values{"value": {value}})
 }
 
-// Delete removes key on the old server; a missing key is no error.
-func (s *Source) Delete(ctx context.Context, key string) (uint64, error) {
+// Delete removes key on the v2 server; a missing key is no error.
+func (s *V2Server) Delete(ctx context.Context, key string) (uint64, error) {
 	idx, err := s.write(ctx, http.MethodDelete, key, nil)
 	var ve *translate.Error
 	if errors.As(err, &ve) && ve.Code == translate.EcodeKeyNotFound {
@@ -159,7 +159,7 @@ func (s *Source) Delete(ctx context.Context, key string) (uint64, error) {
 	return idx, err
 }
 
-func (s *Source) write(ctx context.Context, method, key string, form url.Values) (uint64, error) {
+func (s *V2Server) write(ctx context.Context, method, key string, form url.Values) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	resp, err := s.do(ctx, method, key, url.Values{}, form)
@@ -174,9 +174,9 @@ func (s *Source) write(ctx context.Context, method, key string, form url.Values)
 	return headerIndex(resp.Header)
 }
 
-// List names the children of the directory dir on the old server (v2 lists
+// List names the children of the directory dir on the v2 server (v2 lists
 // no hidden node); exists is false when dir is not there.
-func (s *Source) List(ctx context.Context, dir string) (children []string, exists bool, err error) {
+func (s *V2Server) List(ctx context.Context, dir string) (children []string, exists bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	resp, err := s.do(ctx, http.MethodGet, dir, url.Values{"quorum": {"true"}}, nil)
@@ -186,7 +186,7 @@ func (s *Source) List(ctx context.Context, dir string) (children []string, exist
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, false, fmt.Errorf("listing %s on the old v2 server: %w", dir, err)
+		return nil, false, fmt.Errorf("listing %s on the v2 server: %w", dir, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var ve *translate.Error
@@ -198,7 +198,7 @@ func (s *Source) List(ctx context.Context, dir string) (children []string, exist
 	}
 	var ev translate.Event
 	if err := json.Unmarshal(body, &ev); err != nil || ev.Node == nil {
-		return nil, false, fmt.Errorf("listing %s on the old v2 server: the answer does not decode: %.200s", dir, body)
+		return nil, false, fmt.Errorf("listing %s on the v2 server: the answer does not decode: %.200s", dir, body)
 	}
 	for _, n := range ev.Node.Nodes {
 		children = append(children, n.Key)

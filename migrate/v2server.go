@@ -21,52 +21,52 @@ import (
 	"github.com/v2bridge/v2bridge/v2client"
 )
 
-// ErrUnreachable matches (errors.Is) errors about a source that does not answer.
+// ErrUnreachable matches (errors.Is) errors about a v2 server that does not answer.
 var ErrUnreachable = v2client.ErrUnreachable
 
-// ErrNoV2API matches (errors.Is) errors about a source URL that answers HTTP
+// ErrNoV2API matches (errors.Is) errors about a v2 server URL that answers HTTP
 // but does not serve the etcd v2 keys API.
-var ErrNoV2API = errors.New("the source does not serve the etcd v2 keys API")
+var ErrNoV2API = errors.New("the v2 server does not serve the etcd v2 keys API")
 
-// sourceError is a source problem of one of the kinds above, with its own text.
-type sourceError struct {
+// v2ServerError is a v2 server problem of one of the kinds above, with its own text.
+type v2ServerError struct {
 	kind error
 	msg  string
 }
 
-func (e *sourceError) Error() string        { return e.msg }
-func (e *sourceError) Is(target error) bool { return target == e.kind }
+func (e *v2ServerError) Error() string        { return e.msg }
+func (e *v2ServerError) Is(target error) bool { return target == e.kind }
 
-// source is what the migration asks of a running v2 server, through its
+// v2Server is what the migration asks of a running v2 server, through its
 // v2client.
-type source struct {
+type v2Server struct {
 	c       *v2client.Client
 	timeout time.Duration // of each request but watches
 }
 
-// close drops the connections to the source this process keeps open.
-func (s *source) close() { s.c.Close() }
+// close drops the connections to the v2 server this process keeps open.
+func (s *v2Server) close() { s.c.Close() }
 
-func newSource(o *Options) (*source, error) {
-	if o.From == "" {
-		return nil, errors.New("no source URL (--from)")
+func newV2Server(o *Options) (*v2Server, error) {
+	if len(o.V2Server) == 0 {
+		return nil, errors.New("no v2 server URL (--v2-server)")
 	}
-	c, err := v2client.New(v2client.Config{URLs: []string{o.From}, TLS: o.SourceTLS, User: o.SourceUser})
+	c, err := v2client.New(v2client.Config{URLs: o.V2Server, TLS: o.V2ServerTLS, User: o.V2ServerUser})
 	if err != nil {
 		return nil, err
 	}
-	s := &source{c: c, timeout: o.SourceTimeout}
+	s := &v2Server{c: c, timeout: o.V2ServerTimeout}
 	if s.timeout == 0 {
 		s.timeout = 2 * time.Minute
 	}
 	return s, nil
 }
 
-func (s *source) String() string { return s.c.String() }
+func (s *v2Server) String() string { return s.c.String() }
 
 // do sends a GET of the API path p with query q and returns the response
-// with its body read, or an error naming what is wrong with the source.
-func (s *source) do(ctx context.Context, p string, q url.Values) (*http.Response, []byte, error) {
+// with its body read, or an error naming what is wrong with the v2 server.
+func (s *v2Server) do(ctx context.Context, p string, q url.Values) (*http.Response, []byte, error) {
 	resp, err := s.c.Do(ctx, http.MethodGet, p, q, nil)
 	if err != nil {
 		return nil, nil, err
@@ -77,21 +77,21 @@ func (s *source) do(ctx context.Context, p string, q url.Values) (*http.Response
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		return nil, nil, v2client.Unreachable("reading the answer of the v2 source %s: %v", s, err)
+		return nil, nil, v2client.Unreachable("reading the answer of the v2 server %s: %v", s, err)
 	}
 	return resp, body, nil
 }
 
 // decode interprets a /v2/keys answer: an event, a v2 error, or proof that
 // the URL serves something else.
-func (s *source) decode(p string, resp *http.Response, body []byte) (*translate.Event, uint64, error) {
+func (s *v2Server) decode(p string, resp *http.Response, body []byte) (*translate.Event, uint64, error) {
 	idx, idxErr := strconv.ParseUint(resp.Header.Get("X-Etcd-Index"), 10, 64)
 	isJSON := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json")
 	if isJSON && resp.StatusCode >= 400 {
 		var ve translate.Error
 		if json.Unmarshal(body, &ve) == nil && ve.Code != 0 {
 			if ve.Code == translate.EcodeUnauthorized {
-				return nil, 0, fmt.Errorf("the v2 source %s refused the request: %v (pass --from-user name:password)", s, &ve)
+				return nil, 0, fmt.Errorf("the v2 server %s refused the request: %v (pass --v2-server-user name:password)", s, &ve)
 			}
 			return nil, idx, &ve
 		}
@@ -109,16 +109,16 @@ func (s *source) decode(p string, resp *http.Response, body []byte) (*translate.
 	if len(snippet) > 120 {
 		snippet = snippet[:120] + "..."
 	}
-	return nil, 0, &sourceError{kind: ErrNoV2API, msg: fmt.Sprintf(
-		"%s does not serve the etcd v2 keys API: GET %s answered %s %q; the source must be an etcd v2 server "+
+	return nil, 0, &v2ServerError{kind: ErrNoV2API, msg: fmt.Sprintf(
+		"%s does not serve the etcd v2 keys API: GET %s answered %s %q; the URL must be an etcd v2 server "+
 			"(etcd 3.4/3.5 started with --enable-v2=true, or etcd 2.x); etcd 3.6 and later have no v2 API",
 		s, p, resp.Status, snippet)}
 }
 
-// get reads p from the source: recursive, sorted and through quorum, so the
+// get reads p from the v2 server: recursive, sorted and through quorum, so the
 // snapshot is consistent and its X-Etcd-Index is where a watch resumes.
 // A missing key is (nil, index, nil).
-func (s *source) get(ctx context.Context, p string, recursive bool) (*translate.Node, uint64, error) {
+func (s *v2Server) get(ctx context.Context, p string, recursive bool) (*translate.Node, uint64, error) {
 	q := url.Values{"quorum": {"true"}, "sorted": {"true"}}
 	if recursive {
 		q.Set("recursive", "true")
@@ -136,7 +136,7 @@ func (s *source) get(ctx context.Context, p string, recursive bool) (*translate.
 		return nil, ve.Index, nil
 	}
 	if err == nil && ev == nil {
-		return nil, 0, &sourceError{kind: ErrNoV2API, msg: fmt.Sprintf("%s does not serve the etcd v2 keys API: GET %s answered an empty body", s, kp)}
+		return nil, 0, &v2ServerError{kind: ErrNoV2API, msg: fmt.Sprintf("%s does not serve the etcd v2 keys API: GET %s answered an empty body", s, kp)}
 	}
 	if err != nil {
 		return nil, 0, err
@@ -146,7 +146,7 @@ func (s *source) get(ctx context.Context, p string, recursive bool) (*translate.
 
 // watch waits for the first event at or after waitIndex on root and below.
 // (nil, nil) means the server ended the watch without one: ask again.
-func (s *source) watch(ctx context.Context, root string, waitIndex uint64) (*translate.Event, error) {
+func (s *v2Server) watch(ctx context.Context, root string, waitIndex uint64) (*translate.Event, error) {
 	q := url.Values{"wait": {"true"}, "recursive": {"true"}, "waitIndex": {strconv.FormatUint(waitIndex, 10)}}
 	kp := "/v2/keys" + root
 	resp, body, err := s.do(ctx, kp, q)
@@ -162,8 +162,8 @@ func (s *source) watch(ctx context.Context, root string, waitIndex uint64) (*tra
 type eventStream struct {
 	body io.ReadCloser
 	dec  *json.Decoder
-	// index is the source's X-Etcd-Index when the watch was made. An event
-	// at or below it came from the source's history: v2 then answers with
+	// index is the v2 server's X-Etcd-Index when the watch was made. An event
+	// at or below it came from the v2 server's history: v2 then answers with
 	// that one event and registers no watcher, so the stream sends no more.
 	index uint64
 }
@@ -171,7 +171,7 @@ type eventStream struct {
 // stream opens a recursive stream watch on root from waitIndex. The stream
 // lives as long as ctx; a v2 error (401: the history no longer reaches
 // waitIndex) comes back as a *translate.Error.
-func (s *source) stream(ctx context.Context, root string, waitIndex uint64) (*eventStream, error) {
+func (s *v2Server) stream(ctx context.Context, root string, waitIndex uint64) (*eventStream, error) {
 	q := url.Values{"wait": {"true"}, "recursive": {"true"}, "stream": {"true"},
 		"waitIndex": {strconv.FormatUint(waitIndex, 10)}}
 	kp := "/v2/keys" + root
@@ -188,11 +188,11 @@ func (s *source) stream(ctx context.Context, root string, waitIndex uint64) (*ev
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, v2client.Unreachable("reading the answer of the v2 source %s: %v", s, err)
+			return nil, v2client.Unreachable("reading the answer of the v2 server %s: %v", s, err)
 		}
 		_, _, err = s.decode(kp, resp, body)
 		if err == nil { // an event in a non-200 answer: not a stream
-			err = v2client.Unreachable("the v2 source %s answered a stream watch with %s", s, resp.Status)
+			err = v2client.Unreachable("the v2 server %s answered a stream watch with %s", s, resp.Status)
 		}
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func (st *eventStream) next() (*translate.Event, error) {
 		return nil, err
 	}
 	if ev.Action == "" || ev.Node == nil {
-		return nil, fmt.Errorf("the source streamed something other than a v2 event (action %q)", ev.Action)
+		return nil, fmt.Errorf("the v2 server streamed something other than a v2 event (action %q)", ev.Action)
 	}
 	return &ev, nil
 }
@@ -226,7 +226,7 @@ func historyStart(ve *translate.Error) (uint64, bool) {
 	return n, err == nil
 }
 
-// discoverHidden finds hidden nodes below root from the source's event
+// discoverHidden finds hidden nodes below root from the v2 server's event
 // history: v2 never lists hidden nodes, but its history replay (a watch with
 // an old waitIndex) does not filter them. Only the last 1000 events are kept,
 // so this finds hidden keys written recently, not all of them. It returns
@@ -237,7 +237,7 @@ func historyStart(ve *translate.Error) (uint64, bool) {
 // watch per event: a watch answers with the first event at or after its
 // waitIndex, at once from the history; one with nothing left before upTo
 // would wait for a future event, so a short deadline ends it.
-func (s *source) discoverHidden(ctx context.Context, root string, upTo uint64) ([]string, error) {
+func (s *v2Server) discoverHidden(ctx context.Context, root string, upTo uint64) ([]string, error) {
 	ask := func(wait uint64) (*translate.Event, error) {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()

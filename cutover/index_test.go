@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package cutover
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func TestV3IndexIsTheIndexOfTheRevisionACountOnlyReadSees(t *testing.T) {
 		t.Fatal(err)
 	}
 	kv := &countingKV{rev: 57}
-	idx, err := v3Index(kv, layout, time.Second)(context.Background())
+	idx, err := countIndex(kv, layout, time.Second)(context.Background())
 	if err != nil || idx != translate.Index(57) {
 		t.Fatalf("index %d (%v), want %d", idx, err, translate.Index(57))
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package upstream
+package passthrough
 
 import (
 	"net"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// maxConnsPerHost caps the connections to one upstream: every parked watch
+// maxConnsPerHost caps the connections to one v2 server: every parked watch
 // holds one, so the cap is sized for many of them, and the same number is
 // kept idle so that the re-watch after each event reuses a connection.
 const maxConnsPerHost = 32768
@@ -28,7 +28,7 @@ func newTransport(requestTimeout time.Duration) *http.Transport {
 		TLSHandshakeTimeout:   requestTimeout,
 		ResponseHeaderTimeout: requestTimeout,
 		ExpectContinueTimeout: time.Second,
-		// Bodies are relayed as the upstream sent them; the client's
+		// Bodies are relayed as the v2 server sent them; the client's
 		// Accept-Encoding is forwarded, so none is added here.
 		DisableCompression: true,
 	}

@@ -1,14 +1,68 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package migration
 
 import (
 	"encoding/json"
 	"io"
+	"strings"
 
+	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
-	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/shadow"
 )
+
+// Summary is a command's --output json object: what it did, then, once it
+// ends, its result.
+type Summary interface{ setResult(error) }
+
+// result is every summary's head; alone, the summary of migrate or verify
+// failing before it counted anything (the v2 server or the cluster
+// unreachable, a bad setting).
+type result struct {
+	Command string `json:"command"`
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+}
+
+func (r *result) setResult(err error) {
+	r.OK = err == nil
+	if err != nil {
+		r.Error = err.Error()
+	}
+}
+
+// Failed is the summary of command ("migrate", "verify", "migrate
+// cutover", "migrate rollback") failing before it started; cutover's and
+// rollback's have all their fields.
+func Failed(command string) Summary {
+	if cmd, ok := strings.CutPrefix(command, "migrate "); ok {
+		return switchSummary(cmd, nil)
+	}
+	return &result{Command: command}
+}
+
+// WriteJSON writes s with the command's result err, as one indented object.
+func WriteJSON(w io.Writer, s Summary, err error) {
+	s.setResult(err)
+	writeJSON(w, s)
+}
+
+// jsonSwitch is the summary of cutover and rollback.
+type jsonSwitch struct {
+	result
+	Changed  bool            `json:"changed"`
+	Record   *cutover.Record `json:"record,omitempty"`
+	Bridges  int             `json:"bridges"`
+	Padded   int             `json:"padded"`
+	V3Writes int             `json:"v3Writes,omitempty"`
+	// Discarded (rollback) is every node written through etcd v3 since the
+	// cutover, as it is now: what --force loses.
+	Discarded []cutover.Discarded `json:"discarded,omitempty"`
+	// Auth (cutover) is the last copy of the users and roles.
+	Auth    *cutover.AuthCopy `json:"auth,omitempty"`
+	Seconds float64           `json:"durationSeconds"`
+}
 
 // The JSON summaries of `migrate --output json` and `verify --output json`:
 // one object on stdout when the command ends, for scripts; progress and
@@ -50,9 +104,7 @@ type jsonFollow struct {
 }
 
 type jsonMigrate struct {
-	Command         string      `json:"command"`
-	OK              bool        `json:"ok"`
-	Error           string      `json:"error,omitempty"`
+	result
 	DryRun          bool        `json:"dryRun"`
 	Source          string      `json:"source"`
 	Prefix          string      `json:"prefix"`
@@ -76,9 +128,7 @@ type jsonMigrate struct {
 }
 
 type jsonVerify struct {
-	Command     string      `json:"command"`
-	OK          bool        `json:"ok"`
-	Error       string      `json:"error,omitempty"`
+	result
 	Source      string      `json:"source"`
 	Prefix      string      `json:"prefix"`
 	Target      jsonTarget  `json:"target"`
@@ -87,17 +137,13 @@ type jsonVerify struct {
 	HiddenNamed []string    `json:"hiddenNamed"`
 	HiddenFound []string    `json:"hiddenFound"`
 	Differences []jsonIssue `json:"differences"`
-	// NotCompared are the source's nodes the bridges serve (--serve-prefix)
-	// that lie outside --from-prefix, so were not compared.
+	// NotCompared are the v2 server's nodes the bridges serve (--serve-prefix)
+	// that lie outside --v2-server-prefix, so were not compared.
 	NotCompared     []string    `json:"notCompared,omitempty"`
 	DurationSeconds float64     `json:"durationSeconds"`
 	Shadow          *jsonShadow `json:"shadow,omitempty"`
 	// Auth compares the users, roles and enabled flag.
 	Auth *jsonAuthReport `json:"auth,omitempty"`
-}
-
-func newJSONTarget(endpoints []string, l translate.Layout) jsonTarget {
-	return jsonTarget{Endpoints: endpoints, DataPrefix: l.DataPrefix, MetaPrefix: l.MetaPrefix}
 }
 
 func conflictsJSON(cs []migrate.Conflict) []jsonIssue {
@@ -125,7 +171,7 @@ func orEmpty(ss []string) []string {
 
 func migrateJSON(s *migrate.Summary, t jsonTarget, fst *migrate.FollowStats) *jsonMigrate {
 	j := &jsonMigrate{
-		Command: "migrate", DryRun: s.DryRun, Source: s.Source, Prefix: s.Prefix, Index: s.Index, Target: t,
+		result: result{Command: "migrate"}, DryRun: s.DryRun, Source: s.V2Server, Prefix: s.Prefix, Index: s.Index, Target: t,
 		Tree: jsonTree{Keys: s.Keys, Dirs: s.Dirs, EmptyDirs: s.EmptyDirs, TTLNodes: s.TTLKeys, HiddenNodes: s.Hidden,
 			Bytes: s.Bytes, LargestValue: s.LargestValue, LargestKey: s.LargestKey},
 		HiddenNamed: orEmpty(s.HiddenNamed), HiddenFound: orEmpty(s.HiddenFound),
@@ -142,8 +188,8 @@ func migrateJSON(s *migrate.Summary, t jsonTarget, fst *migrate.FollowStats) *js
 }
 
 func verifyJSON(r *migrate.Report, t jsonTarget) *jsonVerify {
-	j := &jsonVerify{Command: "verify", Source: r.Source, Prefix: r.Prefix, Target: t,
-		SourceNodes: r.SourceNodes, BridgeNodes: r.BridgeNodes,
+	j := &jsonVerify{result: result{Command: "verify"}, Source: r.V2Server, Prefix: r.Prefix, Target: t,
+		SourceNodes: r.V2ServerNodes, BridgeNodes: r.BridgeNodes,
 		HiddenNamed: orEmpty(r.HiddenNamed), HiddenFound: orEmpty(r.HiddenFound),
 		Differences: []jsonIssue{}, DurationSeconds: r.Duration.Seconds()}
 	for _, d := range r.Differences {
@@ -157,4 +203,51 @@ func writeJSON(w io.Writer, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+type jsonAuth struct {
+	Enabled          bool     `json:"enabled"`
+	Users            []string `json:"users"`
+	Roles            []string `json:"roles"`
+	UnknownPasswords []string `json:"unknownPasswords"`
+	Changed          bool     `json:"changed"`
+}
+
+func authJSON(s *migrate.AuthSummary) *jsonAuth {
+	return &jsonAuth{Enabled: s.Enabled, Users: orEmpty(s.Users), Roles: orEmpty(s.Roles),
+		UnknownPasswords: orEmpty(s.UnknownPasswords), Changed: s.Changed}
+}
+
+type jsonAuthReport struct {
+	Differences      []jsonIssue `json:"differences"`
+	UnknownPasswords []string    `json:"unknownPasswords"`
+}
+
+func authReportJSON(r *migrate.AuthReport) *jsonAuthReport {
+	j := &jsonAuthReport{Differences: []jsonIssue{}, UnknownPasswords: orEmpty(r.UnknownPasswords)}
+	for _, d := range r.Differences {
+		j.Differences = append(j.Differences, jsonIssue{Path: d.What, Kind: "auth", Detail: d.Detail})
+	}
+	return j
+}
+
+// jsonShadow is the shadow part of verify's JSON summary.
+type jsonShadow struct {
+	Bridges []shadow.Record `json:"bridges"`
+	Total   shadow.Counts   `json:"total"`
+	// Followed is the prefix `migrate --follow` copies; Narrower, the
+	// bridges whose shadow prefix covers less of it.
+	Followed string   `json:"followed,omitempty"`
+	Narrower []string `json:"narrower,omitempty"`
+	Error    string   `json:"error,omitempty"`
+}
+
+func shadowJSON(recs []shadow.Record, followed string, err error) *jsonShadow {
+	j := &jsonShadow{Bridges: []shadow.Record{}, Total: shadow.Total(recs), Followed: followed,
+		Narrower: narrower(recs, followed)}
+	if err != nil {
+		j.Error = err.Error()
+	}
+	j.Bridges = append(j.Bridges, recs...)
+	return j
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package upstream
+package passthrough
 
 import (
 	"context"
@@ -17,14 +17,14 @@ import (
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
-// fakeUpstream answers /health while healthy and names itself on the keys.
-type fakeUpstream struct {
+// fakeV2Server answers /health while healthy and names itself on the keys.
+type fakeV2Server struct {
 	*httptest.Server
 	healthy atomic.Bool
 }
 
-func startFake(t *testing.T, name string) *fakeUpstream {
-	f := &fakeUpstream{}
+func startFake(t *testing.T, name string) *fakeV2Server {
+	f := &fakeV2Server{}
 	f.healthy.Store(true)
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" && !f.healthy.Load() {
@@ -67,7 +67,7 @@ func TestFailsOverAlongTheListAndBack(t *testing.T) {
 		want     string
 		lostWait bool // wait until the loss is declared before the request
 	}{
-		{"the first upstream serves", func() {}, "a", false},
+		{"the first v2 server serves", func() {}, "a", false},
 		{"the next one serves once the first is lost", func() { a.healthy.Store(false) }, "b", true},
 		{"the first serves again once the second is lost", func() { a.healthy.Store(true); b.healthy.Store(false) }, "a", true},
 	} {
@@ -109,7 +109,7 @@ type members []v2api.Member
 func (m members) Members() []v2api.Member { return m }
 
 // TestMembershipIsAnsweredLocally: the members and the stats naming them are
-// the bridges', not the old server's: its member IDs are nowhere listed.
+// the bridges', not the v2 server's: its member IDs are nowhere listed.
 func TestMembershipIsAnsweredLocally(t *testing.T) {
 	a := startFake(t, "a")
 	other := v2api.Member{ID: 1, Name: "other", ClientURLs: []string{"http://other:2379"}}
@@ -177,7 +177,7 @@ func TestAWatchEndedByALossEndsBetweenEvents(t *testing.T) {
 	}
 }
 
-func TestARequestInFlightWhenTheUpstreamIsLostGetsError300BeforeItsDeadline(t *testing.T) {
+func TestARequestInFlightWhenTheV2ServerIsLostGetsError300BeforeItsDeadline(t *testing.T) {
 	healthy := atomic.Bool{}
 	healthy.Store(true)
 	parked, release := make(chan struct{}), make(chan struct{})
@@ -190,7 +190,7 @@ func TestARequestInFlightWhenTheUpstreamIsLostGetsError300BeforeItsDeadline(t *t
 		}
 		_, _ = io.ReadAll(r.Body) // from then on a closed connection cancels r's context
 		close(parked)
-		select { // a write the upstream never answers
+		select { // a write the v2 server never answers
 		case <-r.Context().Done():
 		case <-release:
 		}
@@ -213,11 +213,11 @@ func TestARequestInFlightWhenTheUpstreamIsLostGetsError300BeforeItsDeadline(t *t
 	healthy.Store(false)
 	select {
 	case a := <-got:
-		if a.code != 500 || !strings.Contains(a.body, `"errorCode":300`) || !strings.Contains(a.body, "upstream lost") {
+		if a.code != 500 || !strings.Contains(a.body, `"errorCode":300`) || !strings.Contains(a.body, "v2 server lost") {
 			t.Fatalf("%d %q, want error 300 naming the loss", a.code, a.body)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the request waits on a lost upstream")
+		t.Fatal("the request waits on a lost v2 server")
 	}
 }
 

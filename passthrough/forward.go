@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package upstream
+package passthrough
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"github.com/v2bridge/v2bridge/translate"
 )
 
-// ServeHTTP forwards the v2 API to the upstream and answers the bridge's own
+// ServeHTTP forwards the v2 API to the v2 server and answers the bridge's own
 // membership and probes locally.
 func (p *Passthrough) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if forwarded(r.URL.Path) {
@@ -28,10 +28,10 @@ func (p *Passthrough) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.api.ServeHTTP(w, r)
 }
 
-// forwarded reports whether a path is the upstream's to answer: the keys and
+// forwarded reports whether a path is the v2 server's to answer: the keys and
 // their watches, the store stats, v2 auth, /version and /health. The
 // membership is the bridges' (/v2/members, /v2/machines), and so are the
-// stats naming members (/v2/stats/self, /v2/stats/leader): the upstream's
+// stats naming members (/v2/stats/self, /v2/stats/leader): the v2 server's
 // would name its own members, which no bridge lists.
 func forwarded(path string) bool {
 	return path == "/v2/keys" || strings.HasPrefix(path, "/v2/keys/") ||
@@ -39,7 +39,7 @@ func forwarded(path string) bool {
 		path == "/version" || path == "/health"
 }
 
-// LastIndex is the last X-Etcd-Index an upstream answered with (0: none
+// LastIndex is the last X-Etcd-Index a v2 server answered with (0: none
 // yet).
 func (p *Passthrough) LastIndex() uint64 { return p.lastIndex.Load() }
 
@@ -61,13 +61,13 @@ func copyHeader(dst, src http.Header) {
 	}
 }
 
-// forward makes the one round trip of r to the upstream in use.
+// forward makes the one round trip of r to the v2 server in use.
 func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 	if !p.up.Load() {
-		p.writeError(w, fmt.Errorf("v2 upstream %s unavailable", p.Upstream()))
+		p.writeError(w, fmt.Errorf("v2 server %s unavailable", p.V2Server()))
 		return
 	}
-	// A watch has no deadline of its own: the upstream's liveness and the
+	// A watch has no deadline of its own: the v2 server's liveness and the
 	// client bound it.
 	watching := translate.IsWatchRequest(r)
 	sampled := !watching && p.cfg.Observer != nil && p.cfg.Observer.Sample(r)
@@ -86,9 +86,9 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	defer p.unregister(fr)
 	// A loss declared between the check above and the registration would
-	// leave this request waiting on a lost upstream.
+	// leave this request waiting on a lost v2 server.
 	if !p.up.Load() {
-		p.writeError(w, fmt.Errorf("v2 upstream %s unavailable", p.Upstream()))
+		p.writeError(w, fmt.Errorf("v2 server %s unavailable", p.V2Server()))
 		return
 	}
 
@@ -160,14 +160,14 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(body)
 	if sampled {
 		// After the write: the client's answer never waits for the copy.
-		p.cfg.Observer.Observe(r, Answer{Upstream: base.String(), Status: resp.StatusCode,
+		p.cfg.Observer.Observe(r, Answer{URL: base.String(), Status: resp.StatusCode,
 			Header: resp.Header.Clone(), Body: body})
 	}
 }
 
 // relayWatch relays a watch's headers at once, then its events as they come.
 // Only whole lines (one JSON event each) are passed on, so a watch ended by
-// a loss of the upstream ends its body between events, never inside one.
+// a loss of the v2 server ends its body between events, never inside one.
 func (p *Passthrough) relayWatch(ctx context.Context, w http.ResponseWriter, resp *http.Response) {
 	copyHeader(w.Header(), resp.Header)
 	w.Header().Del("Content-Length")
@@ -191,12 +191,12 @@ func (p *Passthrough) relayWatch(ctx context.Context, w http.ResponseWriter, res
 		}
 		switch {
 		case errors.Is(err, io.EOF):
-			// The upstream ended the answer: the rest is its last event.
+			// The v2 server ended the answer: the rest is its last event.
 			_, _ = w.Write(pending)
 		case errors.Is(context.Cause(ctx), errLost):
-			p.lg.Debug("watch ended: upstream lost", zap.Error(context.Cause(ctx)))
+			p.lg.Debug("watch ended: v2 server lost", zap.Error(context.Cause(ctx)))
 		default:
-			// Cut by the upstream, or the client went away: end the body
+			// Cut by the v2 server, or the client went away: end the body
 			// between events; the client re-issues the watch.
 			p.lg.Debug("watch ended", zap.Error(err))
 		}
@@ -204,7 +204,7 @@ func (p *Passthrough) relayWatch(ctx context.Context, w http.ResponseWriter, res
 	}
 }
 
-// note remembers the index and cluster id an upstream answer carries.
+// note remembers the index and cluster id a v2 server answer carries.
 func (p *Passthrough) note(h http.Header) {
 	if v, err := strconv.ParseUint(h.Get("X-Etcd-Index"), 10, 64); err == nil && v > 0 {
 		p.lastIndex.Store(v)

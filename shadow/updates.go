@@ -18,14 +18,14 @@ import (
 
 // Update is what one step of the v3 side's history says about the
 // follower's work: the v2 nodes it changed, in order, and how far it has
-// applied the upstream's history.
+// applied the v2 server's history.
 type Update struct {
 	// Rev is the v3 revision of the follower's progress record when
 	// HasApplied; a read of the v3 side at or after it shows every change
 	// the follower made up to Applied.
 	Rev        int64
 	HasApplied bool
-	Applied    uint64 // the upstream index every source event up to which is applied
+	Applied    uint64 // the v2 server index every source event up to which is applied
 	Changes    []Change
 }
 
@@ -40,26 +40,26 @@ type Change struct {
 	TTL bool
 }
 
-// Feed delivers the v3 side's updates. Run sends them on out, in revision
+// Updates delivers the v3 side's updates. Run sends them on out, in revision
 // order, until ctx ends or the feed fails; the shadow runs it again after a
 // failure (changes in between are missed: the writes they concern are then
 // decided from the v3 node alone).
-type Feed interface {
+type Updates interface {
 	Run(ctx context.Context, out chan<- Update) error
 }
 
-// V3Feed is the Feed of an etcd v3 cluster: one watch over the bridge's
+// V3Updates is the Updates of an etcd v3 cluster: one watch over the bridge's
 // whole key range (translate.Layout.WatchRange), which holds the data keys,
 // the directory markers and the follower's progress record
 // (cutover.Keys.Follow), so they arrive in one order.
-type V3Feed struct {
+type V3Updates struct {
 	Client  *clientv3.Client
 	Layout  translate.Layout
 	Timeout time.Duration // of the first read
 }
 
-// Run implements Feed.
-func (f *V3Feed) Run(ctx context.Context, out chan<- Update) error {
+// Run implements Updates.
+func (f *V3Updates) Run(ctx context.Context, out chan<- Update) error {
 	follow := cutover.KeysFor(f.Layout.MetaPrefix).Follow
 	timeout := f.Timeout
 	if timeout <= 0 {
