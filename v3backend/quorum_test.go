@@ -136,6 +136,24 @@ func testBehindInApplying(t *testing.T, mode memberMode) {
 	}
 }
 
+// TestAMemberStuckApplyingIsLeft: a member whose storage stays behind
+// longer than applyingLimit is excused no more: two misses, and it is left.
+func TestAMemberStuckApplyingIsLeft(t *testing.T) {
+	defer func(l time.Duration) { applyingLimit = l }(applyingLimit)
+	applyingLimit = 500 * time.Millisecond
+	m := startFakeMember(t, serving)
+	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: 100 * time.Millisecond,
+		HeartbeatFailures: 2}, m.ep)
+	m.set(behind, 0)
+	waitUntil(t, "the member stuck applying is declared lost", func() bool { return counterValue(t, b.metrics.losses) == 1 })
+	if got := counterValue(t, b.metrics.heartbeatMisses); got != 2 {
+		t.Fatalf("%v misses counted, want 2", got)
+	}
+	if got := counterValue(t, b.metrics.applying); got < 1 {
+		t.Fatalf("%v checks excused as applying before the limit, want some", got)
+	}
+}
+
 // TestNoMemberWithAQuorumDefersTheLoss: a member without a leader is kept
 // while the other member has none either: one deferred loss, however many
 // misses, until the member has gone ten heartbeats without a good one

@@ -325,6 +325,7 @@ func (b *Backend) connect(ctx context.Context, retry bool) (*session, error) {
 
 func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session, error) {
 	sctx, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel) // an abandoned attempt ends its dial too
 	cli, err := b.dial(sctx, ep)
 	if err != nil {
 		cancel()
@@ -339,6 +340,9 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 		if err == nil {
 			b.noteHeader(resp.Header)
 		}
+	}
+	if !stop() && err == nil { // connect no longer waits for it
+		err = ctx.Err()
 	}
 	if err != nil {
 		cancel()
@@ -503,7 +507,7 @@ func (b *Backend) monitor() {
 			continue // lost meanwhile
 		}
 		if status.Code(err) == codes.DeadlineExceeded {
-			if v == silent && b.lastAnswer.Load() > start.UnixNano() {
+			if v == silent && b.lastAnswer.Load() > start.UnixNano() && b.mayDefer(s) {
 				// The member answered other requests while this check
 				// waited: it is overloaded, not gone. A dead, frozen or
 				// cut-off member answers nothing.
@@ -516,7 +520,7 @@ func (b *Backend) monitor() {
 					zap.Duration("late", late))
 				continue
 			}
-			if v == applying {
+			if v == applying && b.silentFor(s) < applyingLimit {
 				b.metrics.applying.Inc()
 				b.lg.Debug("heartbeat timed out while the member applies what it committed: excused",
 					zap.String("endpoint", s.endpoint), zap.Error(err))
@@ -567,8 +571,12 @@ func (b *Backend) monitor() {
 // elect a leader: s has been without a good heartbeat for fewer than
 // excuseLimit heartbeats.
 func (b *Backend) mayDefer(s *session) bool {
-	silent := time.Since(time.Unix(0, s.lastOK.Load()))
-	return silent < excuseLimit*(b.cfg.HeartbeatInterval+b.cfg.HeartbeatTimeout)
+	return b.silentFor(s) < excuseLimit*(b.cfg.HeartbeatInterval+b.cfg.HeartbeatTimeout)
+}
+
+// silentFor is how long s has gone without a good heartbeat.
+func (b *Backend) silentFor(s *session) time.Duration {
+	return time.Since(time.Unix(0, s.lastOK.Load()))
 }
 
 const (
@@ -580,12 +588,16 @@ const (
 	excuseLimit = 10
 )
 
+// applyingLimit: a member that has applied behind what it committed for
+// this long (a defrag of several GB takes about a minute) is no longer
+// excused: its storage is stuck, and reads, writes and watch events with
+// it. A variable for the test that shortens it.
+var applyingLimit = 2 * time.Minute
+
 // excused reports whether a check on s that timed out while this process
 // was held for late says nothing of the member.
 func (b *Backend) excused(s *session, late time.Duration) bool {
-	silent := time.Since(time.Unix(0, s.lastOK.Load()))
-	return late > b.cfg.HeartbeatTimeout/lateShare &&
-		silent < excuseLimit*(b.cfg.HeartbeatInterval+b.cfg.HeartbeatTimeout)
+	return late > b.cfg.HeartbeatTimeout/lateShare && b.mayDefer(s)
 }
 
 // check runs one heartbeat on s, bounded by the heartbeat timeout, and

@@ -277,12 +277,22 @@ var progressCalls = func(ctx context.Context, cli *clientv3.Client) (func(contex
 // that do not. It runs only with V2BRIDGE_BENCH_HEARTBEAT_COST=1;
 // V2BRIDGE_BENCH_CALLS picks kinds by substrings of their names
 // ("health|MemberList"); with V2BRIDGE_BENCH_MEMBERS=3 the clients call a
-// follower of three members, and the others' CPU is told too.
+// follower of three members, and the others' CPU is told too;
+// V2BRIDGE_BENCH_DENSITY=d has each client call d times as often, standing
+// for d bridges (a member carrying 333 bridges: 50 clients, d=7).
 func TestHeartbeatCallCost(t *testing.T) {
 	if os.Getenv("V2BRIDGE_BENCH_HEARTBEAT_COST") != "1" {
 		t.Skip("a benchmark: V2BRIDGE_BENCH_HEARTBEAT_COST=1")
 	}
 	n := bridgeCount(t)
+	density := 1
+	if s := os.Getenv("V2BRIDGE_BENCH_DENSITY"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("V2BRIDGE_BENCH_DENSITY=%q", s)
+		}
+		density = v
+	}
 	const window = 30 * time.Second
 	size := 1
 	if os.Getenv("V2BRIDGE_BENCH_MEMBERS") == "3" {
@@ -348,7 +358,7 @@ func TestHeartbeatCallCost(t *testing.T) {
 			wg.Add(1)
 			go func() { // paced; staggered so that the calls spread evenly
 				defer wg.Done()
-				pace := k.pace
+				pace := k.pace / time.Duration(density)
 				if !ctxSleep(cctx, pace*time.Duration(i)/time.Duration(len(calls))) {
 					return
 				}
@@ -372,7 +382,7 @@ func TestHeartbeatCallCost(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(k.pace + time.Second) // every client under way
+		time.Sleep(k.pace/time.Duration(density) + time.Second) // every client under way
 		m0 := made.Load()
 		t0 := time.Now()
 		usedAll := cpuOverAll(t, kids, window)
