@@ -25,7 +25,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"go.etcd.io/etcd/client/v2"
 
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
@@ -95,50 +94,7 @@ func diskSaturated(t *testing.T, n int) {
 	o.DataPrefix = "/v2" // the load's keys are outside the bridge's data
 	br := v2bridgetest.StartBridge(t, []string{c.Members[0].ProxyURL}, o)
 	reg := br.Registry
-	kapi := v2client(t, br.URL)
-	g, err := kapi.Get(ctxT(t, 30*time.Second), "/", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ws []*v2bridgetest.V2Watcher
-	for i := 0; i < 3; i++ {
-		w, err := v2bridgetest.StartV2Watcher([]string{br.URL}, "/d", g.Index)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		ws = append(ws, w)
-	}
-	// A v2 writer through the bridge, a new key each time; a write the
-	// slow disk outlasts is retried until it is known to exist.
-	stop := make(chan struct{})
-	written := make(chan int)
-	go func() {
-		n := 0
-		defer func() { written <- n }()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := kapi.Set(ctx, fmt.Sprintf("/d/k%06d", n), "v", &client.SetOptions{PrevExist: client.PrevNoExist})
-			cancel()
-			var cerr client.Error
-			if err == nil || (errors.As(err, &cerr) && cerr.Code == client.ErrorCodeNodeExist) {
-				n++
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-			<-written
-		}
-	})
+	tr := startV2Traffic(t, br.URL)
 
 	// The bridge's heartbeat figures, sampled while the load runs: when a
 	// miss or a loss happened.
@@ -193,8 +149,7 @@ func diskSaturated(t *testing.T, n int) {
 		return metricValue(t, reg, "v2bridge_backend_heartbeat_seconds") >= hb1+2
 	})
 	timeline = append(timeline, figures(time.Since(t0)))
-	close(stop)
-	writes := <-written
+	writes := tr.check(t)
 
 	fsyncP99 := histQuantile(0.99, fsync)
 	changes := memberMetric(t, c.Members[0].ClientURL, "etcd_server_leader_changes_seen_total").GetCounter().GetValue() -
@@ -208,25 +163,11 @@ func diskSaturated(t *testing.T, n int) {
 			seconds(fsyncP99))
 	}
 
-	ctx := ctxT(t, time.Minute)
-	for i, w := range ws {
-		if !w.WaitFor(ctx, func(evs []v2bridgetest.WatchedEvent) bool { return len(evs) >= writes }) {
-			t.Errorf("watcher %d: %d events, want %d", i, len(w.Events()), writes)
-			continue
-		}
-		var prev uint64
-		for j, e := range w.Events() {
-			if want := fmt.Sprintf("/d/k%06d", j); e.Key != want || e.Index <= prev {
-				t.Errorf("watcher %d: event %d is %s at %d, want %s after %d", i, j, e.Key, e.Index, want, prev)
-				break
-			}
-			prev = e.Index
-		}
-	}
 	last := timeline[len(timeline)-1]
 	t.Logf("%d v2 writes through the bridge; heartbeats during the load: %d answered, p50 %v, p99 %v; "+
-		"%v losses, %v misses, %v excused (the bridge ran late)", writes, hb.GetSampleCount(),
-		seconds(histQuantile(0.5, hb)), seconds(histQuantile(0.99, hb)), last.losses, last.misses, last.excused)
+		"%v losses, %v misses, %v excused (the bridge ran late), %v excused as applying", writes, hb.GetSampleCount(),
+		seconds(histQuantile(0.5, hb)), seconds(histQuantile(0.99, hb)), last.losses, last.misses, last.excused,
+		metricValue(t, reg, "v2bridge_backend_heartbeat_applying_total"))
 	if last.misses > 0 || last.losses > 0 {
 		var b strings.Builder
 		for _, s := range timeline {

@@ -501,30 +501,62 @@ func TestLivenessFalsePositiveDefrag(t *testing.T) {
 	o := heartbeatOptions(t)
 	o.DataPrefix = "/v2" // the bridge's copy leaves /fill out
 	br := v2bridgetest.StartBridge(t, c.ProxiedEndpoints(), o)
-	kapi := v2client(t, br.URL)
+	tr := startV2Traffic(t, br.URL)
+	hb0 := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds")
+	applying0 := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total")
+	t0 := time.Now()
+	if _, err := cli.Defragment(ctxT(t, 10*time.Minute), c.Members[0].ClientURL); err != nil {
+		t.Fatalf("defrag: %v", err)
+	}
+	took := time.Since(t0)
+	hb := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds") - hb0
+	time.Sleep(time.Second) // writes after the defrag
+	n := tr.check(t)
+	losses := metricValue(t, br.Registry, "v2bridge_backend_losses_total")
+	t.Logf("defrag of a %d MiB database (%d MiB of values) took %v; %d writes; %v heartbeats answered and %v excused "+
+		"as applying meanwhile; %v losses, %v misses, %v excused as late", st.DbSize>>20, mb, took.Round(time.Millisecond),
+		n, hb, metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total")-applying0, losses,
+		metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_total"),
+		metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_excused_total"))
+	if losses != 0 {
+		t.Errorf("a member in a defrag was declared lost %v times", losses)
+	}
+}
+
+// v2Traffic is what the false-loss tests run through a bridge while the
+// member is slowed: three v2 watchers of /d from the bridge's index, and
+// a writer creating /d/k000000, /d/k000001, ... every 20 ms; a write the
+// slowdown outlasts is retried until it is known to exist (PrevNoExist).
+type v2Traffic struct {
+	ws      []*v2bridgetest.V2Watcher
+	stop    chan struct{}
+	written chan int
+	once    sync.Once
+	n       int
+}
+
+func startV2Traffic(t *testing.T, url string) *v2Traffic {
+	t.Helper()
+	kapi := v2client(t, url)
 	g, err := kapi.Get(ctxT(t, 30*time.Second), "/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ws []*v2bridgetest.V2Watcher
+	tr := &v2Traffic{stop: make(chan struct{}), written: make(chan int)}
 	for i := 0; i < 3; i++ {
-		w, err := v2bridgetest.StartV2Watcher([]string{br.URL}, "/d", g.Index)
+		w, err := v2bridgetest.StartV2Watcher([]string{url}, "/d", g.Index)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(w.Stop)
-		ws = append(ws, w)
+		tr.ws = append(tr.ws, w)
 	}
-	// A v2 writer through the bridge, a new key each time; a write the
-	// stall outlasts is retried until it is known to exist (PrevNoExist).
-	stop := make(chan struct{})
-	written := make(chan int)
 	go func() {
 		n := 0
-		defer func() { written <- n }()
+		defer func() { tr.written <- n }()
 		for {
 			select {
-			case <-stop:
+			case <-tr.stop:
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
@@ -537,20 +569,26 @@ func TestLivenessFalsePositiveDefrag(t *testing.T) {
 			}
 		}
 	}()
-	hb0 := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds")
-	applying0 := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total")
-	t0 := time.Now()
-	if _, err := cli.Defragment(ctxT(t, 10*time.Minute), c.Members[0].ClientURL); err != nil {
-		t.Fatalf("defrag: %v", err)
-	}
-	took := time.Since(t0)
-	hb := metricValue(t, br.Registry, "v2bridge_backend_heartbeat_seconds") - hb0
-	time.Sleep(time.Second) // writes after the defrag
-	close(stop)
-	n := <-written
+	t.Cleanup(func() { tr.stopWriter() })
+	return tr
+}
 
+// stopWriter stops the writer (once) and returns how many keys it wrote.
+func (tr *v2Traffic) stopWriter() int {
+	tr.once.Do(func() {
+		close(tr.stop)
+		tr.n = <-tr.written
+	})
+	return tr.n
+}
+
+// check stops the writer and checks that every watcher saw every write
+// once, in order; it returns the writes.
+func (tr *v2Traffic) check(t *testing.T) int {
+	t.Helper()
+	n := tr.stopWriter()
 	ctx := ctxT(t, time.Minute)
-	for i, w := range ws {
+	for i, w := range tr.ws {
 		if !w.WaitFor(ctx, func(evs []v2bridgetest.WatchedEvent) bool { return len(evs) >= n }) {
 			t.Errorf("watcher %d: %d events, want %d", i, len(w.Events()), n)
 			continue
@@ -564,13 +602,5 @@ func TestLivenessFalsePositiveDefrag(t *testing.T) {
 			prev = e.Index
 		}
 	}
-	losses := metricValue(t, br.Registry, "v2bridge_backend_losses_total")
-	t.Logf("defrag of a %d MiB database (%d MiB of values) took %v; %d writes; %v heartbeats answered and %v excused "+
-		"as applying meanwhile; %v losses, %v misses, %v excused as late", st.DbSize>>20, mb, took.Round(time.Millisecond),
-		n, hb, metricValue(t, br.Registry, "v2bridge_backend_heartbeat_applying_total")-applying0, losses,
-		metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_total"),
-		metricValue(t, br.Registry, "v2bridge_backend_heartbeat_misses_excused_total"))
-	if losses != 0 {
-		t.Errorf("a member in a defrag was declared lost %v times", losses)
-	}
+	return n
 }
