@@ -263,8 +263,14 @@ var mutations = []Mutation{
 	{
 		Name: "applying-is-a-miss", File: "v3backend/session.go",
 		What: "a heartbeat timed out while the member applies behind its commits (a defrag) counts as a miss",
-		Find: "\t\t\tif v == applying {\n", Replace: "\t\t\tif false {\n",
+		Find: "\t\t\tif v == applying && b.silentFor(s) < applyingLimit {\n", Replace: "\t\t\tif false {\n",
 		Test: "go test -count=1 -run ^TestAMemberBehindInApplyingIsExcused$ ./v3backend/",
+	},
+	{
+		Name: "applying-excused-for-good", File: "v3backend/session.go",
+		What: "a member whose storage never catches up is excused as applying for good",
+		Find: "\t\t\tif v == applying && b.silentFor(s) < applyingLimit {\n", Replace: "\t\t\tif v == applying {\n",
+		Test: "go test -count=1 -run ^TestAMemberStuckApplyingIsLeft$ ./v3backend/",
 	},
 	{
 		Name: "lose-does-not-cancel", File: "v3backend/session.go",
