@@ -77,7 +77,7 @@ func deadURL(t *testing.T) string {
 	return srv.URL
 }
 
-func TestTheCutoversAuthCopyTriesTheOldServersURLsInOrder(t *testing.T) {
+func TestTheCutoversAuthCopyTriesTheV2ServersURLsInOrder(t *testing.T) {
 	ctx := context.Background()
 	good, _ := oldAuthServer(t, false)
 	want := cutover.AuthCopy{Enabled: true, Users: 1, Roles: 1, UnknownPasswords: []string{"alice"}}
