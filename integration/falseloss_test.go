@@ -278,38 +278,11 @@ func cpuCgroup(t *testing.T, share float64) (procs, stat string) {
 // a writer; its members run unlimited. No loss is declared.
 func TestLivenessFalsePositiveCPULimit(t *testing.T) {
 	procs, stat := cpuCgroup(t, 0.10)
-	bin := buildBridge(t)
-	// The binary enters the cgroup before it starts: a shell writes its own
-	// id into it, then becomes the bridge.
-	wrapper := filepath.Join(t.TempDir(), "v2bridge-limited")
-	script := fmt.Sprintf("#!/bin/sh\necho $$ > '%s' || exit 1\nexec '%s' \"$@\"\n", procs, bin)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil { //nolint:gosec // G306: an executable
-		t.Fatal(err)
-	}
-	c := v2bridgetest.StartCluster(t, 3)
-	var p *v2bridgetest.BridgeProcess
-	v2bridgetest.RetryPortTaken(t, "the CPU-limited bridge", func() error {
-		var err error
-		p, err = v2bridgetest.StartBridgeProcess(wrapper, v2bridgetest.FreeURL(t),
-			append([]string{"--endpoints", strings.Join(c.Endpoints(), ",")}, heartbeatFlags(t)...)...)
-		return err
-	})
-	t.Cleanup(func() { p.Stop(syscall.SIGKILL) })
+	// The binary enters the cgroup before it starts.
+	_, p := startBridgeWritingItsPID(t, procs, "the CPU-limited bridge")
 
 	kapi := v2client(t, p.URL)
-	g, err := kapi.Get(ctxT(t, 30*time.Second), "/", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ws []*v2bridgetest.V2Watcher
-	for i := 0; i < 3; i++ {
-		w, err := v2bridgetest.StartV2Watcher([]string{p.URL}, "/cpu", g.Index)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		ws = append(ws, w)
-	}
+	ws := startWatchers(t, p.URL, "/cpu")
 	// Two writers through the bridge, as fast as it takes them, for 20 s.
 	var writes, failed atomic.Int64
 	var wg sync.WaitGroup
@@ -360,24 +333,8 @@ func TestLivenessFalsePositiveCPULimit(t *testing.T) {
 // timeout passes while the bridge is held is excused, since the bridge ran
 // late: no loss is declared.
 func TestLivenessFalsePositiveBridgeStarved(t *testing.T) {
-	bin := buildBridge(t)
-	dir := t.TempDir()
-	// The binary writes its process id where the test reads it: a shell
-	// writes its own, then becomes the bridge.
-	pidFile, wrapper := filepath.Join(dir, "pid"), filepath.Join(dir, "v2bridge-pid")
-	script := fmt.Sprintf("#!/bin/sh\necho $$ > '%s' || exit 1\nexec '%s' \"$@\"\n", pidFile, bin)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil { //nolint:gosec // G306: an executable
-		t.Fatal(err)
-	}
-	c := v2bridgetest.StartCluster(t, 3)
-	var p *v2bridgetest.BridgeProcess
-	v2bridgetest.RetryPortTaken(t, "the bridge", func() error {
-		var err error
-		p, err = v2bridgetest.StartBridgeProcess(wrapper, v2bridgetest.FreeURL(t),
-			append([]string{"--endpoints", strings.Join(c.Endpoints(), ",")}, heartbeatFlags(t)...)...)
-		return err
-	})
-	t.Cleanup(func() { p.Stop(syscall.SIGKILL) })
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	c, p := startBridgeWritingItsPID(t, pidFile, "the bridge")
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)
@@ -387,20 +344,7 @@ func TestLivenessFalsePositiveBridgeStarved(t *testing.T) {
 		t.Fatalf("pid file: %q", b)
 	}
 
-	kapi := v2client(t, p.URL)
-	g, err := kapi.Get(ctxT(t, 30*time.Second), "/", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ws []*v2bridgetest.V2Watcher
-	for i := 0; i < 3; i++ {
-		w, err := v2bridgetest.StartV2Watcher([]string{p.URL}, "/starved", g.Index)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		ws = append(ws, w)
-	}
+	ws := startWatchers(t, p.URL, "/starved")
 	// A writer through a member (the bridge answers slowly while held).
 	cli := c.MemberClient(t, 0)
 	stop := make(chan struct{})
@@ -538,19 +482,7 @@ type v2Traffic struct {
 func startV2Traffic(t *testing.T, url string) *v2Traffic {
 	t.Helper()
 	kapi := v2client(t, url)
-	g, err := kapi.Get(ctxT(t, 30*time.Second), "/", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &v2Traffic{stop: make(chan struct{}), written: make(chan int)}
-	for i := 0; i < 3; i++ {
-		w, err := v2bridgetest.StartV2Watcher([]string{url}, "/d", g.Index)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		tr.ws = append(tr.ws, w)
-	}
+	tr := &v2Traffic{ws: startWatchers(t, url, "/d"), stop: make(chan struct{}), written: make(chan int)}
 	go func() {
 		n := 0
 		defer func() { tr.written <- n }()
@@ -603,4 +535,48 @@ func (tr *v2Traffic) check(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// startWatchers starts three v2 watchers of dir (recursive) through the
+// bridge at url, from its index now; they stop with the test.
+func startWatchers(t *testing.T, url, dir string) []*v2bridgetest.V2Watcher {
+	t.Helper()
+	g, err := v2client(t, url).Get(ctxT(t, 30*time.Second), "/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []*v2bridgetest.V2Watcher
+	for i := 0; i < 3; i++ {
+		w, err := v2bridgetest.StartV2Watcher([]string{url}, dir, g.Index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// startBridgeWritingItsPID starts the bridge binary on a 3-member cluster
+// through a shell that first writes its own process id, which the bridge
+// then has, into idFile (a cgroup's cgroup.procs, or a file the test
+// reads); it is killed with the test.
+func startBridgeWritingItsPID(t *testing.T, idFile, what string) (*v2bridgetest.Cluster, *v2bridgetest.BridgeProcess) {
+	t.Helper()
+	bin := buildBridge(t)
+	wrapper := filepath.Join(t.TempDir(), "v2bridge-wrapped")
+	script := fmt.Sprintf("#!/bin/sh\necho $$ > '%s' || exit 1\nexec '%s' \"$@\"\n", idFile, bin)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil { //nolint:gosec // G306: an executable
+		t.Fatal(err)
+	}
+	c := v2bridgetest.StartCluster(t, 3)
+	var p *v2bridgetest.BridgeProcess
+	v2bridgetest.RetryPortTaken(t, what, func() error {
+		var err error
+		p, err = v2bridgetest.StartBridgeProcess(wrapper, v2bridgetest.FreeURL(t),
+			append([]string{"--endpoints", strings.Join(c.Endpoints(), ",")}, heartbeatFlags(t)...)...)
+		return err
+	})
+	t.Cleanup(func() { p.Stop(syscall.SIGKILL) })
+	return c, p
 }
