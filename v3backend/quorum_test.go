@@ -20,12 +20,7 @@ import (
 // call per heartbeat, never its status.
 func TestACutOffMemberIsLeftForOneWithAQuorum(t *testing.T) {
 	const timeout = time.Second // see TestAHungHeartbeatIsAMissAfterItsTimeout
-	m1, m2 := startFakeMember(t, serving), startFakeMember(t, notServing)
-	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
-		HeartbeatFailures: 2, DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
-	if b.Endpoint() != m1.ep {
-		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
-	}
+	m1, m2, b := onTheFirstOfTwo(t, 10*time.Millisecond, timeout)
 	waitUntil(t, "five heartbeats answered", func() bool { n, _ := m1.stats(); return n >= 5 })
 	if checks, statuses := m1.counts(); statuses != 0 {
 		t.Fatalf("a serving member was asked its status %d times in %d checks, want never", statuses, checks)
@@ -60,12 +55,7 @@ func TestACutOffMemberIsLeftForOneWithAQuorum(t *testing.T) {
 // connects to the first member that has one.
 func TestACutOffLeaderIsLeftAtOnce(t *testing.T) {
 	const timeout = time.Second
-	m1, m2 := startFakeMember(t, serving), startFakeMember(t, notServing)
-	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
-		HeartbeatFailures: 2, DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
-	if b.Endpoint() != m1.ep {
-		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
-	}
+	m1, m2, b := onTheFirstOfTwo(t, 10*time.Millisecond, timeout)
 	m1.set(cutOffLeader, 0)
 	waitUntil(t, "the cut-off leader is declared lost", func() bool { return counterValue(t, b.metrics.losses) == 1 })
 	if misses, deferred := counterValue(t, b.metrics.heartbeatMisses), counterValue(t, b.metrics.deferred); misses != 2 ||
@@ -81,12 +71,7 @@ func TestACutOffLeaderIsLeftAtOnce(t *testing.T) {
 // any other: kept while no other member has a quorum.
 func TestANewLeaderIsNotDeposed(t *testing.T) {
 	const timeout = time.Second
-	m1, m2 := startFakeMember(t, serving), startFakeMember(t, notServing)
-	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
-		HeartbeatFailures: 2, DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
-	if b.Endpoint() != m1.ep {
-		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
-	}
+	m1, _, b := onTheFirstOfTwo(t, 10*time.Millisecond, timeout)
 	m1.set(newLeader, 0)
 	waitUntil(t, "a loss deferred", func() bool { return counterValue(t, b.metrics.deferred) == 1 })
 	served, _ := m1.stats()
@@ -161,12 +146,7 @@ func TestAMemberStuckApplyingIsLeft(t *testing.T) {
 // that has a quorum again.
 func TestNoMemberWithAQuorumDefersTheLoss(t *testing.T) {
 	const interval, timeout = 10 * time.Millisecond, 300 * time.Millisecond
-	m1, m2 := startFakeMember(t, serving), startFakeMember(t, notServing)
-	b := newMonitored(t, Config{HeartbeatInterval: interval, HeartbeatTimeout: timeout, HeartbeatFailures: 2,
-		DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
-	if b.Endpoint() != m1.ep {
-		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
-	}
+	m1, m2, b := onTheFirstOfTwo(t, interval, timeout)
 
 	start := time.Now()
 	m1.set(notServing, 0)
@@ -193,12 +173,7 @@ func TestNoMemberWithAQuorumDefersTheLoss(t *testing.T) {
 // the next election is a deferral of its own.
 func TestDeferralEndsWhenTheMemberHasAQuorumAgain(t *testing.T) {
 	const timeout = time.Second
-	m1, m2 := startFakeMember(t, serving), startFakeMember(t, notServing)
-	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
-		HeartbeatFailures: 2, DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
-	if b.Endpoint() != m1.ep {
-		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
-	}
+	m1, _, b := onTheFirstOfTwo(t, 10*time.Millisecond, timeout)
 	for round := 1; round <= 2; round++ {
 		m1.set(notServing, 0)
 		waitUntil(t, "a loss deferred", func() bool { return counterValue(t, b.metrics.deferred) == float64(round) })
@@ -245,4 +220,18 @@ func TestConnectDoesNotWaitForASilentEndpoint(t *testing.T) {
 	case <-time.After(dialTimeout / 2):
 		t.Fatal("connect waited for the silent endpoint")
 	}
+}
+
+// onTheFirstOfTwo starts two fake members, the first serving and the
+// second not, and a monitored backend over both (two misses lose a
+// member), connected to the first.
+func onTheFirstOfTwo(t *testing.T, interval, timeout time.Duration) (m1, m2 *fakeMember, b *Backend) {
+	t.Helper()
+	m1, m2 = startFakeMember(t, serving), startFakeMember(t, notServing)
+	b = newMonitored(t, Config{HeartbeatInterval: interval, HeartbeatTimeout: timeout, HeartbeatFailures: 2,
+		DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
+	if b.Endpoint() != m1.ep {
+		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
+	}
+	return m1, m2, b
 }
