@@ -228,7 +228,6 @@ func quorumError(err error) bool {
 // that does ("" if none).
 func (b *Backend) quorumElsewhere(s *session) string {
 	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
-	defer cancel()
 	var others []string
 	for _, ep := range b.Endpoints() {
 		if ep != s.endpoint {
