@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
 
@@ -19,22 +20,45 @@ import (
 // users and roles in etcd v3, over the control client, and the Checker of
 // requests.
 type bridgeAuth struct {
-	svc  *auth.Service
-	halt func() // ends the Store's goroutine and waits for it (nil: not started)
+	svc   *auth.Service
+	adopt func(context.Context) error // before the Store runs: auth.Adopt
+	halt  func()                      // ends the Store's goroutine and waits for it (nil: not started)
 }
 
 // newAuth is the auth of a bridge serving its layout's key space over cli;
 // its metrics go to reg.
 func newAuth(c *Config, cli *clientv3.Client, reg prometheus.Registerer) *bridgeAuth {
-	lg, layout := c.Logger.Named("auth"), c.Layout
-	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
-		RequestTimeout: c.RequestTimeout, Logger: lg})
+	lg := c.Logger.Named("auth")
+	keys := AuthKeys(c.Layout)
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: keys, RequestTimeout: c.RequestTimeout, Logger: lg})
 	ck := auth.NewChecker(auth.CheckerConfig{State: st.State, Await: st.Current, ClientCertAuth: c.ClientCertAuth, Logger: lg, Registry: reg})
-	return &bridgeAuth{svc: &auth.Service{Store: st, Checker: ck}}
+	return &bridgeAuth{svc: &auth.Service{Store: st, Checker: ck}, adopt: adopter(cli, keys, c.RequestTimeout, lg)}
+}
+
+// AuthKeys are the keys of the users, roles and enabled flag of the bridges
+// with layout's data prefix and served subtrees.
+func AuthKeys(layout translate.Layout) auth.Keys {
+	return auth.KeysFor(layout.MetaPrefix, layout.DataPrefix, layout.Served)
 }
 
 // start runs the Store until stop.
-func (a *bridgeAuth) start() { a.halt = runStore(a.svc.Store) }
+func (a *bridgeAuth) start() { a.halt = runStore(a.svc.Store, a.adopt) }
+
+// adopter is auth.Adopt for keys over cli, logged.
+func adopter(cli *clientv3.Client, keys auth.Keys, timeout time.Duration, lg *zap.Logger) func(context.Context) error {
+	return func(ctx context.Context) error {
+		n, err := auth.Adopt(ctx, cli, keys, timeout)
+		if err != nil && ctx.Err() == nil {
+			lg.Warn("auth: cannot read or copy the users and roles of before yet; not serving until then",
+				zap.String("from", keys.Legacy), zap.String("to", keys.Prefix), zap.Error(err))
+		}
+		if err == nil && n > 0 {
+			lg.Info("auth: copied the users and roles of before, shared by every bridge of the data prefix; "+
+				"they are now this key space's alone", zap.String("from", keys.Legacy), zap.String("to", keys.Prefix), zap.Int("copied", n))
+		}
+		return err
+	}
+}
 
 // stop ends the Store's goroutine and waits for it.
 func (a *bridgeAuth) stop() {
@@ -44,12 +68,20 @@ func (a *bridgeAuth) stop() {
 }
 
 // runStore runs st, following the auth data, until halt, which waits for
-// it.
-func runStore(st *auth.Store) (halt func()) {
+// it. adopt comes first, tried again every adoptRetry until it succeeds:
+// until then st has no State, so nothing is served.
+func runStore(st *auth.Store, adopt func(context.Context) error) (halt func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		for err := adopt(ctx); err != nil; err = adopt(ctx) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(adoptRetry):
+			}
+		}
 		st.Run(ctx)
 	}()
 	return func() {
@@ -57,6 +89,9 @@ func runStore(st *auth.Store) (halt func()) {
 		<-done
 	}
 }
+
+// adoptRetry is how long a bridge waits before it tries auth.Adopt again.
+const adoptRetry = time.Second
 
 // AuthStore is an auth.Store of the commands, its follower running on a
 // control client of its own.
@@ -72,18 +107,16 @@ func (s *AuthStore) Close() {
 	_ = s.cli.Close()
 }
 
-// OpenAuthStore starts an auth.Store for the key space of bcfg's layout
-// (over a client of its own, as a bridge's) and waits until it has read the
-// auth data, within timeout.
-func OpenAuthStore(ctx context.Context, bcfg v3backend.Config, timeout time.Duration, lg *zap.Logger) (*AuthStore, error) {
+// OpenAuthStore starts an auth.Store for the key space keys (AuthKeys of
+// the bridges' layout) over a client of its own, as a bridge's, reaching
+// bcfg's cluster, and waits until it has read the auth data, within timeout.
+func OpenAuthStore(ctx context.Context, bcfg v3backend.Config, keys auth.Keys, timeout time.Duration, lg *zap.Logger) (*AuthStore, error) {
 	cli, err := ControlClient(bcfg, lg)
 	if err != nil {
 		return nil, err
 	}
-	layout := bcfg.Layout
-	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
-		RequestTimeout: timeout, Logger: lg.Named("auth")})
-	s := &AuthStore{Store: st, cli: cli, halt: runStore(st)}
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: keys, RequestTimeout: timeout, Logger: lg.Named("auth")})
+	s := &AuthStore{Store: st, cli: cli, halt: runStore(st, adopter(cli, keys, timeout, lg.Named("auth")))}
 	if _, ok := st.Current(ctx, timeout); !ok {
 		s.Close()
 		err := ctx.Err()

@@ -8,6 +8,9 @@
 package auth
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"slices"
 	"strings"
 )
@@ -139,13 +142,44 @@ func (s *State) IsRoot(user *User) bool {
 }
 
 // Keys are the v3 keys of one key space's auth data, under the meta prefix.
+// A key space is the bridges with one data prefix and one set of served
+// subtrees: they share users, roles and the enabled flag, and no other
+// bridge reaches them.
 type Keys struct {
 	Prefix string // every key below; a watch covers it
+	// Legacy is where bridges that shared one key space per data prefix
+	// kept this one's data (Adopt copies it from there once); "" when that
+	// is Prefix.
+	Legacy string
 }
 
-// KeysFor is the Keys of the key space with data prefix dataPrefix.
-func KeysFor(metaPrefix, dataPrefix string) Keys {
-	return Keys{Prefix: metaPrefix + "a" + dataPrefix + "/"}
+// KeysFor is the Keys of the bridges with data prefix dataPrefix serving
+// the subtrees served (translate.ParseServed's; nil or ["/"]: all).
+//
+// The bridges with data prefix "" serving all keep the key space of
+// before: metaPrefix + "a/". Every other key space is metaPrefix + "a:" and
+// a digest of the data prefix and the sorted served list, then "/": a key
+// space's keys are then never another's, nor below another's prefix.
+func KeysFor(metaPrefix, dataPrefix string, served []string) Keys {
+	legacy := metaPrefix + "a" + dataPrefix + "/"
+	all := len(served) == 0 || slices.Contains(served, "/")
+	if all && dataPrefix == "" {
+		return Keys{Prefix: legacy}
+	}
+	id := []string{dataPrefix}
+	if all {
+		id = append(id, "/")
+	} else {
+		id = append(id, served...)
+		slices.Sort(id[1:])
+		id = slices.Compact(id)
+	}
+	b, err := json.Marshal(id) // a list of strings, told apart from any other
+	if err != nil {
+		panic(err) // strings always encode
+	}
+	sum := sha256.Sum256(b)
+	return Keys{Prefix: metaPrefix + "a:" + hex.EncodeToString(sum[:16]) + "/", Legacy: legacy}
 }
 
 // User is the v3 key of the user name.
@@ -158,8 +192,9 @@ func (k Keys) Role(name string) string { return k.Prefix + "r/" + name }
 func (k Keys) Enabled() string { return k.Prefix + "enabled" }
 
 // Owns reports whether key is one of this key space's auth keys: the flag, a
-// user or a role. A key under Prefix that is none of these belongs to
-// another data prefix's (one that extends this one).
+// user or a role. A key under Prefix that is none of these is not the
+// auth data of any bridge of today: under metaPrefix + "a/", the key
+// spaces of data prefixes other than "" kept it before.
 func (k Keys) Owns(key string) bool {
 	kind, _ := k.parse(key)
 	return kind != 0

@@ -9,13 +9,16 @@ import (
 )
 
 func TestKeys(t *testing.T) {
-	k := KeysFor("_v2bridge/", "")
+	k := KeysFor("_v2bridge/", "", nil)
 	if k.Prefix != "_v2bridge/a/" || k.User("bob") != "_v2bridge/a/u/bob" || k.Role("ops") != "_v2bridge/a/r/ops" ||
-		k.Enabled() != "_v2bridge/a/enabled" {
+		k.Enabled() != "_v2bridge/a/enabled" || k.Legacy != "" {
 		t.Fatalf("keys: %+v %q %q %q", k, k.User("bob"), k.Role("ops"), k.Enabled())
 	}
-	if p := KeysFor("m/", "/tenant").Prefix; p != "m/a/tenant/" {
-		t.Fatalf("prefix %q", p)
+	if all := KeysFor("_v2bridge/", "", []string{"/"}); all != k {
+		t.Fatalf("serving / : %+v, want %+v", all, k)
+	}
+	if got := KeysFor("m/", "/tenant", nil); got.Prefix != "m/a:5f93a2414eaa00c1be8a5706d8de83f5/" || got.Legacy != "m/a/tenant/" {
+		t.Fatalf("data prefix /tenant: %+v", got)
 	}
 	for key, want := range map[string]bool{
 		"_v2bridge/a/enabled":          true,
@@ -121,7 +124,7 @@ func TestKeysAreNoDataKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := KeysFor(l.MetaPrefix, l.DataPrefix)
+		k := KeysFor(l.MetaPrefix, l.DataPrefix, nil)
 		for _, key := range []string{k.Enabled(), k.User("bob"), k.Role("ops"), k.User("_x"), k.Role("d")} {
 			_, data := l.PathOfData(key)
 			_, marker := l.PathOfMarker(key)
@@ -129,5 +132,49 @@ func TestKeysAreNoDataKeys(t *testing.T) {
 				t.Errorf("data prefix %q: %q is data %v, marker %v, mirrored %v", dp, key, data, marker, l.Mirrored(key))
 			}
 		}
+	}
+}
+
+// TestKeysOfKeySpacesNeverMeet: no key of one key space (data prefix and
+// served subtrees) is another's, nor under another's prefix, whatever the
+// names, and the served list's order does not matter. (The data prefixes
+// "" and "/u" once shared a key: "/u"'s flag was ""'s user "enabled".)
+func TestKeysOfKeySpacesNeverMeet(t *testing.T) {
+	spaces := []struct {
+		dp     string
+		served []string
+	}{
+		{"", nil}, {"/u", nil}, {"/r", nil}, {"/u/u", nil}, {"/x", nil},
+		{"", []string{"/coreos.com/network"}}, {"", []string{"/other"}}, {"/u", []string{"/other"}},
+		{"", []string{"/a", "/b"}}, {"", []string{"/a"}}, {"", []string{"/b"}}, {"", []string{"/a,/b"}},
+		{"", []string{"/a/b"}}, {"/a", []string{"/b"}},
+	}
+	names := []string{"enabled", "u", "r", "root", "guest", "a", "x"}
+	owner := map[string]int{}
+	for i, s := range spaces {
+		k := KeysFor("_v2bridge/", s.dp, s.served)
+		keys := []string{k.Enabled()}
+		for _, n := range names {
+			keys = append(keys, k.User(n), k.Role(n))
+		}
+		for _, key := range keys {
+			if j, ok := owner[key]; ok {
+				t.Errorf("%q is a key of %+v and of %+v", key, spaces[j], s)
+			}
+			owner[key] = i
+			if !k.Owns(key) {
+				t.Errorf("%+v does not own its key %q", s, key)
+			}
+		}
+	}
+	for key, i := range owner {
+		for j, s := range spaces {
+			if k := KeysFor("_v2bridge/", s.dp, s.served); j != i && k.Owns(key) {
+				t.Errorf("%+v owns %q, a key of %+v", s, key, spaces[i])
+			}
+		}
+	}
+	if a, b := KeysFor("m/", "", []string{"/b", "/a"}), KeysFor("m/", "", []string{"/a", "/b"}); a != b {
+		t.Errorf("the order of the served list matters: %+v, %+v", a, b)
 	}
 }

@@ -127,7 +127,7 @@ func TestStoreMatchesV2(t *testing.T) {
 	}
 	ref := v2ref.StartT(t, v2ref.Options{})
 	cl := v2bridgetest.StartCluster(t, 1)
-	s := startStore(t, cl.MemberClient(t, 0), auth.KeysFor("_v2bridge/", ""))
+	s := startStore(t, cl.MemberClient(t, 0), auth.KeysFor("_v2bridge/", "", nil))
 	ctx := ctxT(t)
 	steps := []step{
 		{"PUT", "/v2/auth/enable", ""},
@@ -217,9 +217,10 @@ func TestStoreFollows(t *testing.T) {
 	}
 	cl := v2bridgetest.StartCluster(t, 1)
 	cli := cl.MemberClient(t, 0)
-	keys := auth.KeysFor("_v2bridge/", "")
-	// Data prefix "/t"'s auth data lives under this key space's prefix.
-	other := auth.KeysFor("_v2bridge/", "/t")
+	keys := auth.KeysFor("_v2bridge/", "", nil)
+	// Data prefix "/t"'s auth data of before (Legacy) lives under this key
+	// space's prefix.
+	other := auth.Keys{Prefix: auth.KeysFor("_v2bridge/", "/t", nil).Legacy}
 	if !strings.HasPrefix(other.Prefix, keys.Prefix) {
 		t.Fatalf("prefixes %q %q", keys.Prefix, other.Prefix)
 	}
@@ -301,7 +302,7 @@ func TestStorePropagation(t *testing.T) {
 		t.Skip("needs etcd")
 	}
 	cl := v2bridgetest.StartCluster(t, 1)
-	keys := auth.KeysFor("_v2bridge/", "")
+	keys := auth.KeysFor("_v2bridge/", "", nil)
 	a := startStore(t, cl.MemberClient(t, 0), keys)
 	b := startStore(t, cl.MemberClient(t, 0), keys)
 	ctx := ctxT(t)
@@ -342,7 +343,7 @@ func TestStoreReplaceLearn(t *testing.T) {
 	}
 	cl := v2bridgetest.StartCluster(t, 1)
 	cli := cl.MemberClient(t, 0)
-	keys := auth.KeysFor("_v2bridge/", "")
+	keys := auth.KeysFor("_v2bridge/", "", nil)
 	s := startStore(t, cli, keys)
 	ctx := ctxT(t)
 	if _, _, err := s.PutUser(ctx, auth.User{User: "gone", Password: "x"}); err != nil {
@@ -433,7 +434,7 @@ func TestStoreNotCurrent(t *testing.T) {
 	}
 	cl := v2bridgetest.StartCluster(t, 1)
 	cli := cl.MemberClient(t, 0)
-	s := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor("m/", ""), RequestTimeout: time.Second, HashCost: bcrypt.MinCost})
+	s := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor("m/", "", nil), RequestTimeout: time.Second, HashCost: bcrypt.MinCost})
 	if _, ok := s.State(); ok {
 		t.Fatal("current before Run")
 	}
@@ -474,7 +475,7 @@ func TestStoreLostLeaderIsNotCurrent(t *testing.T) {
 		t.Skip("needs etcd")
 	}
 	cl := v2bridgetest.StartCluster(t, 3)
-	keys := auth.KeysFor("_v2bridge/", "")
+	keys := auth.KeysFor("_v2bridge/", "", nil)
 	s := startStore(t, cl.MemberClient(t, 0), keys)
 	other := startStore(t, cl.MemberClient(t, 1), keys)
 	ck := auth.NewChecker(auth.CheckerConfig{State: s.State})
@@ -538,7 +539,7 @@ func TestStoreSilentMemberIsNotCurrent(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	const timeout = 2 * time.Second
-	s := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor("_v2bridge/", ""), RequestTimeout: timeout})
+	s := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor("_v2bridge/", "", nil), RequestTimeout: timeout})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
@@ -593,7 +594,7 @@ func TestStoreMovesOffASilentMember(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor("_v2bridge/", ""), RequestTimeout: timeout})
+		s := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor("_v2bridge/", "", nil), RequestTimeout: timeout})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); s.Run(ctx) }()

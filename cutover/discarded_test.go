@@ -14,7 +14,7 @@ import (
 func TestRollbackListsEachDiscardedFileOnceWithItsLastValue(t *testing.T) {
 	layout, _ := translate.NewLayout("", "_v2bridge/")
 	f := newFakeEtcd(testKeys)
-	ak := auth.KeysFor("_v2bridge/", "")
+	ak := auth.KeysFor("_v2bridge/", "", nil)
 	f.apply(change{key: "/c", val: "old"}, change{key: layout.MarkerKey("/gone"), val: ""}, change{key: ak.Role("apps"), val: "{}"})
 	f.put(testKeys.Mode, string((&Record{Mode: ModeV3, Generation: 2}).Encode()), 0)
 	f.mu.Lock()
@@ -31,7 +31,7 @@ func TestRollbackListsEachDiscardedFileOnceWithItsLastValue(t *testing.T) {
 	f.apply(change{key: ak.User("alice"), val: `{"user":"alice","password":"$2a$10$secret"}`})
 	f.apply(change{key: ak.Role("apps"), del: true})
 	f.apply(change{key: ak.Enabled(), val: "true"})
-	f.apply(change{key: auth.KeysFor("_v2bridge/", "/other").User("bob"), val: "{}"}) // another key space's
+	f.apply(change{key: auth.KeysFor("_v2bridge/", "/other", nil).User("bob"), val: "{}"}) // another key space's
 	f.apply(change{key: "/v2/auth/users/alice", val: "data"})                         // a data key of the same path
 	o, _ := testOptions(t, f, nil)
 	o.Auth = ak

@@ -355,7 +355,7 @@ func TestAuthSecretsStayOutOfLogsAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = v3.Close() }()
-	keys := auth.KeysFor("_v2bridge/", "")
+	keys := auth.KeysFor("_v2bridge/", "", nil)
 	for _, u := range []string{"root", "alice"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		g, err := v3.Get(ctx, keys.User(u))

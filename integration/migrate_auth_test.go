@@ -94,7 +94,7 @@ func TestMigrateAuthThroughCutover(t *testing.T) {
 	follower := d.start("auth-follow", 0)
 	d.waitFollower("/")
 	v3 := d.cl.Client(t)
-	keys := auth.KeysFor("_v2bridge/", "")
+	keys := auth.KeysFor("_v2bridge/", "", nil)
 	stored := func(name string) auth.User {
 		r, err := v3.Get(ctxT(t, 5*time.Second), keys.User(name))
 		if err != nil {

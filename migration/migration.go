@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/assemble"
+	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/shadow"
@@ -34,7 +35,10 @@ type Config struct {
 	// Backend reaches the etcd v3 cluster the bridges serve, with their
 	// key layout.
 	Backend v3backend.Config
-	Logger  *zap.Logger
+	// AuthKeys are the bridges' auth keys (assemble.AuthKeys of their
+	// layout, served subtrees included), where the users and roles go.
+	AuthKeys auth.Keys
+	Logger   *zap.Logger
 	// Follow (migrate) keeps applying the v2 server's changes after the copy
 	// until interrupted or until the cutover to etcd v3 is done.
 	Follow bool
@@ -95,7 +99,7 @@ func (r *run) run(ctx context.Context, command func(context.Context) error) erro
 	}
 	defer func() { _ = be.Close() }()
 	r.Options.Target = be
-	as, err := assemble.OpenAuthStore(ctx, r.Backend, r.Backend.RequestTimeout, r.Logger)
+	as, err := assemble.OpenAuthStore(ctx, r.Backend, r.AuthKeys, r.Backend.RequestTimeout, r.Logger)
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.cmd, err)
 	}

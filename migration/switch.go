@@ -37,7 +37,10 @@ type SwitchConfig struct {
 	URLs []string
 	// Backend reaches the etcd v3 cluster of the dual-mode bridges.
 	Backend v3backend.Config
-	Logger  *zap.Logger
+	// AuthKeys are the bridges' auth keys (assemble.AuthKeys of their
+	// layout, served subtrees included), where the cutover copies the users.
+	AuthKeys auth.Keys
+	Logger   *zap.Logger
 	// JSON makes the result one JSON object (WriteJSON), and sends the
 	// steps to Stderr; otherwise everything is text on Stdout.
 	JSON           bool
@@ -74,10 +77,10 @@ func switchSides(ctx context.Context, cmd string, cfg SwitchConfig) (*cutover.Re
 	layout, o := cfg.Backend.Layout, cfg.Steps
 	o.Client, o.Keys, o.Layout = cli, cutover.KeysFor(layout.MetaPrefix), layout
 	o.V2ServerPadKey = path.Join("/", cfg.Old.V2ServerPrefix, "_v2bridge_rollback_pad")
-	o.By, o.RequestTimeout, o.Auth = whoRuns(), cfg.Backend.RequestTimeout, auth.KeysFor(layout.MetaPrefix, layout.DataPrefix)
+	o.By, o.RequestTimeout, o.Auth = whoRuns(), cfg.Backend.RequestTimeout, cfg.AuthKeys
 	o.Log = func(s string) { _, _ = fmt.Fprintln(steps, s) }
 	if cmd == "cutover" {
-		as, err := assemble.OpenAuthStore(ctx, cfg.Backend, cfg.Backend.RequestTimeout, cfg.Logger)
+		as, err := assemble.OpenAuthStore(ctx, cfg.Backend, cfg.AuthKeys, cfg.Backend.RequestTimeout, cfg.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("migrate %s: %w", cmd, err)
 		}

@@ -29,7 +29,7 @@ func TestNotReadyWithoutAuthState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := auth.NewStore(auth.StoreConfig{Client: cl.MemberClient(t, 0), Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix)})
+	st := auth.NewStore(auth.StoreConfig{Client: cl.MemberClient(t, 0), Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix, layout.Served)})
 	svc := &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State})}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -469,8 +469,15 @@ func startAuth(t TB, endpoints []string, layout translate.Layout, lg *zap.Logger
 	if err != nil {
 		t.Fatalf("clientv3: %v", err)
 	}
-	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
-		RequestTimeout: 5 * time.Second, Logger: lg})
+	keys := auth.KeysFor(layout.MetaPrefix, layout.DataPrefix, layout.Served)
+	actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, err = auth.Adopt(actx, cli, keys, 5*time.Second)
+	acancel()
+	if err != nil {
+		_ = cli.Close()
+		t.Fatalf("auth: %v", err)
+	}
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: keys, RequestTimeout: 5 * time.Second, Logger: lg})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -139,7 +139,7 @@ func serveBridge(args []string) error {
 		return err
 	}
 	defer func() { _ = cli.Close() }()
-	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix),
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix, layout.Served),
 		RequestTimeout: 5 * time.Second})
 	actx, acancel := context.WithCancel(context.Background())
 	adone := make(chan struct{})
