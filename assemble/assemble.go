@@ -122,6 +122,9 @@ type built struct {
 	fields  []zap.Field
 	// start runs once the listeners serve (nil: nothing to start).
 	start func()
+	// auth is the auth the v3 side enforces (nil: none), which refuses an
+	// unserved key before it is not found.
+	auth v2api.Auth
 }
 
 // Run builds the bridge cfg describes and serves it until ctx ends.
@@ -163,7 +166,7 @@ func Run(ctx context.Context, cfg Config) error {
 	errc := make(chan error, len(cfg.Client)+len(cfg.Metrics))
 	for _, l := range cfg.Client {
 		lg.Info(b.serving, append([]zap.Field{zap.String("url", l.URL)}, b.fields...)...)
-		hs.Serve(l.Ln, v2api.RequestLog(v2api.ServedOnly(cfg.Served, b.side), lg.Named("request")), errc)
+		hs.Serve(l.Ln, v2api.RequestLog(v2api.ServedOnly(cfg.Served, b.auth, b.side), lg.Named("request")), errc)
 	}
 	for _, l := range cfg.Metrics {
 		lg.Info("serving metrics", zap.String("url", l.URL))

@@ -138,7 +138,7 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 			bg.Wait()
 		}
 	}
-	return &built{side: d, serving: "serving in dual mode: from the side the mode record names", start: start,
+	return &built{side: d, serving: "serving in dual mode: from the side the mode record names", start: start, auth: au.svc,
 		fields: []zap.Field{zap.Strings("v2-server", cfg.V2Server), zap.Strings("backend", cfg.Backend.Endpoints)}}, nil
 }
 

@@ -120,7 +120,7 @@ func buildV3(ctx context.Context, cfg *Config, res *cleanups, parked func() int)
 	}
 	s.mem = mem
 	mem.start()
-	return &built{side: s, serving: "serving", fields: []zap.Field{zap.Strings("backend", bcfg.Endpoints)}}, nil
+	return &built{side: s, serving: "serving", auth: au.svc, fields: []zap.Field{zap.Strings("backend", bcfg.Endpoints)}}, nil
 }
 
 // warnEmbedded says loudly that the bridge serves a store of its own, which

@@ -85,19 +85,29 @@ func (s *Server) authStep(next http.Handler) http.Handler {
 // checkKeys lets a parsed /v2/keys request go on (true) or writes and
 // counts v2's refusal.
 func (s *Server) checkKeys(w http.ResponseWriter, r *http.Request, kr *keysRequest) bool {
-	write := r.Method != "GET" && r.Method != "HEAD"
 	var refusal *translate.Error
-	switch s.cfg.Auth.Keys(r, kr.key, kr.req.Recursive, write) {
+	switch keysDecision(s.cfg.Auth, r, kr) {
 	case auth.Allow:
 		return true
 	case auth.Deny:
-		refusal = translate.NewError(translate.EcodeUnauthorized, "Insufficient credentials", 0)
+		refusal = errDenied()
 	default:
 		refusal = translate.NewError(translate.EcodeRaftInternal, authUnavailable, 0)
 	}
 	setHeader(w.Header(), "X-Etcd-Cluster-Id", s.clusterIDHeader(s.cfg.Store.Meta().ClusterID))
 	s.observe(r.Method, "error", writeError(w, refusal), kr.start)
 	return false
+}
+
+// keysDecision is a's decision on a parsed /v2/keys request: a GET or
+// HEAD reads, anything else writes.
+func keysDecision(a Auth, r *http.Request, kr *keysRequest) auth.Decision {
+	return a.Keys(r, kr.key, kr.req.Recursive, r.Method != "GET" && r.Method != "HEAD")
+}
+
+// errDenied is v2's refusal of a key the credentials do not reach.
+func errDenied() *translate.Error {
+	return translate.NewError(translate.EcodeUnauthorized, "Insufficient credentials", 0)
 }
 
 // needsRoot reports whether the handler a clean path p routes to asks root

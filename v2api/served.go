@@ -5,8 +5,10 @@ package v2api
 import (
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 
+	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -16,7 +18,12 @@ import (
 // in every mode, so the part of the key space a bridge does not serve
 // (another tenant's, or what the bridges do not migrate of a v2 server's
 // tree) is never answered from either side. Everything but /v2/keys passes.
-func ServedOnly(served []string, h http.Handler) http.Handler {
+//
+// With a (the auth the v3 side enforces; nil: none), a request the guest
+// role or its credentials may not make gets v2's refusal first, as etcd v2
+// refused a key it lacked before it looked for it. (Without current auth
+// data, the key is not found, as before.)
+func ServedOnly(served []string, a Auth, h http.Handler) http.Handler {
 	layout := translate.Layout{}.WithServed(served)
 	if !layout.Scoped() {
 		return h
@@ -29,6 +36,12 @@ func ServedOnly(served []string, h http.Handler) http.Handler {
 			return
 		}
 		if key := path.Join("/", rest); !layout.Serves(key) {
+			if a != nil && slices.Contains(keysMethods, r.Method) {
+				if kr := parseKeys(r); kr.err == nil && keysDecision(a, r, kr) == auth.Deny {
+					writeError(w, errDenied())
+					return
+				}
+			}
 			writeError(w, translate.NewError(translate.EcodeKeyNotFound,
 				key+" is outside the served prefix "+list+" (--serve-prefix)", 0))
 			return

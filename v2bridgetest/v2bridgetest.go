@@ -448,7 +448,11 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 		_ = ln.Close()
 		t.Fatalf("bridge: %v", err)
 	}
-	br.Serve(ln, v2api.ServedOnly(o.Served, br.API), nil)
+	var a v2api.Auth
+	if cfg.Auth != nil {
+		a = cfg.Auth
+	}
+	br.Serve(ln, v2api.ServedOnly(o.Served, a, br.API), nil)
 	b := &Bridge{URL: u, Backend: br.Backend, API: br.API, Registry: br.Registry, bridge: br}
 	t.Cleanup(b.Stop)
 	// Watches are served once the hub's shared v3 watch is created, a few
