@@ -41,6 +41,20 @@ func AuthKeys(layout translate.Layout) auth.Keys {
 	return auth.KeysFor(layout.MetaPrefix, layout.DataPrefix, layout.Served)
 }
 
+// AuthKeysServing are the AuthKeys of the bridges with layout serving
+// servePrefix (--serve-prefix; "": all), for the commands that copy users
+// and roles to them.
+func AuthKeysServing(layout translate.Layout, servePrefix string) (auth.Keys, error) {
+	var served []string
+	if servePrefix != "" {
+		var err error
+		if served, err = translate.ParseServed(servePrefix); err != nil {
+			return auth.Keys{}, err
+		}
+	}
+	return AuthKeys(layout.WithServed(served)), nil
+}
+
 // start runs the Store until stop.
 func (a *bridgeAuth) start() { a.halt = runStore(a.svc.Store, a.adopt) }
 

@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/assemble"
-	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/shadow"
@@ -35,10 +34,10 @@ type Config struct {
 	// Backend reaches the etcd v3 cluster the bridges serve, with their
 	// key layout.
 	Backend v3backend.Config
-	// AuthKeys are the bridges' auth keys (assemble.AuthKeys of their
-	// layout, served subtrees included), where the users and roles go.
-	AuthKeys auth.Keys
-	Logger   *zap.Logger
+	// ServePrefix is the bridges' --serve-prefix ("": all), whose key space
+	// the users and roles go to.
+	ServePrefix string
+	Logger      *zap.Logger
 	// Follow (migrate) keeps applying the v2 server's changes after the copy
 	// until interrupted or until the cutover to etcd v3 is done.
 	Follow bool
@@ -99,7 +98,11 @@ func (r *run) run(ctx context.Context, command func(context.Context) error) erro
 	}
 	defer func() { _ = be.Close() }()
 	r.Options.Target = be
-	as, err := assemble.OpenAuthStore(ctx, r.Backend, r.AuthKeys, r.Backend.RequestTimeout, r.Logger)
+	keys, err := assemble.AuthKeysServing(r.Backend.Layout, r.ServePrefix)
+	if err != nil {
+		return fmt.Errorf("%s: --serve-prefix: %w", r.cmd, err)
+	}
+	as, err := assemble.OpenAuthStore(ctx, r.Backend, keys, r.Backend.RequestTimeout, r.Logger)
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.cmd, err)
 	}

@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/assemble"
-	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/v3backend"
@@ -37,10 +36,10 @@ type SwitchConfig struct {
 	URLs []string
 	// Backend reaches the etcd v3 cluster of the dual-mode bridges.
 	Backend v3backend.Config
-	// AuthKeys are the bridges' auth keys (assemble.AuthKeys of their
-	// layout, served subtrees included), where the cutover copies the users.
-	AuthKeys auth.Keys
-	Logger   *zap.Logger
+	// ServePrefix is the bridges' --serve-prefix ("": all), whose key space
+	// the cutover copies the users and roles to.
+	ServePrefix string
+	Logger      *zap.Logger
 	// JSON makes the result one JSON object (WriteJSON), and sends the
 	// steps to Stderr; otherwise everything is text on Stdout.
 	JSON           bool
@@ -75,12 +74,16 @@ func switchSides(ctx context.Context, cmd string, cfg SwitchConfig) (*cutover.Re
 	}
 	defer func() { _ = cli.Close() }()
 	layout, o := cfg.Backend.Layout, cfg.Steps
+	keys, err := assemble.AuthKeysServing(layout, cfg.ServePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("migrate %s: --serve-prefix: %w", cmd, err)
+	}
 	o.Client, o.Keys, o.Layout = cli, cutover.KeysFor(layout.MetaPrefix), layout
 	o.V2ServerPadKey = path.Join("/", cfg.Old.V2ServerPrefix, "_v2bridge_rollback_pad")
-	o.By, o.RequestTimeout, o.Auth = whoRuns(), cfg.Backend.RequestTimeout, cfg.AuthKeys
+	o.By, o.RequestTimeout, o.Auth = whoRuns(), cfg.Backend.RequestTimeout, keys
 	o.Log = func(s string) { _, _ = fmt.Fprintln(steps, s) }
 	if cmd == "cutover" {
-		as, err := assemble.OpenAuthStore(ctx, cfg.Backend, cfg.AuthKeys, cfg.Backend.RequestTimeout, cfg.Logger)
+		as, err := assemble.OpenAuthStore(ctx, cfg.Backend, keys, cfg.Backend.RequestTimeout, cfg.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("migrate %s: %w", cmd, err)
 		}

@@ -130,14 +130,10 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	keys, err := authKeys(&c, layout)
-	if err != nil {
-		return err
-	}
 	sum, err = migration.Switch(ctx, cmd, migration.SwitchConfig{
 		Steps: cutover.Options{V2Server: src, AckTimeout: cf.ackTimeout, FollowTimeout: cf.followTimeout,
 			IndexMargin: cf.indexMargin, Force: cf.force, AllowUnknownPasswords: cf.allowUnknownPasswords},
 		Old:  migrate.Options{V2ServerPrefix: cf.v2ServerPrefix, V2ServerTLS: srcTLS, V2ServerUser: cf.v2ServerUser, V2ServerTimeout: cf.v2ServerTimeout},
-		URLs: splitList(cf.v2Server), Backend: bcfg, AuthKeys: keys, Logger: lg, JSON: cf.output == "json", Stdout: stdout, Stderr: stderr})
+		URLs: splitList(cf.v2Server), Backend: bcfg, ServePrefix: c.servePrefix, Logger: lg, JSON: cf.output == "json", Stdout: stdout, Stderr: stderr})
 	return err
 }

@@ -17,8 +17,6 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
-	"github.com/v2bridge/v2bridge/assemble"
-	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/migrate"
 	"github.com/v2bridge/v2bridge/migration"
 	"github.com/v2bridge/v2bridge/translate"
@@ -251,7 +249,7 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return usageError{err}
 	}
 	defer func() { _ = lg.Sync() }()
-	mc := migration.Config{Follow: mf.follow, MaxDiffs: mf.maxDiffs, Logger: lg, JSON: mf.output == "json", Stdout: stdout, Stderr: stderr}
+	mc := migration.Config{ServePrefix: c.servePrefix, Follow: mf.follow, MaxDiffs: mf.maxDiffs, Logger: lg, JSON: mf.output == "json", Stdout: stdout, Stderr: stderr}
 	if mc.Options, err = v2ServerOptions(&mf); err != nil {
 		return err
 	}
@@ -259,9 +257,6 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return usageError{err}
 	}
 	if mc.Backend, err = backendConfig(&c, endpoints, layout); err != nil {
-		return err
-	}
-	if mc.AuthKeys, err = authKeys(&c, layout); err != nil {
 		return err
 	}
 	if cmd == "verify" {
@@ -360,19 +355,6 @@ func newProgressPrinter(mode string, stderr io.Writer, tty bool) (*migrate.Progr
 		return nil, fmt.Errorf("--progress must be auto, tty, lines or none, not %q", mode)
 	}
 	return pp, nil
-}
-
-// authKeys are the auth keys of the bridges --serve-prefix and layout
-// describe, which the commands copy users and roles to.
-func authKeys(c *config, layout translate.Layout) (auth.Keys, error) {
-	var served []string
-	if c.servePrefix != "" {
-		var err error
-		if served, err = translate.ParseServed(c.servePrefix); err != nil {
-			return auth.Keys{}, usageErrorf("--serve-prefix: %v", err)
-		}
-	}
-	return assemble.AuthKeys(layout.WithServed(served)), nil
 }
 
 // cleanServePrefix is --serve-prefix as one clean v2 path.
