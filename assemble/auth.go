@@ -63,11 +63,11 @@ func adopter(cli *clientv3.Client, keys auth.Keys, timeout time.Duration, lg *za
 	return func(ctx context.Context) error {
 		n, err := auth.Adopt(ctx, cli, keys, timeout)
 		if err != nil && ctx.Err() == nil {
-			lg.Warn("auth: cannot read or copy the users and roles of before yet; not serving until then",
+			lg.Warn("cannot read or copy the users and roles of before yet; not serving until then",
 				zap.String("from", keys.Legacy), zap.String("to", keys.Prefix), zap.Error(err))
 		}
 		if err == nil && n > 0 {
-			lg.Info("auth: copied the users and roles of before, shared by every bridge of the data prefix; "+
+			lg.Info("copied the users and roles of before, shared by every bridge of the data prefix; "+
 				"they are now this key space's alone", zap.String("from", keys.Legacy), zap.String("to", keys.Prefix), zap.Int("copied", n))
 		}
 		return err
