@@ -5,6 +5,7 @@ package integration
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -236,4 +237,36 @@ func TestTenantAuthAdoptsTheSharedOne(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // a change of the same key space would have arrived
 	expectAuthAnswer(t, "the scoped bridge's flag after", authDo(t, "GET", scoped, "/v2/auth/enable", "", "", ""), 200, `{"enabled":true}`)
 	expectKeysDenied(t, "the scoped bridge after, no credentials", authDo(t, "GET", scoped, "/v2/keys/foo/config", "", "", ""))
+}
+
+// TestTenantsAuthApartBinary: the same through the bridge binary: the other
+// tenant's root, auth and guest leave flannel's bridge as it was (etcdctl
+// v2 reads flannel's config without credentials), and flannel's key is
+// refused, not found, to the other tenant's clients without credentials.
+func TestTenantsAuthApartBinary(t *testing.T) {
+	cl := v2bridgetest.StartCluster(t, 1)
+	scoped := func(prefix string) string {
+		return startHealthyBridge(t, func() (string, []string, []string) {
+			url := v2bridgetest.FreeURL(t)
+			return url, nil, []string{"--listen-client-urls", url, "--endpoints", strings.Join(cl.Endpoints(), ","),
+				"--serve-prefix", prefix, "--log-level", "warn"}
+		}).url
+	}
+	flannel, other := scoped("/coreos.com/network"), scoped("/other")
+	waitAuthServed(t, httpClient, flannel)
+	waitAuthServed(t, httpClient, other)
+	if r := authDo(t, "PUT", flannel, "/v2/keys/coreos.com/network/config", "", "", "value="+flannelConfig); r.status != 201 {
+		t.Fatalf("flannel's config: %d %s", r.status, r.body)
+	}
+	authSetup(t, other, true)
+	expectKeysDenied(t, "flannel's key through the other tenant's bridge, no credentials",
+		authDo(t, "GET", other, "/v2/keys/coreos.com/network/config", "", "", ""))
+	expectNotServed(t, "flannel's key through the other tenant's bridge as its root",
+		authDo(t, "GET", other, "/v2/keys/coreos.com/network/config", "root", rootPass, ""), "/coreos.com/network/config", "/other")
+	time.Sleep(200 * time.Millisecond) // a change of the same key space would have arrived
+	expectAuthAnswer(t, "flannel's flag", authDo(t, "GET", flannel, "/v2/auth/enable", "", "", ""), 200, `{"enabled":false}`)
+	out, code := authEtcdctl(t, etcdctlV2(t), flannel, "get", "/coreos.com/network/config")
+	if code != 0 || out != flannelConfig+"\n" {
+		t.Errorf("etcdctl get of flannel's config: exit %d, %q", code, out)
+	}
 }
