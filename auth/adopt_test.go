@@ -32,7 +32,7 @@ func TestAdopt(t *testing.T) {
 	root := `{"user":"root","password":"h","roles":["root"]}`
 	guest := `{"role":"guest","permissions":{"kv":{"read":["/coreos.com/*"],"write":[]}}}`
 	for k, v := range map[string]string{shared.User("root"): root, shared.Role("guest"): guest, shared.Enabled(): "true",
-		shared.Prefix + "x/u/eve": "{}", // another data prefix's of before: not copied
+		shared.Prefix + "x/u/eve": "{}", // data prefix "/x"'s of before: not flannel's
 	} {
 		if _, err := cli.Put(ctx, k, v); err != nil {
 			t.Fatal(err)
@@ -58,6 +58,16 @@ func TestAdopt(t *testing.T) {
 		t.Fatalf("second Adopt: %d, %v", n, err)
 	}
 	expectKeys(t, cli, flannel.Prefix, want)
+	// Data prefix "/x" serving all: its keys moved; it adopts its own of
+	// before (under "" 's), not "" 's.
+	x := auth.KeysFor("_v2bridge/", "/x", nil)
+	if x.Legacy != shared.Prefix+"x/" {
+		t.Fatalf("data prefix /x's old place %q", x.Legacy)
+	}
+	if n, err := auth.Adopt(ctx, cli, x, time.Second); n != 1 || err != nil {
+		t.Fatalf("Adopt of data prefix /x: %d, %v; want 1 copied", n, err)
+	}
+	expectKeys(t, cli, x.Prefix, map[string]string{x.User("eve"): "{}", x.Enabled(): "false"})
 	// A key space with nothing to adopt is marked too, with auth off.
 	other := auth.KeysFor("_v2bridge/", "/d", nil)
 	if n, err := auth.Adopt(ctx, cli, other, time.Second); n != 0 || err != nil {
