@@ -183,7 +183,8 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	c.servePrefix = "/"
 	fs.Var(&trackedString{value: &c.servePrefix, set: &c.servePrefixSet}, "serve-prefix",
 		"v2 subtrees served, comma-separated (e.g. /coreos.com/network): a key outside them gets error 100 (Key not found) in every mode, "+
-			"and the bridge reads, watches and mirrors only them; / serves everything; migrate, verify and cutover take it for --v2-server-prefix's default")
+			"and the bridge reads, watches and mirrors only them; / serves everything; bridges serving the same subtrees share v2 users and roles, "+
+			"others have their own; migrate, verify and cutover take it for --v2-server-prefix's default and the users' key space")
 	fs.StringVar(&c.name, "name", "v2bridge", "member name reported by /v2/members")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
