@@ -54,7 +54,7 @@ race:
 # test logs the version it ran on), and the conformance suite on 3.4: the
 # tests of history, watches across restarts and failovers, liveness, TTLs
 # and the scoped merger. Without the race detector, which make race has run
-# over the same code: about 3 min for both on 2 cores.
+# over the same code: 310 s for both on 2 cores shared at load 20.
 # Left out, for time: TestFailoverBetweenBridges (clients moving between
 # bridges, 30-40 s), TestLivenessFalsePositiveLeaderMoves and
 # TestRegistrationOutlivesManyLeaseTTLs (35 s each). Left out for now:

@@ -231,7 +231,8 @@ func startMemberProcess(spec memberSpec) (*memberProcess, error) {
 // until it reports healthy (true), or the member exits or stop closes
 // (false).
 func awaitHealthy(clientURL string, exited, stop <-chan struct{}) bool {
-	hc := &http.Client{Timeout: time.Second}
+	// No connection kept: nothing of the probe outlives it.
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for {
 		resp, err := hc.Get(clientURL + "/health")
 		if err == nil {
