@@ -5,7 +5,7 @@ COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.gitCommit=$(COMMIT)
 TESTTIME ?= 20m
 
-.PHONY: all build run test race fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-shared bench-heartbeat-cost liveness-defrag liveness-disk bench-failover soak vet lint golangci-lint tidy clean
+.PHONY: all build run test race fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-shared bench-heartbeat-cost liveness-defrag liveness-disk bench-failover soak test-matrix vet lint golangci-lint tidy clean
 
 all: build
 
@@ -35,16 +35,80 @@ TESTFLAGS ?=
 # go.mod has raised since (then run go mod tidy there and commit).
 
 ## test: vet, every test (unit, integration against real etcd, conformance against a real v2 server) under the race
-##       detector but RACE_SKIP's, those without it, the fuzz target briefly, then contrib/monitoring's alerts and
-##       dashboard against running bridges (a module of its own: Prometheus's dependencies stay out of go.mod)
+##       detector but RACE_SKIP's, those without it, the version matrix (test-matrix), the fuzz target briefly, then
+##       contrib/monitoring's alerts and dashboard against running bridges (a module of its own: Prometheus's
+##       dependencies stay out of go.mod)
 test: vet race
 	$(GO) test -count=1 -timeout $(TESTTIME) $(TESTFLAGS) -run '$(RACE_SKIP)' ./integration/
+	$(MAKE) --no-print-directory test-matrix
 	$(GO) test -count=1 -run '^$$' -fuzz '^FuzzKeys$$' -fuzztime $(FUZZTIME) ./v2api/
 	cd contrib/monitoring && $(GO) test -mod=mod -count=1 -timeout 10m $(TESTFLAGS) ./...
 
 ## race: every test under the race detector, once, but RACE_SKIP's
 race:
 	$(GO) test -race -count=1 -timeout $(TESTTIME) $(TESTFLAGS) -skip '$(RACE_SKIP)' ./...
+
+# The version matrix. make race runs every test on the etcd built in (3.6);
+# test-matrix runs MATRIX_RUN's tests again on etcd 3.4 (ETCD34) and 3.5
+# (ETCD35), whose binary every member then runs (V2BRIDGE_TEST_ETCD; each
+# test logs the version it ran on), and the conformance suite on 3.4: the
+# tests of history, watches across restarts and failovers, liveness, TTLs
+# and the scoped merger. Without the race detector, which make race has run
+# over the same code: 310 s for both on 2 cores shared at load 20.
+# Left out, for time: TestFailoverBetweenBridges (clients moving between
+# bridges, 30-40 s), TestLivenessFalsePositiveLeaderMoves and
+# TestRegistrationOutlivesManyLeaseTTLs (35 s each). Left out for now:
+# TestScopedBridgeOnASharedCluster, whose mirror now and then holds none of
+# the keys a fresh bridge just acknowledged, on every version (3.6 too).
+MATRIX_RUN := ^(TestWatchHistory|TestWatchHistoryReplaySkimsAndFollowsAWalker|TestWatchIndexesOverTheWholeRange|$\
+TestWatchTwoBridges|TestRestartReplaysEveryKindOfChange|TestFailoverWhenTheSharedWatchEndsWhileHeartbeatsPass|$\
+TestLivenessBlackhole|TestLivenessFreeze|TestLivenessPartition|TestLivenessCompactedDuringOutage|$\
+TestLivenessHistoryWatchEnds|TestReadyzRecoversAfterTheSharedWatchResumesPastACompaction|$\
+TestTTLWritesShareLeases|TestSharedLeasesKeepEveryKeysExpiry|TestTTLWriteAfterItsSharedLeaseWasRevoked|$\
+TestExpiredDirectorySweptByABridgeStartedLater|TestScopedBridgeBatchedWritesMatchTheirEvents|$\
+TestScopedAndWholeTreeBridgesShareTheData|TestScopedBridgeRunsWithFlannelsKeysAlone|$\
+TestRealClientsThroughAScopedBridgeBesideAChurningRegistry|TestConformance)$$
+# MATRIX_SKIP_ETCD34: what etcd 3.4.23 fails, for now:
+# - for its bug 15220 (fixed in 3.4.25): a progress notification sent
+#   before a watch replaying history has caught up, which the bridge's feed
+#   and mirror take as proof that it has. History from a fresh bridge skips
+#   events or never comes; a fresh mirror misses a sweep.
+# - for its default --pre-vote=false (true from 3.5): a member healed from
+#   a blackhole or a partition forces an election with its raised term, so
+#   the cluster has no leader for a while where these tests expect one
+#   (they pass with --pre-vote=true).
+MATRIX_SKIP_ETCD34 := ^(TestWatchHistory|TestWatchHistoryReplaySkimsAndFollowsAWalker|$\
+TestRestartReplaysEveryKindOfChange|TestExpiredDirectorySweptByABridgeStartedLater|$\
+TestLivenessBlackhole|TestLivenessPartition)$$
+# ETCD34: Debian's etcd-server, which .ci/run installs (ETCD34= leaves it
+# out, and says so). ETCD35: etcd 3.5's own main, built once into ETCD_CACHE
+# from the reference module, which requires etcd 3.5 (the module proxy has
+# it; go install refuses etcd's module, for its replace directives).
+ETCD34 ?= /usr/bin/etcd
+ETCD35_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" { print $$2 }' reference/go.mod)
+ETCD_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/v2bridge
+ETCD35 ?= $(ETCD_CACHE)/etcd-$(ETCD35_VERSION)
+# matrix_test runs MATRIX_RUN's tests of packages $(2) with members of etcd
+# binary $(1), but those matching $(3).
+matrix_test = @echo "V2BRIDGE_TEST_ETCD=$(1): $$($(1) --version | head -n 1)" && \
+	V2BRIDGE_TEST_ETCD=$(1) $(GO) test -count=1 -timeout $(TESTTIME) $(TESTFLAGS) -run '$(MATRIX_RUN)' \
+	$(if $(3),-skip '$(3)') $(2)
+
+## test-matrix: the version matrix alone: MATRIX_RUN's tests on etcd 3.4 (ETCD34) and 3.5 (ETCD35), conformance on 3.4
+test-matrix: $(ETCD35)
+ifeq ($(ETCD34),)
+	@echo "make test-matrix: ETCD34 is empty: etcd 3.4 left out"
+else
+	@test -x "$(ETCD34)" || { echo "make test-matrix: no etcd at ETCD34=$(ETCD34) (Debian's etcd-server; ETCD34= leaves it out)" >&2; exit 1; }
+	$(call matrix_test,$(ETCD34),./integration/ ./conformance/,$(MATRIX_SKIP_ETCD34))
+endif
+	$(call matrix_test,$(ETCD35),./integration/)
+
+# The same flags as internal/v2ref's build of the reference: the two share
+# the build cache.
+$(ETCD35): reference/go.mod reference/go.sum reference/etcd/main.go
+	mkdir -p $(dir $@)
+	cd reference && GOWORK=off $(GO) build -o $@.tmp ./etcd && mv $@.tmp $@
 
 ## fuzz: the HTTP layer's fuzz target for longer (FUZZTIME=2000000x make fuzz)
 # A count, not a duration: Go 1.26's fuzz coordinator can report its own

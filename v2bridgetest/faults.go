@@ -136,10 +136,15 @@ func (c *Cluster) Kill(i int) {
 // of the key space wait, while raft, the leader and the gRPC health service
 // carry on. Unlike a real defrag, whose length depends on the disk and the
 // database size, the stall lasts exactly as long as the test wants. Only for
-// members in this process (StartCluster).
+// members in this process (StartCluster); under V2BRIDGE_TEST_ETCD it skips
+// the test.
 func (c *Cluster) StallStorage(i int) (resume func()) {
 	c.t.Helper()
 	m := c.member(i)
+	if m.Etcd == nil && ExternalEtcd() != "" {
+		c.t.Skip("StallStorage needs a member in this process, and " + EtcdEnv + " runs every member as " +
+			ExternalEtcd())
+	}
 	if m.Etcd == nil {
 		c.t.Fatalf("StallStorage: member %d runs in a child process; start the cluster with StartCluster", i)
 	}

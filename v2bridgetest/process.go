@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -39,7 +40,8 @@ const memberEnv = "V2BRIDGETEST_MEMBER"
 //	}
 //
 // The children are killed when the test ends, and (on Linux) when this
-// process dies.
+// process dies. Under V2BRIDGE_TEST_ETCD the children run that etcd binary
+// instead, and need no MemberMain.
 func StartProcessCluster(t TB, n int) *Cluster {
 	t.Helper()
 	return startCluster(t, n, true, MemberLimits{}, "")
@@ -127,18 +129,27 @@ type memberProcess struct {
 	mu     sync.Mutex // serializes signals with reaping
 }
 
+// startMemberProcess starts the member spec describes in a child process:
+// this test binary run again (MemberMain), or etcd's own binary under
+// V2BRIDGE_TEST_ETCD.
 func startMemberProcess(spec memberSpec) (*memberProcess, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
+	external := ExternalEtcd()
+	var cmd *exec.Cmd
+	if external != "" {
+		cmd = exec.Command(external, spec.etcdFlags()...)
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		js, err := json.Marshal(spec)
+		if err != nil {
+			return nil, err
+		}
+		// Without MemberMain in TestMain the child runs no test and exits.
+		cmd = exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), memberEnv+"="+string(js))
 	}
-	js, err := json.Marshal(spec)
-	if err != nil {
-		return nil, err
-	}
-	// Without MemberMain in TestMain the child runs no test and exits.
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), memberEnv+"="+string(js))
 	cmd.SysProcAttr = memberSysProcAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -166,32 +177,81 @@ func startMemberProcess(spec memberSpec) (*memberProcess, error) {
 		p.mu.Unlock()
 	}()
 	ready := make(chan bool, 1)
+	stop := make(chan struct{})
+	probed := make(chan struct{})
 	go func() {
 		// Read to the end (the child exiting), so that the child never
 		// blocks on, or dies of, a full or closed stdout.
 		defer func() { _ = r.Close() }()
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			if sc.Text() == readyLine {
-				ready <- true
-				_, _ = io.Copy(io.Discard, r)
-				return
+		if external == "" {
+			found := false
+			for sc := bufio.NewScanner(r); !found && sc.Scan(); {
+				found = sc.Text() == readyLine
 			}
+			ready <- found
 		}
-		ready <- false
+		_, _ = io.Copy(io.Discard, r)
 	}()
+	if external != "" {
+		go func() {
+			defer close(probed)
+			ready <- awaitHealthy(spec.ClientURL, p.exited, stop)
+		}()
+	} else {
+		close(probed)
+	}
+	defer func() {
+		close(stop)
+		<-probed
+	}()
+	how := "(child process)"
+	if external != "" {
+		how = "(" + external + ")"
+	}
 	select {
 	case ok := <-ready:
 		if ok {
 			return p, nil
 		}
 		<-p.exited
-		return nil, fmt.Errorf("member %s (child process) exited before serving (is v2bridgetest.MemberMain() the first "+
-			"call in TestMain?): %s; output: %s", spec.Name, cmd.ProcessState, strings.TrimSpace(p.stderr.String()))
+		hint := " (is v2bridgetest.MemberMain() the first call in TestMain?)"
+		if external != "" {
+			hint = ""
+		}
+		return nil, fmt.Errorf("member %s %s exited before serving%s: %s; output: %s", spec.Name, how, hint,
+			cmd.ProcessState, strings.TrimSpace(p.stderr.String()))
 	case <-time.After(90 * time.Second):
 		p.kill()
-		return nil, fmt.Errorf("member %s (child process) not ready after 90s; output: %s", spec.Name,
+		return nil, fmt.Errorf("member %s %s not ready after 90s; output: %s", spec.Name, how,
 			strings.TrimSpace(p.stderr.String()))
+	}
+}
+
+// awaitHealthy polls the /health endpoint of an etcd member at clientURL
+// until it reports healthy (true), or the member exits or stop closes
+// (false).
+func awaitHealthy(clientURL string, exited, stop <-chan struct{}) bool {
+	// No connection kept: nothing of the probe outlives it.
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for {
+		resp, err := hc.Get(clientURL + "/health")
+		if err == nil {
+			var h struct {
+				Health string `json:"health"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&h)
+			_ = resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && h.Health == "true" {
+				return true
+			}
+		}
+		select {
+		case <-exited:
+			return false
+		case <-stop:
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 

@@ -23,6 +23,14 @@
 // A server that binds ports of its own (a child process given FreeURL
 // ports) is started under RetryPortTaken, since such a port is not held
 // until the server binds it.
+//
+// The members are the etcd this module builds in (etcd 3.6), unless the
+// environment variable V2BRIDGE_TEST_ETCD names an etcd binary: then every
+// member, of StartCluster as of StartProcessCluster, is a child process
+// running that binary (etcd 3.4 or later), behind the same proxies, so
+// that the same tests check the bridge against another etcd version. Such
+// members have no Member.Etcd; what needs one (StallStorage) skips the test.
+// Every cluster logs the version its first member reports.
 package v2bridgetest
 
 import (
@@ -73,6 +81,8 @@ type Cluster struct {
 	t       TB
 	Members []*Member
 
+	version string // as member 0 reported it at start
+
 	mu  sync.RWMutex
 	ids map[string]int // hex member id -> index
 }
@@ -90,7 +100,7 @@ type Member struct {
 	// ID is the etcd member id.
 	ID uint64
 	// Etcd is the member when it runs in this process (nil when it runs in
-	// a child process).
+	// a child process, as every member does under V2BRIDGE_TEST_ETCD).
 	Etcd *embed.Etcd
 
 	stopOnce   sync.Once
@@ -145,8 +155,9 @@ func RetryPortTaken(t TB, what string, start func() error) {
 	}
 }
 
-// StartCluster starts n etcd members in this process and waits until they
-// serve; they stop when the test ends.
+// StartCluster starts n etcd members in this process (in child processes
+// under V2BRIDGE_TEST_ETCD, see ExternalEtcd) and waits until they serve;
+// they stop when the test ends.
 func StartCluster(t TB, n int) *Cluster {
 	t.Helper()
 	return startCluster(t, n, false, MemberLimits{}, "")
@@ -204,6 +215,34 @@ func (s memberSpec) config() (*embed.Config, error) {
 	}
 	return cfg, nil
 }
+
+// etcdFlags are the command-line flags of etcd's own binary that start the
+// member s describes, as config does in this process.
+func (s memberSpec) etcdFlags() []string {
+	f := []string{"--name=" + s.Name, "--data-dir=" + s.Dir,
+		"--listen-client-urls=" + s.ClientURL, "--advertise-client-urls=" + s.ClientURL,
+		"--listen-peer-urls=" + s.PeerURL, "--initial-advertise-peer-urls=" + s.AdvertisePeerURL,
+		"--initial-cluster=" + s.InitialCluster, "--initial-cluster-state=new", "--initial-cluster-token=v2bridgetest",
+		// etcd 3.4's default logger is capnslog, which ignores --log-level.
+		"--logger=zap", "--log-outputs=stderr", "--log-level=" + s.LogLevel}
+	if s.Limits.MaxTxnOps > 0 {
+		f = append(f, fmt.Sprintf("--max-txn-ops=%d", s.Limits.MaxTxnOps))
+	}
+	if s.Limits.MaxRequestBytes > 0 {
+		f = append(f, fmt.Sprintf("--max-request-bytes=%d", s.Limits.MaxRequestBytes))
+	}
+	return f
+}
+
+// EtcdEnv is the environment variable that names an etcd binary for the
+// members of every cluster this package starts (see ExternalEtcd).
+const EtcdEnv = "V2BRIDGE_TEST_ETCD"
+
+// ExternalEtcd is the etcd binary that V2BRIDGE_TEST_ETCD names, or "" when
+// it is unset or empty: then members run the etcd built into this module.
+// A test that needs a member in this process (Member.Etcd) skips when it is
+// set.
+func ExternalEtcd() string { return os.Getenv(EtcdEnv) }
 
 func startInProcess(s memberSpec) (*embed.Etcd, error) {
 	cfg, err := s.config()
@@ -277,6 +316,7 @@ func tryStartCluster(t TB, n int, inChildren bool, limits MemberLimits, base str
 		}
 	}
 	errc := make(chan error, n)
+	inChildren = inChildren || ExternalEtcd() != ""
 	for _, m := range c.Members {
 		spec := memberSpec{Name: m.Name, Dir: filepath.Join(dir, m.Name), ClientURL: m.ClientURL, PeerURL: m.PeerURL,
 			AdvertisePeerURL: m.peer.url, InitialCluster: strings.Join(initial, ","),
@@ -313,6 +353,20 @@ func (c *Cluster) learnIDs(t TB) {
 	if err != nil {
 		t.Fatalf("member list: %v", err)
 	}
+	st, err := cli.Status(ctx, c.Members[0].ClientURL)
+	if err != nil {
+		t.Fatalf("status of %s: %v", c.Members[0].Name, err)
+	}
+	c.version = st.Version
+	how := "in this process"
+	if bin := ExternalEtcd(); bin != "" {
+		how = bin
+	} else if c.Members[0].proc != nil {
+		how = "in child processes"
+	}
+	if l, ok := t.(interface{ Logf(string, ...any) }); ok {
+		l.Logf("v2bridgetest: %d member(s) of etcd %s (%s)", len(c.Members), c.version, how)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, pm := range resp.Members {
@@ -333,6 +387,11 @@ func (c *Cluster) lookup(hexID string) int {
 	}
 	return -1
 }
+
+// Version is the etcd version of the cluster's members, as the first one
+// reported it (Maintenance Status) when the cluster started: "3.6.16" for
+// the etcd built in, another under V2BRIDGE_TEST_ETCD.
+func (c *Cluster) Version() string { return c.version }
 
 // Endpoints are the members' own v3 client URLs.
 func (c *Cluster) Endpoints() []string {
