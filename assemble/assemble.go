@@ -69,12 +69,15 @@ type Config struct {
 	Layout            translate.Layout
 
 	RequestTimeout, DialTimeout, ModeLeaseTTL time.Duration
-	HeartbeatInterval, HeartbeatTimeout       time.Duration
-	HeartbeatFailures                         int
-	ClientCertAuth, WatchDetach               bool
-	ShadowSampleRate                          float64
-	ShadowPrefix                              string
-	ShadowQueue                               int
+	// StartTimeout bounds how long a bridge serving / by default waits
+	// for etcd to say what else the cluster holds before giving up.
+	StartTimeout                        time.Duration
+	HeartbeatInterval, HeartbeatTimeout time.Duration
+	HeartbeatFailures                   int
+	ClientCertAuth, WatchDetach         bool
+	ShadowSampleRate                    float64
+	ShadowPrefix                        string
+	ShadowQueue                         int
 
 	// V2Server are the v2 server's URLs (passthrough, dual mode).
 	V2Server []string

@@ -44,6 +44,7 @@ type config struct {
 	heartbeatTimeout     time.Duration
 	heartbeatFailures    int
 	requestTimeout       time.Duration
+	startTimeout         time.Duration
 
 	watchHistoryEvents      int
 	watchDetach             bool
@@ -168,6 +169,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.heartbeatTimeout, "heartbeat-timeout", d.HeartbeatTimeout, "deadline of one heartbeat")
 	fs.IntVar(&c.heartbeatFailures, "heartbeat-failures", d.HeartbeatFailures, "missed heartbeats in a row that declare the backend lost")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", d.RequestTimeout, "deadline of every backend call made for a v2 request (of every request forwarded to a --v2-server but watches)")
+	fs.DurationVar(&c.startTimeout, "start-timeout", time.Minute, "how long a bridge serving the whole key space by default (no --serve-prefix) waits at start for etcd to show it holds nothing of another tenant; past it, the bridge exits")
 	fs.IntVar(&c.writeBatch, "write-batch", d.WriteBatch, "concurrent v2 writes one v3 transaction may carry, each guarded on its own (1: every write in a transaction of its own)")
 	fs.DurationVar(&c.autoSyncInterval, "endpoints-auto-sync-interval", 0, "refresh the backend endpoints from the cluster's member list at this interval (0: never)")
 	fs.StringVar(&c.discoverySRV, "discovery-srv", "", "domain whose DNS SRV records (_etcd-client-ssl._tcp, _etcd-client._tcp) list the backend endpoints")

@@ -28,7 +28,7 @@ var flagGroups = []flagGroup{
 	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions", "watch-detach"}},
 	{"The etcd v3 cluster", []string{"endpoints", "discovery-srv", "discovery-srv-name", "endpoints-auto-sync-interval",
 		"cacert", "cert", "key", "insecure-skip-tls-verify", "user",
-		"dial-timeout", "dial-keepalive-time", "dial-keepalive-timeout", "request-timeout", "write-batch",
+		"dial-timeout", "dial-keepalive-time", "dial-keepalive-timeout", "request-timeout", "start-timeout", "write-batch",
 		"heartbeat-interval", "heartbeat-timeout", "heartbeat-failures"}},
 	{"Embedded etcd (a private store for trying the bridge out; see the backend rule below)", []string{"embedded", "data-dir",
 		"embedded-client-urls", "embedded-peer-urls", "embedded-auto-compaction-retention", "embedded-in-process"}},

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/v2bridge/v2bridge/v2bridgetest"
+)
+
+// refusalOf starts a bridge serving / by default over the endpoints (etcd
+// silent while it starts, then answering after heal) and waits for it to
+// exit (startTimeout "": the default); it returns the exit code and the output.
+func refusalOf(t *testing.T, endpoints []string, startTimeout string, silent time.Duration, heal func()) (int, string) {
+	t.Helper()
+	u := v2bridgetest.FreeURL(t)
+	args := []string{"--endpoints", strings.Join(endpoints, ","), "--listen-client-urls", u, "--log-level", "warn"}
+	if startTimeout != "" {
+		args = append(args, "--start-timeout", startTimeout)
+	}
+	p := startBridgeProcess(t, nil, args...)
+	time.Sleep(silent)
+	heal()
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return p.cmd.ProcessState.ExitCode(), p.logs.String()
+	case <-time.After(90 * time.Second):
+		if r := do(t, "GET", u, "/v2/keys/registry/pods/default/pod-00000", nil); r.status != 0 {
+			t.Errorf("the bridge serves the registry: %d %s", r.status, r.body)
+		}
+		t.Fatalf("the bridge did not exit:\n%s", p.logs)
+		return 0, ""
+	}
+}
+
+// TestRefusalWaitsForASilentEtcd: etcd silent while a bridge serving / by
+// default starts (a defrag, a slow disk) delays the look for another
+// tenant's keys, which still refuses once etcd answers; silent past
+// --start-timeout, the bridge exits saying why.
+func TestRefusalWaitsForASilentEtcd(t *testing.T) {
+	cl, _ := sharedCluster(t)
+	cl.Blackhole(0)
+	code, out := refusalOf(t, cl.ProxiedEndpoints(), "", 7*time.Second, func() { cl.Heal(0) })
+	want := "v2bridge: refusing to serve the whole key space: --serve-prefix is / by default, and the cluster holds 301 keys " +
+		"no v2 client wrote, under /registry (301 keys)"
+	if code != 2 || !strings.Contains(out, want) {
+		t.Errorf("etcd silent for 7 s: exit %d, output:\n%s\nwant exit 2 with\n%s", code, out, want)
+	}
+
+	cl.Blackhole(0)
+	code, out = refusalOf(t, cl.ProxiedEndpoints(), "3s", 0, func() {})
+	cl.Heal(0)
+	want = "v2bridge: could not tell within --start-timeout 3s whether the cluster holds keys no v2 client wrote, " +
+		"which a bridge serving the whole key space (--serve-prefix / by default) must not serve: context deadline exceeded; " +
+		"set --serve-prefix to the v2 subtrees your clients use, or make etcd answer\n"
+	if code != 1 || !strings.HasSuffix(out, want) {
+		t.Errorf("etcd silent past --start-timeout: exit %d, output:\n%s\nwant exit 1 ending\n%s", code, out, want)
+	}
+}
