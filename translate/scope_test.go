@@ -5,6 +5,7 @@ package translate
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -46,18 +47,22 @@ var flannelLayout = Layout{DataPrefix: "", MetaPrefix: "_m/"}.WithServed([]strin
 func TestServedLayoutWatchesOnlyItsSubtree(t *testing.T) {
 	l := flannelLayout
 	want := []KeyRange{
-		{"/coreos.com/network", "/coreos.com/network0"},
-		{"_m/d/coreos.com/network", "_m/d/coreos.com/network0"},
-		{"_m/s/coreos.com/network", "_m/s/coreos.com/network0"},
 		{"/coreos.com", "/coreos.com\x00"},
+		{"/coreos.com/network", "/coreos.com/network\x00"},
+		{"/coreos.com/network/", "/coreos.com/network0"},
 		{"_m/d/coreos.com", "_m/d/coreos.com\x00"},
+		{"_m/d/coreos.com/network", "_m/d/coreos.com/network\x00"},
+		{"_m/d/coreos.com/network/", "_m/d/coreos.com/network0"},
 		{"_m/j", "_m/j0"},
 		{"_m/l/", "_m/l0"},
+		{"_m/s/coreos.com/network", "_m/s/coreos.com/network\x00"},
+		{"_m/s/coreos.com/network/", "_m/s/coreos.com/network0"},
 	}
 	if got := l.WatchRanges(); !reflect.DeepEqual(got, want) {
 		t.Errorf("WatchRanges = %q\nwant %q", got, want)
 	}
-	if got, want := l.TTLDirRanges(), []KeyRange{{"_m/t/coreos.com/network", "_m/t/coreos.com/network0"}}; !reflect.DeepEqual(got, want) {
+	if got, want := l.TTLDirRanges(), []KeyRange{{"_m/t/coreos.com/network", "_m/t/coreos.com/network\x00"},
+		{"_m/t/coreos.com/network/", "_m/t/coreos.com/network0"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("TTLDirRanges = %q, want %q", got, want)
 	}
 	whole := Layout{DataPrefix: "", MetaPrefix: "_m/"}.WithServed([]string{"/"})
@@ -95,6 +100,40 @@ func TestServedLayoutWatchesOnlyItsSubtree(t *testing.T) {
 	} {
 		if got := l.MirrorHolds(r); got != want {
 			t.Errorf("MirrorHolds(%q) = %v, want %v", r, got, want)
+		}
+	}
+}
+
+// TestServedPrefixesSharingANameWatchEachKeyOnce: whatever the served
+// prefixes, one whose name starts with another's included, no key is in two
+// watched ranges (it would reach the watchers twice), and each key of a
+// served subtree is watched.
+func TestServedPrefixesSharingANameWatchEachKeyOnce(t *testing.T) {
+	for _, served := range [][]string{
+		{"/coreos.com/network", "/coreos.com/network-v6"},
+		{"/a", "/a-b", "/a.b/c", "/a0", "/a-b-c/d"},
+		{"/x/y", "/x/y-", "/x-/y"},
+	} {
+		l := Layout{DataPrefix: "/dp", MetaPrefix: "_m/"}.WithServed(served)
+		for _, rs := range [][]KeyRange{l.WatchRanges(), l.TTLDirRanges()} {
+			for i := 1; i < len(rs); i++ {
+				if rs[i].Start < rs[i-1].End {
+					t.Errorf("serving %q: ranges %q and %q overlap", served, rs[i-1], rs[i])
+				}
+			}
+		}
+		for _, p := range served {
+			for _, k := range []string{l.DataKey(p), l.DataKey(p + "/f"), l.MarkerKey(p + "/d"), l.SeqKey(p), l.TTLDirKey(p + "/d")} {
+				n := 0
+				for _, r := range slices.Concat(l.WatchRanges(), l.TTLDirRanges()) {
+					if r.Start <= k && k < r.End {
+						n++
+					}
+				}
+				if n != 1 {
+					t.Errorf("serving %q: %q is in %d ranges, want 1", served, k, n)
+				}
+			}
 		}
 	}
 }
