@@ -3,6 +3,7 @@
 package translate
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"slices"
@@ -36,12 +37,24 @@ func ParseServed(list string) ([]string, error) {
 		if _, verr := CleanPath(p); verr != nil {
 			return nil, fmt.Errorf("prefix %q: %s", p, verr.Cause)
 		}
-		for _, q := range out {
-			if Within(q, p) || Within(p, q) {
-				return nil, fmt.Errorf("prefixes %q and %q overlap", q, p)
-			}
-		}
 		out = append(out, p)
+	}
+	// Ordered path element by path element ("/" before any byte a key may
+	// hold), a prefix comes right before what is inside it.
+	type entry struct {
+		order string
+		at    int // in the list
+	}
+	es := make([]entry, len(out))
+	for i, p := range out {
+		es[i] = entry{strings.ReplaceAll(p, "/", "\x00"), i}
+	}
+	slices.SortFunc(es, func(a, b entry) int { return cmp.Or(strings.Compare(a.order, b.order), a.at-b.at) })
+	for i := 1; i < len(es); i++ {
+		a, b := min(es[i-1].at, es[i].at), max(es[i-1].at, es[i].at)
+		if Within(out[es[i-1].at], out[es[i].at]) {
+			return nil, fmt.Errorf("prefixes %q and %q overlap", out[a], out[b])
+		}
 	}
 	slices.Sort(out)
 	return out, nil

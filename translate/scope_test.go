@@ -4,8 +4,10 @@ package translate
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -30,6 +32,10 @@ func TestParseServed(t *testing.T) {
 		{"/a,/", nil, `prefixes "/a" and "/" overlap`},
 		{"/a,/a", nil, `prefixes "/a" and "/a" overlap`},
 		{"/a\x01", nil, `prefix "/a\x01": key contains a control character`},
+		{"/a/b,/a-b,/a.b/c,/a", nil, `prefixes "/a/b" and "/a" overlap`},
+		{"/a-b,/a,/c,/a-b/x/y", nil, `prefixes "/a-b" and "/a-b/x/y" overlap`},
+		{"/a-b,/a,/a/b-c,/a.b", nil, `prefixes "/a" and "/a/b-c" overlap`},
+		{"/b,/a-b,/a.b,/a", []string{"/a", "/a-b", "/a.b", "/b"}, ""},
 	} {
 		got, err := ParseServed(c.in)
 		msg := ""
@@ -38,6 +44,21 @@ func TestParseServed(t *testing.T) {
 		}
 		if msg != c.err || !reflect.DeepEqual(got, c.want) {
 			t.Errorf("ParseServed(%q) = %q, %q; want %q, %q", c.in, got, msg, c.want, c.err)
+		}
+	}
+}
+
+// BenchmarkParseServed50000 parses a list of 50,000 prefixes, checking
+// every pair for overlap.
+func BenchmarkParseServed50000(b *testing.B) {
+	var ps []string
+	for i := range 50000 {
+		ps = append(ps, fmt.Sprintf("/tenant-%d/coreos.com/network", i))
+	}
+	list := strings.Join(ps, ",")
+	for b.Loop() {
+		if _, err := ParseServed(list); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

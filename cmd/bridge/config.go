@@ -377,9 +377,6 @@ func (c *config) validate() error {
 		return usageErrorf("--serve-prefix %s: a bridge with --v2-server serves one subtree (its migration covers one)", c.servePrefix)
 	}
 	c.served, c.servePrefix = served, strings.Join(served, ",")
-	if c.shadowPrefix == "" {
-		c.shadowPrefix = c.servePrefix
-	}
 	if err := c.checkShadow(); err != nil {
 		return err
 	}
