@@ -230,7 +230,7 @@ func TestBinaryValuesAreNotReplaced(t *testing.T) {
 	l := Layout{DataPrefix: "", MetaPrefix: "_m/"}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	state := []*KV{fileKV("/registry/secret", "k8s\x00\x8f\xff", 7, 0), fileKV("/text", "ok", 8, 0)}
-	refused := `{"errorCode":102,"message":"Not a file","cause":"/registry/secret holds a value that is not valid UTF-8 (binary data written by a v3 client), which v2 cannot show faithfully: the bridge does not replace it","index":9000000}`
+	refused := `{"errorCode":102,"message":"Not a file","cause":"/registry/secret holds a value a v3 client wrote that is not valid UTF-8 (binary data), which v2 cannot show faithfully: the bridge does not replace it (a delete does)","index":9000000}`
 	for _, c := range []struct {
 		name string
 		req  Request

@@ -310,10 +310,11 @@ func (l Layout) planWrite(r *Request, s *Snapshot, ls Leases, now time.Time) (*P
 	}
 	if err == nil && !r.Refresh && s.File != nil && !utf8.Valid(s.File.Value) {
 		// v2's JSON cannot carry these bytes (a v3 client's binary value,
-		// such as Kubernetes' protobuf): a v2 client read a changed copy,
-		// and writing back what it read would change the value unseen.
-		return p, NewError(EcodeNotFile, r.Path+" holds a value that is not valid UTF-8 (binary data written by a v3 client), "+
-			"which v2 cannot show faithfully: the bridge does not replace it", idx)
+		// such as Kubernetes' protobuf; v2 clients cannot write them): a v2
+		// client read a changed copy, and writing back what it read would
+		// change the value unseen.
+		return p, NewError(EcodeNotFile, r.Path+" holds a value a v3 client wrote that is not valid UTF-8 (binary data), "+
+			"which v2 cannot show faithfully: the bridge does not replace it (a delete does)", idx)
 	}
 	return p, err
 }
