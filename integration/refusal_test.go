@@ -60,3 +60,29 @@ func TestRefusalWaitsForASilentEtcd(t *testing.T) {
 		t.Errorf("etcd silent past --start-timeout: exit %d, output:\n%s\nwant exit 1 ending\n%s", code, out, want)
 	}
 }
+
+// TestAScopedBridgesMarkerVouchesOnlyForItsSubtree: after a bridge serving
+// flannel's subtree wrote once (creating /coreos.com above it), a bridge
+// serving / by default still refuses a cluster where another tenant keeps
+// keys beside flannel's under /coreos.com, and a file at the top.
+func TestAScopedBridgesMarkerVouchesOnlyForItsSubtree(t *testing.T) {
+	cl := v2bridgetest.StartCluster(t, 1)
+	o := patientHeartbeat
+	o.Served = []string{flannelPrefix}
+	flannel := v2bridgetest.StartBridge(t, cl.Endpoints(), o)
+	if r := do(t, "PUT", flannel.URL, "/v2/keys/coreos.com/network/config", form("value", "{}")); r.status != 201 {
+		t.Fatalf("PUT flannel's config: %d %s", r.status, r.body)
+	}
+	v3 := cl.Client(t)
+	for _, k := range []string{"/coreos.com/vpn/a", "/coreos.com/vpn/b", "/settings"} {
+		if _, err := v3.Put(ctxT(t, 10*time.Second), k, "another tenant's"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out := refusalOf(t, cl.Endpoints(), "", 0, func() {})
+	want := "v2bridge: refusing to serve the whole key space: --serve-prefix is / by default, and the cluster holds 3 keys " +
+		"no v2 client wrote, under /coreos.com/vpn (2 keys), /settings (1 keys)"
+	if code != 2 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, output:\n%s\nwant exit 2 with\n%s", code, out, want)
+	}
+}
