@@ -84,3 +84,26 @@ func TestAScopedBridgesMarkerVouchesOnlyForItsSubtree(t *testing.T) {
 		t.Errorf("exit %d, output:\n%s\nwant exit 2 with\n%s", code, out, want)
 	}
 }
+
+// TestMetricsKeptFromTheClientURLs: with --client-metrics=false, /metrics
+// is served on --listen-metrics-urls only; the probes stay on both.
+func TestMetricsKeptFromTheClientURLs(t *testing.T) {
+	var u, m string
+	startHealthyBridge(t, func() (string, []string, []string) {
+		u, m = v2bridgetest.FreeURL(t), v2bridgetest.FreeURL(t)
+		return u, nil, []string{"--listen-client-urls", u, "--listen-metrics-urls", m, "--client-metrics=false",
+			"--embedded", "--embedded-client-urls", v2bridgetest.FreeURL(t), "--embedded-peer-urls", v2bridgetest.FreeURL(t),
+			"--log-level", "warn"}
+	})
+	if r := do(t, "GET", u, "/metrics", nil); r.status != 404 || r.body != "404 page not found\n" {
+		t.Errorf("/metrics on the client URL: %d %q", r.status, r.body)
+	}
+	if r := do(t, "GET", m, "/metrics", nil); r.status != 200 || !strings.Contains(r.body, "v2bridge_") {
+		t.Errorf("/metrics on the metrics URL: %d", r.status)
+	}
+	for _, base := range []string{u, m} {
+		if r := do(t, "GET", base, "/health", nil); r.status != 200 {
+			t.Errorf("/health on %s: %d %s", base, r.status, r.body)
+		}
+	}
+}

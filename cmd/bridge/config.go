@@ -83,6 +83,7 @@ type config struct {
 	tlsMinVersion                                   string
 
 	listenMetricsURLs string
+	clientMetrics     bool
 	enablePprof       bool
 
 	// The shadow comparison of passthrough mode (shadow.go).
@@ -197,6 +198,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.clientCRLFile, "client-crl-file", "", "certificate revocation list checked for client certificates")
 	fs.StringVar(&c.tlsMinVersion, "tls-min-version", "TLS1.2", "minimum TLS version served: TLS1.2 or TLS1.3")
 	fs.StringVar(&c.listenMetricsURLs, "listen-metrics-urls", "", "extra listeners serving only /metrics, /health, /readyz, /livez")
+	fs.BoolVar(&c.clientMetrics, "client-metrics", true, "serve /metrics on the client URLs too (false: only on --listen-metrics-urls, which may listen where only the monitoring reaches)")
 	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "serve runtime profiles at /debug/pprof/ on the client URLs")
 	fs.IntVar(&c.watchHistoryEvents, "watch-history-events", d.RingSize, "recent v2 events kept for re-watches: a waitIndex older than that many events gets error 401, as v2 kept its last 1000")
 	fs.BoolVar(&c.watchDetach, "watch-detach", true, "a one-shot watch over HTTP/1.1 with nothing to send yet leaves net/http while it waits, and its connection goes back to net/http after the answer (false: every watch waits inside net/http, at more memory per watcher)")
