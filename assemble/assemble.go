@@ -69,12 +69,17 @@ type Config struct {
 	Layout            translate.Layout
 
 	RequestTimeout, DialTimeout, ModeLeaseTTL time.Duration
-	HeartbeatInterval, HeartbeatTimeout       time.Duration
-	HeartbeatFailures                         int
-	ClientCertAuth, WatchDetach               bool
-	ShadowSampleRate                          float64
-	ShadowPrefix                              string
-	ShadowQueue                               int
+	// HideClientMetrics leaves /metrics to the Metrics listeners.
+	HideClientMetrics bool
+	// StartTimeout bounds how long a bridge serving / by default waits
+	// for etcd to say what else the cluster holds before giving up.
+	StartTimeout                        time.Duration
+	HeartbeatInterval, HeartbeatTimeout time.Duration
+	HeartbeatFailures                   int
+	ClientCertAuth, WatchDetach         bool
+	ShadowSampleRate                    float64
+	ShadowPrefix                        string
+	ShadowQueue                         int
 
 	// V2Server are the v2 server's URLs (passthrough, dual mode).
 	V2Server []string
@@ -164,9 +169,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	served = true
 	errc := make(chan error, len(cfg.Client)+len(cfg.Metrics))
+	client := v2api.ServedOnly(cfg.Served, b.auth, b.side)
+	if cfg.HideClientMetrics {
+		client = withoutMetrics(client)
+	}
 	for _, l := range cfg.Client {
 		lg.Info(b.serving, append([]zap.Field{zap.String("url", l.URL)}, b.fields...)...)
-		hs.Serve(l.Ln, v2api.RequestLog(v2api.ServedOnly(cfg.Served, b.auth, b.side), lg.Named("request")), errc)
+		hs.Serve(l.Ln, v2api.RequestLog(client, lg.Named("request")), errc)
 	}
 	for _, l := range cfg.Metrics {
 		lg.Info("serving metrics", zap.String("url", l.URL))
@@ -213,4 +222,15 @@ func interrupted(ctx context.Context, lg *zap.Logger) bool {
 	}
 	lg.Info("interrupted while starting: shutting down")
 	return true
+}
+
+// withoutMetrics is h but for /metrics, which it does not serve.
+func withoutMetrics(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -41,7 +41,7 @@ func newPassSide(cfg *Config, reg prometheus.Registerer, g prometheus.Gatherer, 
 	p, err := passthrough.New(passthrough.Config{URLs: cfg.V2Server, Members: members,
 		HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		HeartbeatFailures: cfg.HeartbeatFailures, RequestTimeout: cfg.RequestTimeout,
-		Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs, EnablePprof: cfg.EnablePprof,
+		Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs, EnablePprof: cfg.EnablePprof, Served: cfg.Served,
 		Logger: cfg.Logger.Named("passthrough"), Registry: reg, Gatherer: g, Observer: obs})
 	if err != nil {
 		return nil, err

@@ -104,6 +104,9 @@ func buildV3(ctx context.Context, cfg *Config, res *cleanups, parked func() int)
 	res.add(func() { _ = cli.Close() }) // after the membership and auth stopped
 	if cfg.Embedded == nil && !cfg.Layout.Scoped() {
 		if err := checkForeign(ctx, cfg, cli); err != nil {
+			if interrupted(ctx, cfg.Logger) {
+				return nil, nil
+			}
 			return nil, err
 		}
 	}
@@ -157,6 +160,43 @@ func ControlClient(bcfg v3backend.Config, lg *zap.Logger) (*clientv3.Client, err
 	return cli, nil
 }
 
+// waitForeign is FindForeign retried until it answers, for at most
+// --start-timeout: a bridge serving / by default starts only once it knows
+// that it reaches nothing of another tenant.
+func waitForeign(ctx context.Context, cfg *Config, cli *clientv3.Client) ([]v3backend.ForeignDir, error) {
+	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	backoff := 100 * time.Millisecond
+	for {
+		found, err := v3backend.FindForeign(sctx, cli, cfg.Layout)
+		if err == nil {
+			return found, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		cfg.Logger.Warn("could not look for keys no v2 client wrote yet; retrying", zap.Error(err))
+		if !sleep(sctx, backoff) {
+			return nil, fmt.Errorf("could not tell within --start-timeout %v whether the cluster holds keys no v2 client wrote, "+
+				"which a bridge serving the whole key space (--serve-prefix / by default) must not serve: %w; "+
+				"set --serve-prefix to the v2 subtrees your clients use, or make etcd answer", cfg.StartTimeout, err)
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// sleep waits d, or until ctx ends (then false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return ctx.Err() == nil
+	}
+}
+
 // checkForeign looks, for a bridge serving the whole tree of a cluster it
 // does not own, for keys no v2 client wrote: another tenant's (a
 // Kubernetes registry), which any client of the bridge could then read and
@@ -164,12 +204,21 @@ func ControlClient(bcfg v3backend.Config, lg *zap.Logger) (*clientv3.Client, err
 // start; if it did, the bridge says what it reaches, once.
 func checkForeign(ctx context.Context, cfg *Config, cli *clientv3.Client) error {
 	lg := cfg.Logger
-	fctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
-	defer cancel()
-	found, err := v3backend.FindForeign(fctx, cli, cfg.Layout)
-	if err != nil {
-		lg.Warn("could not look for keys no v2 client wrote", zap.Error(err))
-		return nil
+	var found []v3backend.ForeignDir
+	if cfg.ServePrefixSet { // / by name: what it reaches is only told
+		fctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+		var err error
+		found, err = v3backend.FindForeign(fctx, cli, cfg.Layout)
+		cancel()
+		if err != nil {
+			lg.Warn("could not look for keys no v2 client wrote", zap.Error(err))
+			return nil
+		}
+	} else {
+		var err error
+		if found, err = waitForeign(ctx, cfg, cli); err != nil {
+			return err
+		}
 	}
 	if len(found) == 0 {
 		return nil

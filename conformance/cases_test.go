@@ -507,6 +507,8 @@ func scriptedCases() []scriptCase {
 			{Method: "PUT", Path: "/v2/keys/a%01b", Form: []string{"value", "1"}, Status: 201, Expect: []string{"limits"}},
 			{Method: "GET", Path: "/v2/keys/a%00b", Status: 404, Expect: []string{"limits"}},
 			{Method: "GET", Path: "/v2/keys/a%ffb", Status: 404, Expect: []string{"limits"}},
+			put("/bin", "value", "a\xffb").want(201).expect("limits"),
+			{Method: "POST", Path: "/v2/keys/q", Form: []string{"value", "\xff"}, Status: 201, Expect: []string{"limits"}},
 			put("/nearly-big", "value", strings.Repeat("x", 1<<20)).want(201),
 			get("/nearly-big").want(200),
 		}},

@@ -130,7 +130,11 @@ func TestScopedBridgeOnASharedCluster(t *testing.T) {
 	}
 
 	// The mirror holds the config and the markers of /coreos.com and
-	// /coreos.com/network: not a byte of the registry's 4 MB.
+	// /coreos.com/network: not a byte of the registry's 4 MB. It applies
+	// the write when the shared watch brings it, after the answer.
+	waitFor(t, 10*time.Second, "the mirror to apply the write", func() bool {
+		return scrapeMetric(t, u, "v2bridge_mirror_keys") != 0
+	})
 	if n := scrapeMetric(t, u, "v2bridge_mirror_keys"); n != 3 {
 		t.Errorf("v2bridge_mirror_keys = %v, want 3", n)
 	}

@@ -5,10 +5,13 @@ package passthrough
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -141,7 +144,7 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 	defer func() { _ = resp.Body.Close() }()
 	p.note(resp.Header)
 	if watching && resp.StatusCode == http.StatusOK {
-		p.relayWatch(ctx, w, resp)
+		p.relayWatch(ctx, w, r, target, resp)
 		return
 	}
 	// Not a watch (or a watch refused with an error): read the whole answer
@@ -168,22 +171,76 @@ func (p *Passthrough) forward(w http.ResponseWriter, r *http.Request) {
 // relayWatch relays a watch's headers at once, then its events as they come.
 // Only whole lines (one JSON event each) are passed on, so a watch ended by
 // a loss of the v2 server ends its body between events, never inside one.
-func (p *Passthrough) relayWatch(ctx context.Context, w http.ResponseWriter, resp *http.Response) {
+// An event outside the served subtrees (unserved) is left out: a watch
+// for one event is sent again, to target, from the index after it.
+func (p *Passthrough) relayWatch(ctx context.Context, w http.ResponseWriter, r *http.Request, target url.URL, resp *http.Response) {
 	copyHeader(w.Header(), resp.Header)
 	w.Header().Del("Content-Length")
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
+	key := path.Join("/", strings.TrimPrefix(r.URL.Path, "/v2/keys"))
+	stream, _ := strconv.ParseBool(r.URL.Query().Get("stream"))
+	for {
+		next := p.relayEvents(ctx, w, rc, resp, key, stream)
+		_ = resp.Body.Close()
+		if next == 0 {
+			return
+		}
+		q := target.Query()
+		q.Set("waitIndex", strconv.FormatUint(next, 10))
+		target.RawQuery = q.Encode()
+		out, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
+		if err != nil {
+			return
+		}
+		copyHeader(out.Header, r.Header)
+		if resp, err = p.tr.RoundTrip(out); err != nil {
+			return // the client re-issues the watch
+		}
+		if resp.StatusCode != http.StatusOK {
+			_ = resp.Body.Close()
+			return
+		}
+	}
+}
+
+// relayEvents relays resp's events until it ends. A watch for one event
+// whose event is unserved ends there, and relayEvents returns the index to
+// watch from again (0: the watch is over).
+func (p *Passthrough) relayEvents(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController,
+	resp *http.Response, key string, stream bool) uint64 {
 	var pending []byte
 	buf := make([]byte, 32<<10)
+	// pass writes the whole events in b that are served, and tells whether
+	// the watch goes on.
+	pass := func(b []byte) (uint64, bool) {
+		for len(b) > 0 {
+			line := b
+			if i := bytes.IndexByte(b, '\n'); i >= 0 {
+				line = b[:i+1]
+			}
+			b = b[len(line):]
+			if idx, ok := p.unserved(key, line); ok {
+				if !stream {
+					return idx + 1, false
+				}
+				continue
+			}
+			if _, werr := w.Write(line); werr != nil {
+				return 0, false // the client went away
+			}
+		}
+		_ = rc.Flush()
+		return 0, true
+	}
 	for {
 		n, err := resp.Body.Read(buf)
 		pending = append(pending, buf[:n]...)
 		if i := bytes.LastIndexByte(pending, '\n'); i >= 0 {
-			if _, werr := w.Write(pending[:i+1]); werr != nil {
-				return // the client went away
+			if next, ok := pass(pending[:i+1]); !ok {
+				return next
 			}
-			_ = rc.Flush()
 			pending = append(pending[:0], pending[i+1:]...)
 		}
 		if err == nil {
@@ -192,7 +249,8 @@ func (p *Passthrough) relayWatch(ctx context.Context, w http.ResponseWriter, res
 		switch {
 		case errors.Is(err, io.EOF):
 			// The v2 server ended the answer: the rest is its last event.
-			_, _ = w.Write(pending)
+			next, _ := pass(pending)
+			return next
 		case errors.Is(context.Cause(ctx), errLost):
 			p.lg.Debug("watch ended: v2 server lost", zap.Error(context.Cause(ctx)))
 		default:
@@ -200,8 +258,33 @@ func (p *Passthrough) relayWatch(ctx context.Context, w http.ResponseWriter, res
 			// between events; the client re-issues the watch.
 			p.lg.Debug("watch ended", zap.Error(err))
 		}
-		return
+		return 0
 	}
+}
+
+// unserved reports whether line is the event of a key outside the served
+// subtrees that is no directory above the watched key: the deletion of a
+// directory that v2's history matches to a watch by string (deleting
+// /coreos.com/net answers a watch on /coreos.com/network). It returns the
+// event's index.
+func (p *Passthrough) unserved(key string, line []byte) (uint64, bool) {
+	if !p.layout.Scoped() {
+		return 0, false
+	}
+	var ev struct {
+		Node *struct {
+			Key           string `json:"key"`
+			ModifiedIndex uint64 `json:"modifiedIndex"`
+		} `json:"node"`
+	}
+	if json.Unmarshal(line, &ev) != nil || ev.Node == nil || ev.Node.ModifiedIndex == 0 {
+		return 0, false
+	}
+	k := path.Join("/", ev.Node.Key)
+	if p.layout.Serves(k) || translate.Within(k, key) {
+		return 0, false
+	}
+	return ev.Node.ModifiedIndex, true
 }
 
 // note remembers the index and cluster id a v2 server answer carries.

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
 )
 
@@ -51,6 +52,10 @@ type Config struct {
 	AdvertiseURLs []string
 	Members       v2api.Members
 	EnablePprof   bool
+
+	// Served are the served subtrees (translate.ParseServed's; nil: all):
+	// a watch is shown no event outside them.
+	Served []string
 
 	// Observer, if set, sees the forwarded requests that are not watches
 	// (the shadow comparison against etcd v3).
@@ -119,6 +124,7 @@ type Passthrough struct {
 	probeTr *http.Transport // the heartbeat, on connections of its own
 	api     *v2api.Server   // the locally answered part of the surface
 	metrics *metrics
+	layout  translate.Layout // only its served subtrees
 
 	// current is the index in targets of the v2 server in use; up says
 	// whether it answers the heartbeat.
@@ -154,7 +160,8 @@ func New(cfg Config) (*Passthrough, error) {
 	if len(cfg.URLs) == 0 {
 		return nil, errors.New("passthrough: no URL of the v2 server")
 	}
-	p := &Passthrough{cfg: cfg, lg: cfg.Logger, inflight: map[*forwarding]struct{}{}}
+	p := &Passthrough{cfg: cfg, lg: cfg.Logger, inflight: map[*forwarding]struct{}{},
+		layout: translate.Layout{}.WithServed(cfg.Served)}
 	for _, s := range cfg.URLs {
 		u, err := url.Parse(strings.TrimSuffix(s, "/"))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

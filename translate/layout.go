@@ -43,6 +43,7 @@ const (
 	leaseTag   = "l/"
 	journalTag = "j"
 	ttlDirTag  = "t" // + DataPrefix + p: directories that carry a TTL
+	ownFileTag = "f" // + DataPrefix + p: files no directory marker vouches for
 	shadowTag  = "shadow/"
 )
 
@@ -93,6 +94,21 @@ func (l Layout) PathOfTTLDir(key string) (string, bool) {
 	}
 	return key[len(pfx)-1:], true
 }
+
+// AboveMarker is the value of the marker a bridge serving some subtrees
+// gives a directory it creates above them (/coreos.com for
+// /coreos.com/network): such a marker vouches for nothing below it but what
+// markers further down vouch for. Any other marker says that a bridge
+// serving the directory created it, and vouches for its whole subtree: what
+// FindForeign, in v3backend, does not count as another tenant's.
+const AboveMarker = "above"
+
+// OwnFileKey is the record a bridge writes, in the same transaction and on
+// the same lease, with every file p whose directory no marker vouches for:
+// a file at the top, at a served prefix itself, or directly in a directory
+// marked AboveMarker. The file was written by a v2 client while the
+// record's ModRevision is the file's.
+func (l Layout) OwnFileKey(p string) string { return l.MetaPrefix + ownFileTag + l.DataPrefix + p }
 
 // JournalKey is rewritten by every bridge write with the v2 action it made.
 func (l Layout) JournalKey() string { return l.MetaPrefix + journalTag }

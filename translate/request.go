@@ -131,6 +131,11 @@ func ParseRequest(method, rawPath string, form url.Values) (*Request, *Error) {
 		}
 	}
 	r.Value = form.Get("value")
+	if (method == "PUT" || method == "POST") && !utf8.ValidString(r.Value) {
+		// v2's JSON shows such bytes changed (as U+FFFD): a client could
+		// never read back, or compare against, what it wrote.
+		return nil, NewError(EcodeInvalidField, "value is not valid UTF-8", 0)
+	}
 	return r, nil
 }
 

@@ -46,6 +46,11 @@ func TestParseRequest(t *testing.T) {
 		{"index checked before bools", "PUT", "/a", "prevIndex=x&recursive=x", EcodeIndexNaN, `invalid value for "prevIndex"`, nil},
 		{"control char", "GET", "/a\x01", "", EcodeInvalidField, "key contains a control character", nil},
 		{"invalid utf8", "GET", "/a\xff", "", EcodeInvalidField, "key is not valid UTF-8", nil},
+		{"invalid utf8 value set", "PUT", "/a", "value=a%FFb", EcodeInvalidField, "value is not valid UTF-8", nil},
+		{"invalid utf8 value swapped", "PUT", "/a", "value=%C3&prevValue=x", EcodeInvalidField, "value is not valid UTF-8", nil},
+		{"invalid utf8 value created", "POST", "/a", "value=%FF", EcodeInvalidField, "value is not valid UTF-8", nil},
+		{"a GET's value is not read", "GET", "/a", "value=%FF", 0, "", func(r *Request) bool { return r.Path == "/a" }},
+		{"utf8 value", "PUT", "/a", "value=%E2%98%83", 0, "", func(r *Request) bool { return r.Value == "☃" }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,6 +3,7 @@
 package translate
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"slices"
@@ -36,12 +37,24 @@ func ParseServed(list string) ([]string, error) {
 		if _, verr := CleanPath(p); verr != nil {
 			return nil, fmt.Errorf("prefix %q: %s", p, verr.Cause)
 		}
-		for _, q := range out {
-			if Within(q, p) || Within(p, q) {
-				return nil, fmt.Errorf("prefixes %q and %q overlap", q, p)
-			}
-		}
 		out = append(out, p)
+	}
+	// Ordered path element by path element ("/" before any byte a key may
+	// hold), a prefix comes right before what is inside it.
+	type entry struct {
+		order string
+		at    int // in the list
+	}
+	es := make([]entry, len(out))
+	for i, p := range out {
+		es[i] = entry{strings.ReplaceAll(p, "/", "\x00"), i}
+	}
+	slices.SortFunc(es, func(a, b entry) int { return cmp.Or(strings.Compare(a.order, b.order), a.at-b.at) })
+	for i := 1; i < len(es); i++ {
+		a, b := min(es[i-1].at, es[i].at), max(es[i-1].at, es[i].at)
+		if Within(out[es[i-1].at], out[es[i].at]) {
+			return nil, fmt.Errorf("prefixes %q and %q overlap", out[a], out[b])
+		}
 	}
 	slices.Sort(out)
 	return out, nil
@@ -96,10 +109,9 @@ func (l Layout) servesOrAbove(p string) bool {
 	return false
 }
 
-// subtree is the range of key k and of every key below k + "/". It also
-// holds k's siblings that sort before k + "0" (k + "-x", k + ".x"), which
-// Mirrored and decoding leave out.
-func subtree(k string) KeyRange { return KeyRange{k, k + "0"} }
+// subtree is the ranges of key k and of every key below k + "/": not k's
+// siblings (k + "-x", k + ".x"), which another served prefix may be.
+func subtree(k string) []KeyRange { return []KeyRange{exact(k), {k + "/", k + "0"}} }
 
 // exact is the range of the single key k.
 func exact(k string) KeyRange { return KeyRange{k, k + "\x00"} }
@@ -116,18 +128,29 @@ func (l Layout) WatchRanges() []KeyRange {
 		return []KeyRange{{s, e}}
 	}
 	var rs []KeyRange
-	above := map[string]bool{}
 	for _, p := range l.Served {
-		rs = append(rs, subtree(l.DataKey(p)), subtree(l.MarkerKey(p)), subtree(l.SeqKey(p)))
+		rs = slices.Concat(rs, subtree(l.DataKey(p)), subtree(l.MarkerKey(p)), subtree(l.SeqKey(p)))
 		for _, a := range Ancestors(p) {
-			if !above[a] {
-				above[a] = true
-				rs = append(rs, exact(l.DataKey(a)), exact(l.MarkerKey(a)))
-			}
+			rs = append(rs, exact(l.DataKey(a)), exact(l.MarkerKey(a)))
 		}
 	}
 	jk, lk := l.JournalKey(), l.MetaPrefix+leaseTag
-	return append(rs, KeyRange{jk, jk + "0"}, KeyRange{lk, PrefixEnd(lk)})
+	return disjoint(append(rs, KeyRange{jk, jk + "0"}, KeyRange{lk, PrefixEnd(lk)}))
+}
+
+// disjoint sorts rs and merges the ranges that overlap or touch: a key
+// in two watched ranges would reach the watchers twice.
+func disjoint(rs []KeyRange) []KeyRange {
+	slices.SortFunc(rs, func(a, b KeyRange) int { return strings.Compare(a.Start, b.Start) })
+	var out []KeyRange
+	for _, r := range rs {
+		if n := len(out); n > 0 && r.Start <= out[n-1].End {
+			out[n-1].End = max(out[n-1].End, r.End)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // TTLDirRanges are the ranges of the TTL directory records of the served
@@ -137,11 +160,11 @@ func (l Layout) TTLDirRanges() []KeyRange {
 		p := l.TTLDirPrefix()
 		return []KeyRange{{p, PrefixEnd(p)}}
 	}
-	rs := make([]KeyRange, len(l.Served))
-	for i, p := range l.Served {
-		rs[i] = subtree(l.TTLDirKey(p))
+	var rs []KeyRange
+	for _, p := range l.Served {
+		rs = append(rs, subtree(l.TTLDirKey(p))...)
 	}
-	return rs
+	return disjoint(rs)
 }
 
 // MirrorHolds reports whether the mirror of l answers read r in full: a

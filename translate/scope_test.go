@@ -4,7 +4,10 @@ package translate
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,6 +32,10 @@ func TestParseServed(t *testing.T) {
 		{"/a,/", nil, `prefixes "/a" and "/" overlap`},
 		{"/a,/a", nil, `prefixes "/a" and "/a" overlap`},
 		{"/a\x01", nil, `prefix "/a\x01": key contains a control character`},
+		{"/a/b,/a-b,/a.b/c,/a", nil, `prefixes "/a/b" and "/a" overlap`},
+		{"/a-b,/a,/c,/a-b/x/y", nil, `prefixes "/a-b" and "/a-b/x/y" overlap`},
+		{"/a-b,/a,/a/b-c,/a.b", nil, `prefixes "/a" and "/a/b-c" overlap`},
+		{"/b,/a-b,/a.b,/a", []string{"/a", "/a-b", "/a.b", "/b"}, ""},
 	} {
 		got, err := ParseServed(c.in)
 		msg := ""
@@ -41,23 +48,42 @@ func TestParseServed(t *testing.T) {
 	}
 }
 
+// BenchmarkParseServed50000 parses a list of 50,000 prefixes, checking
+// every pair for overlap.
+func BenchmarkParseServed50000(b *testing.B) {
+	var ps []string
+	for i := range 50000 {
+		ps = append(ps, fmt.Sprintf("/tenant-%d/coreos.com/network", i))
+	}
+	list := strings.Join(ps, ",")
+	for b.Loop() {
+		if _, err := ParseServed(list); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 var flannelLayout = Layout{DataPrefix: "", MetaPrefix: "_m/"}.WithServed([]string{"/coreos.com/network"})
 
 func TestServedLayoutWatchesOnlyItsSubtree(t *testing.T) {
 	l := flannelLayout
 	want := []KeyRange{
-		{"/coreos.com/network", "/coreos.com/network0"},
-		{"_m/d/coreos.com/network", "_m/d/coreos.com/network0"},
-		{"_m/s/coreos.com/network", "_m/s/coreos.com/network0"},
 		{"/coreos.com", "/coreos.com\x00"},
+		{"/coreos.com/network", "/coreos.com/network\x00"},
+		{"/coreos.com/network/", "/coreos.com/network0"},
 		{"_m/d/coreos.com", "_m/d/coreos.com\x00"},
+		{"_m/d/coreos.com/network", "_m/d/coreos.com/network\x00"},
+		{"_m/d/coreos.com/network/", "_m/d/coreos.com/network0"},
 		{"_m/j", "_m/j0"},
 		{"_m/l/", "_m/l0"},
+		{"_m/s/coreos.com/network", "_m/s/coreos.com/network\x00"},
+		{"_m/s/coreos.com/network/", "_m/s/coreos.com/network0"},
 	}
 	if got := l.WatchRanges(); !reflect.DeepEqual(got, want) {
 		t.Errorf("WatchRanges = %q\nwant %q", got, want)
 	}
-	if got, want := l.TTLDirRanges(), []KeyRange{{"_m/t/coreos.com/network", "_m/t/coreos.com/network0"}}; !reflect.DeepEqual(got, want) {
+	if got, want := l.TTLDirRanges(), []KeyRange{{"_m/t/coreos.com/network", "_m/t/coreos.com/network\x00"},
+		{"_m/t/coreos.com/network/", "_m/t/coreos.com/network0"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("TTLDirRanges = %q, want %q", got, want)
 	}
 	whole := Layout{DataPrefix: "", MetaPrefix: "_m/"}.WithServed([]string{"/"})
@@ -95,6 +121,40 @@ func TestServedLayoutWatchesOnlyItsSubtree(t *testing.T) {
 	} {
 		if got := l.MirrorHolds(r); got != want {
 			t.Errorf("MirrorHolds(%q) = %v, want %v", r, got, want)
+		}
+	}
+}
+
+// TestServedPrefixesSharingANameWatchEachKeyOnce: whatever the served
+// prefixes, one whose name starts with another's included, no key is in two
+// watched ranges (it would reach the watchers twice), and each key of a
+// served subtree is watched.
+func TestServedPrefixesSharingANameWatchEachKeyOnce(t *testing.T) {
+	for _, served := range [][]string{
+		{"/coreos.com/network", "/coreos.com/network-v6"},
+		{"/a", "/a-b", "/a.b/c", "/a0", "/a-b-c/d"},
+		{"/x/y", "/x/y-", "/x-/y"},
+	} {
+		l := Layout{DataPrefix: "/dp", MetaPrefix: "_m/"}.WithServed(served)
+		for _, rs := range [][]KeyRange{l.WatchRanges(), l.TTLDirRanges()} {
+			for i := 1; i < len(rs); i++ {
+				if rs[i].Start < rs[i-1].End {
+					t.Errorf("serving %q: ranges %q and %q overlap", served, rs[i-1], rs[i])
+				}
+			}
+		}
+		for _, p := range served {
+			for _, k := range []string{l.DataKey(p), l.DataKey(p + "/f"), l.MarkerKey(p + "/d"), l.SeqKey(p), l.TTLDirKey(p + "/d")} {
+				n := 0
+				for _, r := range slices.Concat(l.WatchRanges(), l.TTLDirRanges()) {
+					if r.Start <= k && k < r.End {
+						n++
+					}
+				}
+				if n != 1 {
+					t.Errorf("serving %q: %q is in %d ranges, want 1", served, k, n)
+				}
+			}
 		}
 	}
 }
@@ -170,7 +230,7 @@ func TestBinaryValuesAreNotReplaced(t *testing.T) {
 	l := Layout{DataPrefix: "", MetaPrefix: "_m/"}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	state := []*KV{fileKV("/registry/secret", "k8s\x00\x8f\xff", 7, 0), fileKV("/text", "ok", 8, 0)}
-	refused := `{"errorCode":102,"message":"Not a file","cause":"/registry/secret holds a value that is not valid UTF-8 (binary data written by a v3 client), which v2 cannot show faithfully: the bridge does not replace it","index":9000000}`
+	refused := `{"errorCode":102,"message":"Not a file","cause":"/registry/secret holds a value a v3 client wrote that is not valid UTF-8 (binary data), which v2 cannot show faithfully: the bridge does not replace it (a delete does)","index":9000000}`
 	for _, c := range []struct {
 		name string
 		req  Request

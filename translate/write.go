@@ -234,6 +234,40 @@ func (l Layout) Guards(s *Snapshot) []Cmp {
 // PlanWrite decides a v2 write (PUT, POST or DELETE) against a snapshot the
 // way v2's store does, returning the v2 error or the v3 transaction.
 func (l Layout) PlanWrite(r *Request, s *Snapshot, ls Leases, now time.Time) (*Plan, *Error) {
+	p, err := l.planWrite(r, s, ls, now)
+	if err == nil {
+		l.recordOwnFiles(p, s)
+	}
+	return p, err
+}
+
+// recordOwnFiles puts (deletes) the OwnFileKey of the file s.Path when p
+// puts (deletes) it and no marker vouches for its directory: the root, one
+// this bridge does not serve, or one marked AboveMarker.
+func (l Layout) recordOwnFiles(p *Plan, s *Snapshot) {
+	dir := Parent(s.Path)
+	vouched := dir != "/" && l.Serves(dir)
+	if n := len(s.Ancestors); vouched && n > 0 && s.Ancestors[n-1].Path == dir {
+		m := s.Ancestors[n-1].Marker
+		vouched = m == nil || m.Lease != 0 || string(m.Value) != AboveMarker
+	}
+	if s.Path == "/" || vouched {
+		return
+	}
+	for _, op := range p.Ops {
+		if op.Key != l.DataKey(s.Path) || op.End != "" {
+			continue
+		}
+		switch op.Type {
+		case OpPut:
+			p.Ops = append(p.Ops, Op{Type: OpPut, Key: l.OwnFileKey(s.Path), WithLease: op.WithLease})
+		case OpDelete:
+			p.Ops = append(p.Ops, Op{Type: OpDelete, Key: l.OwnFileKey(s.Path)})
+		}
+	}
+}
+
+func (l Layout) planWrite(r *Request, s *Snapshot, ls Leases, now time.Time) (*Plan, *Error) {
 	idx := Index(s.Rev)
 	ttl := r.TTL
 	if r.Method == "DELETE" {
@@ -276,18 +310,25 @@ func (l Layout) PlanWrite(r *Request, s *Snapshot, ls Leases, now time.Time) (*P
 	}
 	if err == nil && !r.Refresh && s.File != nil && !utf8.Valid(s.File.Value) {
 		// v2's JSON cannot carry these bytes (a v3 client's binary value,
-		// such as Kubernetes' protobuf): a v2 client read a changed copy,
-		// and writing back what it read would change the value unseen.
-		return p, NewError(EcodeNotFile, r.Path+" holds a value that is not valid UTF-8 (binary data written by a v3 client), "+
-			"which v2 cannot show faithfully: the bridge does not replace it", idx)
+		// such as Kubernetes' protobuf; v2 clients cannot write them): a v2
+		// client read a changed copy, and writing back what it read would
+		// change the value unseen.
+		return p, NewError(EcodeNotFile, r.Path+" holds a value a v3 client wrote that is not valid UTF-8 (binary data), "+
+			"which v2 cannot show faithfully: the bridge does not replace it (a delete does)", idx)
 	}
 	return p, err
 }
 
+// markAncestors marks the directories above s.Path it creates; a bridge
+// serving some subtrees marks those above them AboveMarker.
 func (l Layout) markAncestors(p *Plan, s *Snapshot) {
 	for _, a := range s.Ancestors {
 		if a.Marker == nil {
-			p.Ops = append(p.Ops, Op{Type: OpPut, Key: l.MarkerKey(a.Path)})
+			op := Op{Type: OpPut, Key: l.MarkerKey(a.Path)}
+			if !l.Serves(a.Path) {
+				op.Value = []byte(AboveMarker)
+			}
+			p.Ops = append(p.Ops, op)
 		}
 	}
 }

@@ -332,6 +332,7 @@ var limitChecks = []struct {
 	exceeded func(key, value string) bool
 }{
 	{"key is not valid UTF-8", func(k, _ string) bool { return !utf8Valid(k) }},
+	{"value is not valid UTF-8", func(_, v string) bool { return !utf8Valid(v) }},
 	{"key contains a control character", func(k, _ string) bool { return hasControl(k) }},
 	{"key is longer than 4096 bytes", func(k, _ string) bool { return len(cleanKey(k)) > maxKeyBytes }},
 	{"key is deeper than 48 levels", func(k, _ string) bool { return strings.Count(cleanKey(k), "/") > maxKeyDepth }},

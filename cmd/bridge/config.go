@@ -44,6 +44,7 @@ type config struct {
 	heartbeatTimeout     time.Duration
 	heartbeatFailures    int
 	requestTimeout       time.Duration
+	startTimeout         time.Duration
 
 	watchHistoryEvents      int
 	watchDetach             bool
@@ -82,6 +83,7 @@ type config struct {
 	tlsMinVersion                                   string
 
 	listenMetricsURLs string
+	clientMetrics     bool
 	enablePprof       bool
 
 	// The shadow comparison of passthrough mode (shadow.go).
@@ -168,6 +170,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.heartbeatTimeout, "heartbeat-timeout", d.HeartbeatTimeout, "deadline of one heartbeat")
 	fs.IntVar(&c.heartbeatFailures, "heartbeat-failures", d.HeartbeatFailures, "missed heartbeats in a row that declare the backend lost")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", d.RequestTimeout, "deadline of every backend call made for a v2 request (of every request forwarded to a --v2-server but watches)")
+	fs.DurationVar(&c.startTimeout, "start-timeout", time.Minute, "how long a bridge serving the whole key space by default (no --serve-prefix) waits at start for etcd to show it holds nothing of another tenant; past it, the bridge exits")
 	fs.IntVar(&c.writeBatch, "write-batch", d.WriteBatch, "concurrent v2 writes one v3 transaction may carry, each guarded on its own (1: every write in a transaction of its own)")
 	fs.DurationVar(&c.autoSyncInterval, "endpoints-auto-sync-interval", 0, "refresh the backend endpoints from the cluster's member list at this interval (0: never)")
 	fs.StringVar(&c.discoverySRV, "discovery-srv", "", "domain whose DNS SRV records (_etcd-client-ssl._tcp, _etcd-client._tcp) list the backend endpoints")
@@ -196,6 +199,7 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.clientCRLFile, "client-crl-file", "", "certificate revocation list checked for client certificates")
 	fs.StringVar(&c.tlsMinVersion, "tls-min-version", "TLS1.2", "minimum TLS version served: TLS1.2 or TLS1.3")
 	fs.StringVar(&c.listenMetricsURLs, "listen-metrics-urls", "", "extra listeners serving only /metrics, /health, /readyz, /livez")
+	fs.BoolVar(&c.clientMetrics, "client-metrics", true, "serve /metrics on the client URLs too (false: only on --listen-metrics-urls, which may listen where only the monitoring reaches)")
 	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "serve runtime profiles at /debug/pprof/ on the client URLs")
 	fs.IntVar(&c.watchHistoryEvents, "watch-history-events", d.RingSize, "recent v2 events kept for re-watches: a waitIndex older than that many events gets error 401, as v2 kept its last 1000")
 	fs.BoolVar(&c.watchDetach, "watch-detach", true, "a one-shot watch over HTTP/1.1 with nothing to send yet leaves net/http while it waits, and its connection goes back to net/http after the answer (false: every watch waits inside net/http, at more memory per watcher)")
@@ -376,9 +380,6 @@ func (c *config) validate() error {
 		return usageErrorf("--serve-prefix %s: a bridge with --v2-server serves one subtree (its migration covers one)", c.servePrefix)
 	}
 	c.served, c.servePrefix = served, strings.Join(served, ",")
-	if c.shadowPrefix == "" {
-		c.shadowPrefix = c.servePrefix
-	}
 	if err := c.checkShadow(); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -200,12 +201,24 @@ func TestServePrefixList(t *testing.T) {
 		"/coreos.com/network/":            `--serve-prefix: prefix "/coreos.com/network/" is not clean: want "/coreos.com/network"`,
 		"/a,,/b":                          `--serve-prefix: an empty prefix in "/a,,/b"`,
 		"/coreos.com,/coreos.com/network": `--serve-prefix: prefixes "/coreos.com" and "/coreos.com/network" overlap`,
+		strings.Repeat("/d", 49):          `--serve-prefix: prefix "` + strings.Repeat("/d", 49) + `": key is deeper than 48 levels`,
 	} {
 		_, err := parseConfig([]string{"--serve-prefix", in}, func(string) string { return "" }, io.Discard)
 		var ue usageError
 		if err == nil || err.Error() != want || !errors.As(err, &ue) {
 			t.Errorf("--serve-prefix %q: %v, want the command-line mistake %q", in, err, want)
 		}
+	}
+	// A list is no path: together, its prefixes may be deeper than 48
+	// levels and longer than 4096 bytes.
+	var many []string
+	for i := range 300 {
+		many = append(many, fmt.Sprintf("/tenant-%03d/coreos.com/network", i))
+	}
+	c, err = parseConfig([]string{"--serve-prefix", strings.Join(many, ","), "--endpoints", "http://a:2379"},
+		func(string) string { return "" }, io.Discard)
+	if err != nil || len(c.served) != 300 {
+		t.Errorf("300 prefixes: %d served, %v", len(c.served), err)
 	}
 	_, err = parseConfig([]string{"--serve-prefix", "/a,/b", "--v2-server", "http://old:2379"}, func(string) string { return "" }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "serves one subtree") {

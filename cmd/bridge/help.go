@@ -19,7 +19,7 @@ type flagGroup struct {
 var flagGroups = []flagGroup{
 	{"Serving the v2 API", []string{"listen-client-urls", "advertise-client-urls", "advertise-only-self", "mode-lease-ttl", "name",
 		"cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "client-crl-file", "tls-min-version",
-		"listen-metrics-urls", "enable-pprof", "http-idle-timeout", "http-body-read-timeout", "max-connections", "keys-detach"}},
+		"listen-metrics-urls", "client-metrics", "enable-pprof", "http-idle-timeout", "http-body-read-timeout", "max-connections", "keys-detach"}},
 	{"Passthrough to the etcd v2 server being migrated from, the v2 server (the migration's first step; heartbeat and request flags below apply);\n" +
 		"with an etcd v3 cluster too, dual mode (the mode record in etcd v3 says which side serves)",
 		[]string{"v2-server"}},
@@ -28,7 +28,7 @@ var flagGroups = []flagGroup{
 	{"Watches", []string{"watch-history-events", "watch-replay-max-revisions", "watch-detach"}},
 	{"The etcd v3 cluster", []string{"endpoints", "discovery-srv", "discovery-srv-name", "endpoints-auto-sync-interval",
 		"cacert", "cert", "key", "insecure-skip-tls-verify", "user",
-		"dial-timeout", "dial-keepalive-time", "dial-keepalive-timeout", "request-timeout", "write-batch",
+		"dial-timeout", "dial-keepalive-time", "dial-keepalive-timeout", "request-timeout", "start-timeout", "write-batch",
 		"heartbeat-interval", "heartbeat-timeout", "heartbeat-failures"}},
 	{"Embedded etcd (a private store for trying the bridge out; see the backend rule below)", []string{"embedded", "data-dir",
 		"embedded-client-urls", "embedded-peer-urls", "embedded-auto-compaction-retention", "embedded-in-process"}},

@@ -42,6 +42,8 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		Served: c.served, ServePrefix: c.servePrefix, ServePrefixSet: c.servePrefixSet,
 		AdvertiseOnlySelf: c.advertiseOnlySelf, Layout: layout,
 		RequestTimeout: c.requestTimeout, DialTimeout: c.dialTimeout, ModeLeaseTTL: c.modeLeaseTTL,
+		StartTimeout:      c.startTimeout,
+		HideClientMetrics: !c.clientMetrics,
 		HeartbeatInterval: c.heartbeatInterval, HeartbeatTimeout: c.heartbeatTimeout, HeartbeatFailures: c.heartbeatFailures,
 		ClientCertAuth: c.clientCertAuth, WatchDetach: c.watchDetach,
 		ShadowSampleRate: c.shadowSampleRate, ShadowPrefix: c.shadowPrefix, ShadowQueue: c.shadowQueue}
