@@ -196,6 +196,9 @@ type Backend struct {
 	writeSlots [1024]writeSlot
 	// forged counts journal records ignored (for rate-limited warnings).
 	forged atomic.Int64
+	// bugsLogged holds the members ("endpoint version") whose known bug
+	// was logged (checkVersion), so each is logged once.
+	bugsLogged sync.Map
 
 	// mu guards the fields below it. It is never held while another lock
 	// is taken, nor across a backend call.

@@ -184,6 +184,14 @@ type feed struct {
 	skim   *skimmer             // nil: every revision is decoded
 	w      clientv3.Watcher     // a stream of its own: progress requests reach this feed's watches only
 	wchs   []clientv3.WatchChan // a watch per range, on that stream
+	// askProgress: the member's answer to a progress request is true (see
+	// progressBugFixed). Without it, the feed never asks, so every
+	// progress notification it gets is etcd's periodic one, which follows
+	// the watch's events; and it watches one range covering all of its
+	// ranges, keeping only the events inside them (only), as merging
+	// several needs progress answers.
+	askProgress bool
+	only        []translate.KeyRange
 	cancel context.CancelFunc
 	// Owned by the hub goroutine that calls Next: the revisions received,
 	// merged across the ranges, and how many watches etcd has created.
@@ -217,7 +225,11 @@ func (b *Backend) openFeed(s *session, from int64, shared bool, skim []string) *
 	case sk == nil: // a skim decodes nothing: it needs no previous values
 		opts = append(opts, clientv3.WithPrevKV())
 	}
-	f := &feed{b: b, s: s, shared: shared, skim: sk, w: b.newWatcher(s), cancel: cancel, m: newMerger(len(ranges), from)}
+	f := &feed{b: b, s: s, shared: shared, skim: sk, w: b.newWatcher(s), cancel: cancel, askProgress: !s.version.progressBug}
+	if !f.askProgress && len(ranges) > 1 {
+		f.only, ranges = ranges, []translate.KeyRange{covering(ranges)}
+	}
+	f.m = newMerger(len(ranges), from)
 	for _, r := range ranges {
 		f.wchs = append(f.wchs, f.w.Watch(ctx, r.Start, append(opts, clientv3.WithRange(r.End))...))
 	}
@@ -279,10 +291,19 @@ func (f *feed) Next(ctx context.Context) (hub.Batch, error) {
 		case resp.IsProgressNotify():
 			f.m.progress(i, resp.Header.Revision)
 		default:
-			if f.shared {
-				f.b.metrics.v3Events.Add(float64(len(resp.Events)))
+			evs := resp.Events
+			if f.only != nil {
+				evs = within(evs, f.only)
+				if n := len(resp.Events); n > 0 {
+					// The watch has sent everything up to its last event:
+					// one outside the ranges tells progress.
+					f.m.progress(i, resp.Events[n-1].Kv.ModRevision)
+				}
 			}
-			f.m.add(i, resp.Events)
+			if f.shared {
+				f.b.metrics.v3Events.Add(float64(len(evs)))
+			}
+			f.m.add(i, evs)
 		}
 	}
 }
@@ -310,7 +331,7 @@ func (f *feed) receive(ctx context.Context) (int, clientv3.WatchResponse, error)
 		t := time.NewTicker(mergeWait)
 		defer t.Stop()
 		tick = t.C
-	case !f.shared:
+	case !f.shared && f.askProgress:
 		t := time.NewTicker(historyIdle)
 		defer t.Stop()
 		tick = t.C
@@ -380,6 +401,9 @@ const mergeWait = 20 * time.Millisecond
 // requestProgress asks etcd for a progress notification on every watch of
 // the feed's stream.
 func (f *feed) requestProgress(ctx context.Context) {
+	if !f.askProgress {
+		return
+	}
 	f.lastNudge.Store(time.Now().UnixNano())
 	rctx, cancel := f.b.reqCtx(ctx, f.s)
 	_ = f.w.RequestProgress(clientv3.WithRequireLeader(rctx)) // the watch's stream is keyed by its metadata
@@ -566,7 +590,7 @@ func leasedKVs(evs []translate.V3Event) []*translate.KV {
 // space changed. Waiters call it at most every millisecond between them.
 func (b *Backend) nudge() {
 	f := b.shared.Load()
-	if f == nil {
+	if f == nil || !f.askProgress {
 		return
 	}
 	now := time.Now().UnixNano()
@@ -577,6 +601,36 @@ func (b *Backend) nudge() {
 	ctx, cancel := b.reqCtx(context.Background(), f.s)
 	defer cancel()
 	_ = f.w.RequestProgress(clientv3.WithRequireLeader(ctx)) // the watch's stream is keyed by its metadata
+}
+
+// covering is the one range from the first of rs to the last.
+func covering(rs []translate.KeyRange) translate.KeyRange {
+	c := rs[0]
+	for _, r := range rs[1:] {
+		c.Start = min(c.Start, r.Start)
+		if c.End != "\x00" {
+			c.End = max(c.End, r.End)
+		}
+		if r.End == "\x00" { // every key from Start on
+			c.End = r.End
+		}
+	}
+	return c
+}
+
+// within keeps the events whose keys are in one of rs.
+func within(evs []*clientv3.Event, rs []translate.KeyRange) []*clientv3.Event {
+	var out []*clientv3.Event
+	for _, e := range evs {
+		k := string(e.Kv.Key)
+		for _, r := range rs {
+			if k >= r.Start && (k < r.End || r.End == "\x00") {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // newWatcher opens a watch stream of its own on s (closing it ends only this

@@ -33,6 +33,7 @@ type session struct {
 	lastOK   atomic.Int64  // unix nanoseconds of the last good heartbeat
 	term     atomic.Uint64 // the member's raft term at the last good heartbeat
 	lostAt   time.Time     // set by lose, under Backend.mu
+	version  memberVersion // the member's etcd release (zero: the embedded member)
 }
 
 func (s *session) end() {
@@ -319,7 +320,11 @@ func (b *Backend) connect(ctx context.Context, retry bool) (*session, error) {
 		}(n - k - 1)
 		return r.s, nil
 	}
-	return nil, fmt.Errorf("no etcd v3 endpoint answered: %w", errors.Join(errs...))
+	err := errors.Join(errs...)
+	if errors.Is(err, ErrUnsupportedVersion) {
+		return nil, fmt.Errorf("no etcd v3 endpoint the bridge can use answered: %w", err)
+	}
+	return nil, fmt.Errorf("no etcd v3 endpoint answered: %w", err)
 }
 
 func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session, error) {
@@ -332,7 +337,11 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	}
 	cctx, ccancel := context.WithTimeout(ctx, b.cfg.DialTimeout)
 	defer ccancel()
+	var mv memberVersion
 	_, term, err := b.quorumCheck(cctx, cli, 0)
+	if err == nil && b.cfg.Member == nil {
+		mv, err = b.checkVersion(cctx, cli, ep)
+	}
 	if err == nil {
 		var resp *clientv3.GetResponse
 		resp, err = cli.Get(clientv3.WithRequireLeader(cctx), b.layout.JournalKey(), clientv3.WithSerializable(), clientv3.WithCountOnly()) // a key the bridge may read under RBAC
@@ -348,7 +357,7 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 		_ = cli.Close()
 		return nil, err
 	}
-	s := &session{cli: cli, ctx: sctx, cancel: cancel, endpoint: ep, index: idx, started: time.Now()}
+	s := &session{cli: cli, ctx: sctx, cancel: cancel, endpoint: ep, index: idx, started: time.Now(), version: mv}
 	s.lastOK.Store(time.Now().UnixNano())
 	s.term.Store(term)
 	return s, nil
