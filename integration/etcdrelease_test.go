@@ -1,0 +1,375 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/v2bridgetest"
+)
+
+// packagedEtcd is the etcd that Debian's etcd-server installs (3.4.23): it
+// answers a watch progress request before its watches have caught up
+// (etcd issue 15220). The tests below run a bridge over it.
+const packagedEtcd = "/usr/bin/etcd"
+
+// etcdMember is one member of a cluster of packagedEtcd processes.
+type etcdMember struct {
+	client string
+	cmd    *exec.Cmd
+	log    *os.File
+	done   chan struct{} // closed once the process has exited
+}
+
+// startPackagedEtcd starts n members of packagedEtcd and waits until they
+// serve; they are killed when the test ends. The test is skipped when the
+// binary is missing.
+func startPackagedEtcd(t *testing.T, n int) []*etcdMember {
+	t.Helper()
+	bound(t)
+	if _, err := os.Stat(packagedEtcd); err != nil {
+		t.Skipf("%s: %v", packagedEtcd, err)
+	}
+	var ms []*etcdMember
+	v2bridgetest.RetryPortTaken(t, "etcd cluster", func() error {
+		var err error
+		ms, err = tryStartPackagedEtcd(t, n)
+		return err
+	})
+	t.Cleanup(func() {
+		for _, m := range ms {
+			m.stop()
+		}
+	})
+	return ms
+}
+
+func tryStartPackagedEtcd(t *testing.T, n int) ([]*etcdMember, error) {
+	dir := t.TempDir()
+	clients, peers, cluster := make([]string, n), make([]string, n), make([]string, n)
+	for i := range n {
+		clients[i], peers[i] = v2bridgetest.FreeURL(t), v2bridgetest.FreeURL(t)
+		cluster[i] = fmt.Sprintf("m%d=%s", i, peers[i])
+	}
+	var ms []*etcdMember
+	fail := func(err error) ([]*etcdMember, error) {
+		for _, m := range ms {
+			m.stop()
+		}
+		return nil, err
+	}
+	for i := range n {
+		lf, err := os.Create(filepath.Join(dir, fmt.Sprintf("m%d.log", i)))
+		if err != nil {
+			return fail(err)
+		}
+		cmd := exec.Command(packagedEtcd, "--name", fmt.Sprintf("m%d", i),
+			"--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
+			"--listen-client-urls", clients[i], "--advertise-client-urls", clients[i],
+			"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
+			"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-state", "new")
+		cmd.Stdout, cmd.Stderr = lf, lf
+		if err := cmd.Start(); err != nil {
+			_ = lf.Close()
+			return fail(err)
+		}
+		m := &etcdMember{client: clients[i], cmd: cmd, log: lf, done: make(chan struct{})}
+		go func() {
+			_ = cmd.Wait()
+			close(m.done)
+		}()
+		ms = append(ms, m)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, m := range ms {
+		for !m.healthy() {
+			select {
+			case <-m.done:
+				b, _ := os.ReadFile(m.log.Name())
+				return fail(fmt.Errorf("etcd exited: %s", b)) // "address already in use" is retried
+			default:
+			}
+			if time.Now().After(deadline) {
+				return fail(errors.New("etcd did not serve within 30 s"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return ms, nil
+}
+
+func (m *etcdMember) healthy() bool {
+	c := http.Client{Timeout: time.Second}
+	r, err := c.Get(m.client + "/health")
+	if err != nil {
+		return false
+	}
+	defer func() { _ = r.Body.Close() }()
+	b, _ := io.ReadAll(r.Body)
+	return r.StatusCode == 200 && strings.Contains(string(b), `"true"`)
+}
+
+func (m *etcdMember) signal(sig syscall.Signal) {
+	select {
+	case <-m.done:
+	default:
+		_ = m.cmd.Process.Signal(sig)
+	}
+}
+
+func (m *etcdMember) stop() {
+	m.signal(syscall.SIGCONT)
+	m.signal(syscall.SIGKILL)
+	<-m.done
+	_ = m.log.Close()
+}
+
+func endpointsOf(ms []*etcdMember) []string {
+	var eps []string
+	for _, m := range ms {
+		eps = append(eps, m.client)
+	}
+	return eps
+}
+
+// getWithin sends a GET that may wait (a watch), giving up after d: ok
+// false when no answer came. It may run outside the test's goroutine.
+func getWithin(url string, d time.Duration) (status int, body map[string]any, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	r, err := http.DefaultClient.Do(req)
+	if err == nil {
+		defer func() { _ = r.Body.Close() }()
+		var b []byte
+		if b, err = io.ReadAll(r.Body); err == nil {
+			if err = json.Unmarshal(b, &body); err != nil {
+				err = fmt.Errorf("GET %s: %q is not JSON: %w", url, b, err)
+			}
+			return r.StatusCode, body, true, err
+		}
+	}
+	if ctx.Err() != nil {
+		return 0, nil, false, nil
+	}
+	return 0, nil, false, err
+}
+
+// firstEventTrial writes three keys below dir through one bridge, stops it,
+// starts a fresh one, writes a fourth through it and asks for the first
+// event below dir (waitIndex=1): it must be the first key's create, with
+// every field as the write answered it.
+func firstEventTrial(t *testing.T, eps []string, o v2bridgetest.Options, dir string, before func(*v2bridgetest.Bridge)) {
+	t.Helper()
+	first := v2bridgetest.StartBridge(t, eps, o)
+	a := do(t, "PUT", first.URL, "/v2/keys"+dir+"/a", form("value", "1"))
+	if a.status != 201 {
+		t.Fatalf("PUT %s/a: %d %s", dir, a.status, a.body)
+	}
+	for _, k := range []string{"b", "c"} {
+		if r := do(t, "PUT", first.URL, "/v2/keys"+dir+"/"+k, form("value", "1")); r.status != 201 {
+			t.Fatalf("PUT %s/%s: %d %s", dir, k, r.status, r.body)
+		}
+	}
+	first.Stop()
+	fresh := v2bridgetest.StartBridge(t, eps, o)
+	defer fresh.Stop()
+	if before != nil {
+		before(fresh)
+	}
+	if r := do(t, "PUT", fresh.URL, "/v2/keys"+dir+"/cold", form("value", "1")); r.status != 201 {
+		t.Fatalf("PUT %s/cold: %d %s", dir, r.status, r.body)
+	}
+	status, got, ok, err := getWithin(fresh.URL+"/v2/keys"+dir+"?wait=true&recursive=true&waitIndex=1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatalf("watch of %s from waitIndex 1: no answer in 10 s, want %s", dir, a.body)
+	}
+	want := a.json(t) // {"action":"set","node":{...}}: a watch shows a first write as "set" too
+	if status != 200 || !jsonEqual(got, want) {
+		t.Fatalf("watch of %s from waitIndex 1: %d %v, want %v", dir, status, got, want)
+	}
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// TestPackagedEtcdFirstEventAfterFreshStart: over etcd 3.4.23, a fresh
+// bridge answers waitIndex=1 with the first event, every time, serving
+// one subtree or the whole tree.
+func TestPackagedEtcdFirstEventAfterFreshStart(t *testing.T) {
+	ms := startPackagedEtcd(t, 1)
+	const trials = 20
+	for _, served := range [][]string{{"/foo"}, nil} {
+		name := "whole tree"
+		if served != nil {
+			name = "serving /foo"
+		}
+		t.Run(name, func(t *testing.T) {
+			for i := range trials {
+				firstEventTrial(t, endpointsOf(ms), v2bridgetest.Options{Served: served},
+					fmt.Sprintf("/foo/%s%d", map[bool]string{true: "scoped", false: "whole"}[served != nil], i), nil)
+			}
+		})
+	}
+}
+
+// TestPackagedEtcdFirstEventAfterFailover: the same, on three members, with
+// the fresh bridge moved to another member (its own frozen) before it is
+// asked.
+func TestPackagedEtcdFirstEventAfterFailover(t *testing.T) {
+	ms := startPackagedEtcd(t, 3)
+	eps := endpointsOf(ms)
+	const trials = 5
+	for i := range trials {
+		firstEventTrial(t, eps, v2bridgetest.Options{}, fmt.Sprintf("/fo/t%d", i), func(b *v2bridgetest.Bridge) {
+			ep := b.Backend.Endpoint()
+			var m *etcdMember
+			for _, x := range ms {
+				if x.client == ep {
+					m = x
+				}
+			}
+			m.signal(syscall.SIGSTOP)
+			defer m.signal(syscall.SIGCONT)
+			deadline := time.Now().Add(20 * time.Second)
+			for now := b.Backend.Endpoint(); now == ep || now == ""; now = b.Backend.Endpoint() {
+				if time.Now().After(deadline) {
+					t.Fatalf("the bridge did not leave frozen member %s", ep)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			// Its watch resumed on another member: wait until it serves.
+			for !b.Backend.Up() {
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestPackagedEtcdExpiredKeyGoneAfterFreeze: a TTL key whose member is
+// frozen, with writes sent through the bridge across the thaw, is read as
+// gone once etcd has deleted it, and its watcher gets the expire event.
+// (The bridge resumes its watch from a past revision; etcd 3.4.23 answered
+// the progress requests of those writes before the catch-up events.)
+func TestPackagedEtcdExpiredKeyGoneAfterFreeze(t *testing.T) {
+	ms := startPackagedEtcd(t, 1)
+	b := v2bridgetest.StartBridge(t, endpointsOf(ms), v2bridgetest.Options{})
+	v3, err := clientv3.New(clientv3.Config{Endpoints: endpointsOf(ms), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = v3.Close() }()
+	const trials = 20
+	for i := range trials {
+		key := fmt.Sprintf("/leader%d", i)
+		set := do(t, "PUT", b.URL, "/v2/keys"+key, form("value", "me", "ttl", "2"))
+		if set.status != 201 {
+			t.Fatalf("PUT %s: %d %s", key, set.status, set.body)
+		}
+		idx := set.json(t)["node"].(map[string]any)["modifiedIndex"].(float64)
+		type answer struct {
+			status int
+			body   map[string]any
+			ok     bool
+			err    error
+		}
+		watched := make(chan answer, 1)
+		go func() {
+			// As v2 clients do, it watches again from the same index when
+			// a watch ends without an event, or is refused, while the
+			// bridge has lost its member.
+			u := fmt.Sprintf("%s/v2/keys%s?wait=true&waitIndex=%d", b.URL, key, uint64(idx)+1)
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				s, body, ok, err := getWithin(u, time.Until(deadline))
+				retry := (s == 200 && err != nil) || (s == 500 && body["errorCode"] == float64(300))
+				if ok && retry && time.Now().Before(deadline) {
+					continue
+				}
+				watched <- answer{s, body, ok, err}
+				return
+			}
+		}()
+		ms[0].signal(syscall.SIGSTOP)
+		// Writes across the freeze and the thaw, as a client keeps writing.
+		var wg sync.WaitGroup
+		stopWrites := make(chan struct{})
+		wg.Go(func() {
+			for j := 0; ; j++ {
+				select {
+				case <-stopWrites:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				c := http.Client{Timeout: 2 * time.Second}
+				if r, err := c.Post(b.URL+fmt.Sprintf("/v2/keys/other%d", j%5)+"?value=x", "", nil); err == nil {
+					_ = r.Body.Close()
+				}
+			}
+		})
+		time.Sleep(3 * time.Second) // past the TTL and the bridge's detection
+		ms[0].signal(syscall.SIGCONT)
+		// Wait until etcd has deleted the key (its lease expired).
+		gone := false
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !gone; {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			r, err := v3.Get(ctx, b.Backend.Layout().DataKey(key), clientv3.WithCountOnly())
+			cancel()
+			gone = err == nil && r.Count == 0
+			if !gone {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		if !gone {
+			close(stopWrites)
+			wg.Wait()
+			t.Fatalf("trial %d: etcd did not delete %s", i, key)
+		}
+		// The bridge reads it as gone within seconds, as its watch catches up.
+		var last resp
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if last = do(t, "GET", b.URL, "/v2/keys"+key, nil); last.status == 404 {
+				break
+			}
+		}
+		close(stopWrites)
+		wg.Wait()
+		if last.status != 404 {
+			t.Fatalf("trial %d: %s deleted by etcd is still read 5 s later: %d %s", i, key, last.status, last.body)
+		}
+		a := <-watched
+		if a.err != nil {
+			t.Fatalf("trial %d: the watcher of %s: %v", i, key, a.err)
+		}
+		node, _ := a.body["node"].(map[string]any)
+		prev, _ := a.body["prevNode"].(map[string]any)
+		if !a.ok || a.status != 200 || a.body["action"] != "expire" || node["key"] != key || node["value"] != nil ||
+			prev["key"] != key || prev["value"] != "me" || prev["modifiedIndex"] != idx || prev["createdIndex"] != idx {
+			t.Fatalf("trial %d: the watcher of %s got %d %v (answered %v), want its expire event", i, key, a.status, a.body, a.ok)
+		}
+	}
+}
