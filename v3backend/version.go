@@ -48,7 +48,13 @@ func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep str
 	}
 	v, err := parseVersion(st.Version)
 	if err != nil {
-		return memberVersion{}, fmt.Errorf("member %s: %w", ep, err)
+		// Not an etcd release (a proxy, say): assume the bug, which costs
+		// speed, not correctness.
+		if _, seen := b.bugsLogged.LoadOrStore(ep+" "+st.Version, true); !seen {
+			b.lg.Warn("the member's etcd release is unknown; the bridge works around the known bugs of older releases",
+				zap.String("endpoint", ep), zap.Error(err))
+		}
+		return memberVersion{version: st.Version, progressBug: true}, nil
 	}
 	if minV, _ := parseVersion(MinVersion); v.less(minV) {
 		return memberVersion{}, fmt.Errorf("%w: member %s runs etcd %s; the oldest supported is %s",
