@@ -26,7 +26,7 @@ import (
 
 // packagedEtcd is the etcd that Debian's etcd-server installs (3.4.23): it
 // answers a watch progress request before its watches have caught up
-// (etcd issue 15220). The tests below run a bridge over it.
+// (fixed in etcd 3.4.25 and 3.5.8). The tests below run a bridge over it.
 const packagedEtcd = "/usr/bin/etcd"
 
 // etcdMember is one member of a cluster of packagedEtcd processes.

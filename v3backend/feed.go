@@ -192,7 +192,7 @@ type feed struct {
 	// several needs progress answers.
 	askProgress bool
 	only        []translate.KeyRange
-	cancel context.CancelFunc
+	cancel      context.CancelFunc
 	// Owned by the hub goroutine that calls Next: the revisions received,
 	// merged across the ranges, and how many watches etcd has created.
 	m       *merger

@@ -25,7 +25,7 @@ var ErrUnsupportedVersion = errors.New("etcd release not supported")
 
 // progressBugFixed lists, per minor release, the first patch release whose
 // answer to a watch progress request waits for the stream's watches to
-// catch up (etcd issue 15220). Before it, the answer carries the store's
+// catch up. Before it, the answer carries the store's
 // current revision at once: a watch still replaying history, or with events
 // still queued, has not received everything up to it.
 var progressBugFixed = map[[2]int]int{{3, 4}: 25, {3, 5}: 8}
@@ -64,7 +64,7 @@ func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep str
 	if mv.progressBug {
 		if _, seen := b.bugsLogged.LoadOrStore(ep+" "+st.Version, true); !seen {
 			b.lg.Info("this etcd release answers watch progress requests before its watches catch up "+
-				"(etcd issue 15220, fixed in 3.4.25 and 3.5.8): the bridge does not ask it for progress and "+
+				"(fixed in etcd 3.4.25 and 3.5.8): the bridge does not ask it for progress and "+
 				"learns its watches' progress from their events; quorum reads of an idle key space go to the member",
 				zap.String("endpoint", ep), zap.String("version", st.Version))
 		}

@@ -125,7 +125,7 @@ func TestProgressBugWorkaround(t *testing.T) {
 		c.Layout = c.Layout.WithServed([]string{"/served"})
 	})
 	ctx := context.Background()
-	if got := logs.FilterMessageSnippet("etcd issue 15220").Len(); got != 1 {
+	if got := logs.FilterMessageSnippet("fixed in etcd 3.4.25 and 3.5.8").Len(); got != 1 {
 		t.Errorf("%d info lines about the progress bug, want 1", got)
 	}
 	w, _, err := b.Watch(ctx, request(t, "GET", "/served", url.Values{"wait": {"true"}, "recursive": {"true"},
