@@ -244,7 +244,7 @@ func TestPackagedEtcdFirstEventAfterFreshStart(t *testing.T) {
 func TestPackagedEtcdFirstEventAfterFailover(t *testing.T) {
 	ms := startPackagedEtcd(t, 3)
 	eps := endpointsOf(ms)
-	const trials = 5
+	const trials = 20
 	for i := range trials {
 		firstEventTrial(t, eps, v2bridgetest.Options{}, fmt.Sprintf("/fo/t%d", i), func(b *v2bridgetest.Bridge) {
 			ep := b.Backend.Endpoint()

@@ -25,9 +25,9 @@ var ErrUnsupportedVersion = errors.New("etcd release not supported")
 
 // progressBugFixed lists, per minor release, the first patch release whose
 // answer to a watch progress request waits for the stream's watches to
-// catch up. Before it, the answer carries the store's
-// current revision at once: a watch still replaying history, or with events
-// still queued, has not received everything up to it.
+// catch up. Before it, the answer carries the store's current revision at
+// once: a watch still replaying history, or with events still queued, has
+// not received everything up to it.
 var progressBugFixed = map[[2]int]int{{3, 4}: 25, {3, 5}: 8}
 
 // memberVersion is what the bridge knows of a member's etcd release.
