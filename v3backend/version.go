@@ -57,8 +57,8 @@ func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep str
 		return memberVersion{version: st.Version, progressBug: true}, nil
 	}
 	if minV, _ := parseVersion(MinVersion); v.less(minV) {
-		return memberVersion{}, fmt.Errorf("%w: member %s runs etcd %s; the oldest supported is %s",
-			ErrUnsupportedVersion, ep, st.Version, MinVersion)
+		return memberVersion{}, fmt.Errorf("%w: the member runs etcd %s; the oldest supported is %s",
+			ErrUnsupportedVersion, st.Version, MinVersion)
 	}
 	mv := memberVersion{version: st.Version, progressBug: v.hasProgressBug()}
 	if mv.progressBug {
