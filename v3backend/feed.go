@@ -225,7 +225,7 @@ func (b *Backend) openFeed(s *session, from int64, shared bool, skim []string) *
 	case sk == nil: // a skim decodes nothing: it needs no previous values
 		opts = append(opts, clientv3.WithPrevKV())
 	}
-	f := &feed{b: b, s: s, shared: shared, skim: sk, w: b.newWatcher(s), cancel: cancel, askProgress: !s.version.progressBug}
+	f := &feed{b: b, s: s, shared: shared, skim: sk, w: b.newWatcher(s), cancel: cancel, askProgress: !s.progressBug}
 	if !f.askProgress && len(ranges) > 1 {
 		f.only, ranges = ranges, []translate.KeyRange{covering(ranges)}
 	}

@@ -33,7 +33,9 @@ type session struct {
 	lastOK   atomic.Int64  // unix nanoseconds of the last good heartbeat
 	term     atomic.Uint64 // the member's raft term at the last good heartbeat
 	lostAt   time.Time     // set by lose, under Backend.mu
-	version  memberVersion // the member's etcd release (zero: the embedded member)
+	// progressBug: the member answers watch progress requests early
+	// (checkVersion); its feeds never ask.
+	progressBug bool
 }
 
 func (s *session) end() {
@@ -337,10 +339,10 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	}
 	cctx, ccancel := context.WithTimeout(ctx, b.cfg.DialTimeout)
 	defer ccancel()
-	var mv memberVersion
+	var progressBug bool
 	_, term, err := b.quorumCheck(cctx, cli, 0)
-	if err == nil && b.cfg.Member == nil {
-		mv, err = b.checkVersion(cctx, cli, ep)
+	if err == nil && b.cfg.Member == nil { // the member in this process is this build's etcd
+		progressBug, err = b.checkVersion(cctx, cli, ep)
 	}
 	if err == nil {
 		var resp *clientv3.GetResponse
@@ -357,7 +359,8 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 		_ = cli.Close()
 		return nil, err
 	}
-	s := &session{cli: cli, ctx: sctx, cancel: cancel, endpoint: ep, index: idx, started: time.Now(), version: mv}
+	s := &session{cli: cli, ctx: sctx, cancel: cancel, endpoint: ep, index: idx, started: time.Now(),
+		progressBug: progressBug}
 	s.lastOK.Store(time.Now().UnixNano())
 	s.term.Store(term)
 	return s, nil

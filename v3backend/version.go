@@ -30,21 +30,15 @@ var ErrUnsupportedVersion = errors.New("etcd release not supported")
 // not received everything up to it.
 var progressBugFixed = map[[2]int]int{{3, 4}: 25, {3, 5}: 8}
 
-// memberVersion is what the bridge knows of a member's etcd release.
-type memberVersion struct {
-	version string
-	// progressBug: the member's answer to a progress request proves
-	// nothing (progressBugFixed); its feeds never ask for one.
-	progressBug bool
-}
-
 // checkVersion reads the member's release (Maintenance Status) and refuses
-// one older than MinVersion. The first time it sees a member whose known bug
-// the bridge works around, it says so at info.
-func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep string) (memberVersion, error) {
+// one older than MinVersion. It reports whether the member answers progress
+// requests early (progressBugFixed): its feeds then never ask. The first
+// time it sees a member whose known bug the bridge works around, it says so
+// at info.
+func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep string) (progressBug bool, err error) {
 	st, err := etcdserverpb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &etcdserverpb.StatusRequest{})
 	if err != nil {
-		return memberVersion{}, fmt.Errorf("reading the member's version: %w", err)
+		return false, fmt.Errorf("reading the member's version: %w", err)
 	}
 	v, err := parseVersion(st.Version)
 	if err != nil {
@@ -54,14 +48,13 @@ func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep str
 			b.lg.Warn("the member's etcd release is unknown; the bridge works around the known bugs of older releases",
 				zap.String("endpoint", ep), zap.Error(err))
 		}
-		return memberVersion{version: st.Version, progressBug: true}, nil
+		return true, nil
 	}
 	if minV, _ := parseVersion(MinVersion); v.less(minV) {
-		return memberVersion{}, fmt.Errorf("%w: the member runs etcd %s; the oldest supported is %s",
+		return false, fmt.Errorf("%w: the member runs etcd %s; the oldest supported is %s",
 			ErrUnsupportedVersion, st.Version, MinVersion)
 	}
-	mv := memberVersion{version: st.Version, progressBug: v.hasProgressBug()}
-	if mv.progressBug {
+	if v.hasProgressBug() {
 		if _, seen := b.bugsLogged.LoadOrStore(ep+" "+st.Version, true); !seen {
 			b.lg.Info("this etcd release answers watch progress requests before its watches catch up "+
 				"(fixed in etcd 3.4.25 and 3.5.8): the bridge does not ask it for progress and "+
@@ -69,7 +62,7 @@ func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep str
 				zap.String("endpoint", ep), zap.String("version", st.Version))
 		}
 	}
-	return mv, nil
+	return v.hasProgressBug(), nil
 }
 
 // release is a release number, major.minor.patch.
