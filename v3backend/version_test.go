@@ -5,6 +5,7 @@ package v3backend
 import (
 	"context"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -199,5 +201,30 @@ func TestProgressBugWorkaround(t *testing.T) {
 	}
 	if n := progressRequests.Load(); n != 0 {
 		t.Errorf("%d progress requests sent, want none", n)
+	}
+}
+
+// TestCoveringRange: the one range a feed watches on a member whose
+// progress answers are early spans its ranges, and within keeps only the
+// events inside them, in order.
+func TestCoveringRange(t *testing.T) {
+	rs := []translate.KeyRange{{Start: "b", End: "c"}, {Start: "a/x", End: "a/x\x00"}, {Start: "d", End: "e"}}
+	if got, want := covering(rs), (translate.KeyRange{Start: "a/x", End: "e"}); got != want {
+		t.Errorf("covering %v = %v, want %v", rs, got, want)
+	}
+	open := append(rs, translate.KeyRange{Start: "c", End: "\x00"})
+	if got, want := covering(open), (translate.KeyRange{Start: "a/x", End: "\x00"}); got != want {
+		t.Errorf("covering %v = %v, want %v", open, got, want)
+	}
+	var evs []*clientv3.Event
+	for i, k := range []string{"a/x", "a/xy", "b", "bz", "c", "d1", "e"} {
+		evs = append(evs, &clientv3.Event{Kv: &mvccpb.KeyValue{Key: []byte(k), ModRevision: int64(i + 1)}})
+	}
+	var got []string
+	for _, e := range within(evs, rs) {
+		got = append(got, string(e.Kv.Key))
+	}
+	if want := []string{"a/x", "b", "bz", "d1"}; !slices.Equal(got, want) {
+		t.Errorf("within: %q, want %q", got, want)
 	}
 }
