@@ -151,14 +151,17 @@ func warnEmbedded(lg *zap.Logger, e *Embedded) {
 // of a dual-mode bridge's mode record, registration and auth, and of a
 // bridge's check of what it serves at start: the backend's TLS, auth, dial
 // and keepalive settings, over every endpoint. It does not block: while
-// etcd v3 is unreachable its calls fail within their deadlines.
+// etcd v3 is unreachable its calls fail within their deadlines. Keepalive
+// pings only connections with a stream (etcd refuses others' with GOAWAY
+// too_many_pings); a dead connection without one is noticed by the next
+// call's deadline.
 func ControlClient(bcfg v3backend.Config, lg *zap.Logger) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:            bcfg.Endpoints,
 		DialTimeout:          bcfg.DialTimeout,
 		DialKeepAliveTime:    bcfg.KeepAliveTime,
 		DialKeepAliveTimeout: bcfg.KeepAliveTimeout,
-		PermitWithoutStream:  true,
+		PermitWithoutStream:  false,
 		TLS:                  bcfg.TLS,
 		Username:             bcfg.Username,
 		Password:             bcfg.Password,
