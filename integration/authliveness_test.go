@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +37,27 @@ const (
 	authLivenessBound = time.Second
 	loadSlack         = 500 * time.Millisecond
 )
+
+// authTrialsEnv runs TestLivenessAuthMovesWithTheSession's long version:
+// that many faults of the bridge's own member of each kind.
+const authTrialsEnv = "V2BRIDGE_TEST_AUTH_TRIALS"
+
+// faultFor: how long each fault lasts, past the 5 s after which a client
+// of its own gave up on a silent watch.
+const faultFor = 7 * time.Second
+
+func authTrials(t *testing.T) int {
+	t.Helper()
+	s := os.Getenv(authTrialsEnv)
+	if s == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a number of trials", authTrialsEnv, s)
+	}
+	return n
+}
 
 // timedRequest is one write of the load: when it was sent and answered,
 // and how.
@@ -249,10 +272,25 @@ func TestLivenessAuthMovesWithTheSession(t *testing.T) {
 		{"isolate", bridges, c.Isolate, c.Heal, true},
 		{"kill", bridges, c.Kill, func(int) {}, true},
 	}
+	if n := authTrials(t); n > 0 {
+		// The long run: n faults of the bridge's own member of each kind,
+		// half with auth off, half on; one kill at the end.
+		faults = nil
+		for _, on := range []bool{false, true} {
+			for range (n + 1) / 2 {
+				faults = append(faults, fault{"freeze", bridges, c.Freeze, c.Thaw, on},
+					fault{"blackhole", bridges, c.Blackhole, c.Heal, on},
+					fault{"isolate", bridges, c.Isolate, c.Heal, on})
+			}
+		}
+		faults = append(faults, fault{"kill", bridges, c.Kill, func(int) {}, true})
+	}
 	authOn := false
 	type window struct {
 		what        string
 		fault, heal time.Time
+		lastFail    time.Duration // the latest end of a failed write, after the detection
+		slowest     time.Duration // the longest a write answered 2xx took
 	}
 	var windows []window
 	for _, f := range faults {
@@ -275,7 +313,7 @@ func TestLivenessAuthMovesWithTheSession(t *testing.T) {
 		w := window{what: fmt.Sprintf("%s member %d (bridge on %d, auth %v)", f.what, i, bridges(), f.auth),
 			fault: time.Now()}
 		f.apply(i)
-		time.Sleep(8 * time.Second) // past the store's own silence bound (its request timeout)
+		time.Sleep(faultFor) // past the store's own silence bound (its request timeout)
 		f.heal(i)
 		w.heal = time.Now()
 		windows = append(windows, w)
@@ -285,14 +323,27 @@ func TestLivenessAuthMovesWithTheSession(t *testing.T) {
 
 	reqs := load.requests()
 	lost := losses.times()
-	for _, w := range windows {
+	for k := range windows {
+		w := &windows[k]
 		var detect []time.Time
 		for _, l := range lost {
 			if !l.Before(w.fault) && l.Before(w.heal) {
 				detect = append(detect, l)
 			}
 		}
-		t.Logf("%s: losses declared %v after the fault", w.what, sinceAll(w.fault, detect))
+		for _, r := range reqs {
+			if !r.end.After(w.fault) || !r.end.Before(w.heal) {
+				continue
+			}
+			if r.status == http.StatusOK || r.status == http.StatusCreated {
+				w.slowest = max(w.slowest, r.end.Sub(r.start))
+			} else if len(detect) > 0 {
+				w.lastFail = max(w.lastFail, r.end.Sub(detect[0]))
+			}
+		}
+		t.Logf("%s: losses declared %v after the fault; the last failed write answered %v after the first; "+
+			"the slowest write answered took %v", w.what, sinceAll(w.fault, detect), w.lastFail.Round(time.Millisecond),
+			w.slowest.Round(time.Millisecond))
 	}
 	bad := 0
 	for _, r := range reqs {
@@ -319,6 +370,23 @@ func TestLivenessAuthMovesWithTheSession(t *testing.T) {
 		}
 	}
 	t.Logf("%d writes, %d outside the bounds", len(reqs), bad)
+	for _, kind := range []string{"freeze", "blackhole", "isolate", "kill"} {
+		for _, on := range []bool{false, true} {
+			var lastFail, slowest time.Duration
+			n := 0
+			for _, w := range windows {
+				if strings.HasPrefix(w.what, kind+" ") && strings.HasSuffix(w.what, fmt.Sprintf("auth %v)", on)) {
+					n++
+					lastFail, slowest = max(lastFail, w.lastFail), max(slowest, w.slowest)
+				}
+			}
+			if n > 0 {
+				t.Logf("%s, auth %v: %d faults; the last failed write answered at most %v after the detection; "+
+					"the slowest write answered took %v", kind, on, n, lastFail.Round(time.Millisecond),
+					slowest.Round(time.Millisecond))
+			}
+		}
+	}
 	if len(reqs) < 100 {
 		t.Errorf("only %d writes answered", len(reqs))
 	}
