@@ -17,20 +17,21 @@ import (
 )
 
 // bridgeAuth is a bridge's v2 auth: the Store following its key space's
-// users and roles in etcd v3, over the control client, and the Checker of
-// requests.
+// users and roles in etcd v3 (on the backend's checked session in v3 mode,
+// the control client in dual mode), and the Checker of requests.
 type bridgeAuth struct {
 	svc   *auth.Service
 	adopt func(context.Context) error // before the Store runs: auth.Adopt
 	halt  func()                      // ends the Store's goroutine and waits for it (nil: not started)
 }
 
-// newAuth is the auth of a bridge serving its layout's key space over cli;
-// its metrics go to reg.
-func newAuth(c *Config, cli *clientv3.Client, reg prometheus.Registerer) *bridgeAuth {
+// newAuth is the auth of a bridge serving its layout's key space over cli,
+// which live tells about (nil: a client of its own); its metrics go to
+// reg.
+func newAuth(c *Config, cli etcdClient, live func() (bool, <-chan struct{}), reg prometheus.Registerer) *bridgeAuth {
 	lg := c.Logger.Named("auth")
 	keys := AuthKeys(c.Layout)
-	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: keys, RequestTimeout: c.RequestTimeout, Logger: lg})
+	st := auth.NewStore(auth.StoreConfig{Client: cli, Live: live, Keys: keys, RequestTimeout: c.RequestTimeout, Logger: lg})
 	ck := auth.NewChecker(auth.CheckerConfig{State: st.State, Await: st.Current, ClientCertAuth: c.ClientCertAuth, Logger: lg, Registry: reg})
 	return &bridgeAuth{svc: &auth.Service{Store: st, Checker: ck}, adopt: adopter(cli, keys, c.RequestTimeout, lg)}
 }
@@ -59,7 +60,7 @@ func AuthKeysServing(layout translate.Layout, servePrefix string) (auth.Keys, er
 func (a *bridgeAuth) start() { a.halt = runStore(a.svc.Store, a.adopt) }
 
 // adopter is auth.Adopt for keys over cli, logged.
-func adopter(cli *clientv3.Client, keys auth.Keys, timeout time.Duration, lg *zap.Logger) func(context.Context) error {
+func adopter(cli clientv3.KV, keys auth.Keys, timeout time.Duration, lg *zap.Logger) func(context.Context) error {
 	return func(ctx context.Context) error {
 		n, err := auth.Adopt(ctx, cli, keys, timeout)
 		if err != nil && ctx.Err() == nil {

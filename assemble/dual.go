@@ -17,6 +17,8 @@ import (
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/cutover"
 	"github.com/v2bridge/v2bridge/passthrough"
+	"github.com/v2bridge/v2bridge/v2api"
+	"github.com/v2bridge/v2bridge/v3backend"
 )
 
 // dualSide is a dual-mode bridge: the cutover.Switch over the passthrough
@@ -93,8 +95,8 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 		return nil, err
 	}
 	res.add(func() { _ = cli.Close() })
-	mem := newBridgeMembers(cfg, cli, lg, false) // the agent registers the bridge
-	au := newAuth(cfg, cli, reg)
+	mem := newBridgeMembers(cfg, cli, nil, lg, false) // the agent registers the bridge
+	au := newAuth(cfg, cli, nil, reg)
 	au.start()
 	res.add(au.stop) // after shutdown, before the client closes
 	d := &dualSide{stopBg: func() {}}
@@ -152,7 +154,9 @@ func (d *dualSide) connectV3(ctx context.Context, cfg *Config, mem *bridgeMember
 		// A registry per attempt: a failed attempt may have registered
 		// some of its metrics.
 		reg := prometheus.NewRegistry()
-		s, err := newV3Side(ctx, cfg, cfg.Backend, mem.members(), au, reg, parked)
+		s, err := newV3Side(ctx, cfg, cfg.Backend, func(*v3backend.Backend) (v2api.Members, *auth.Service) {
+			return mem.members(), au
+		}, reg, parked)
 		if err == nil {
 			v3reg.Store(reg)
 			d.v3.Store(s)

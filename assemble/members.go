@@ -25,19 +25,29 @@ type bridgeMembers struct {
 	wg        sync.WaitGroup // the list's and the registrar's goroutines
 }
 
-// newBridgeMembers is the bridgeMembers of a bridge over cli, or nil with
+// etcdClient is what a bridge's members and auth follow etcd v3 with: the
+// backend's checked session (v3backend.Conn) in v3 mode, the control
+// client in dual mode.
+type etcdClient interface {
+	clientv3.KV
+	clientv3.Watcher
+	clientv3.Lease
+}
+
+// newBridgeMembers is the bridgeMembers of a bridge over cli, which live
+// tells about (nil: a client of its own), or nil with
 // --advertise-only-self; register says whether it registers itself.
-func newBridgeMembers(c *Config, cli *clientv3.Client, lg *zap.Logger, register bool) *bridgeMembers {
+func newBridgeMembers(c *Config, cli etcdClient, live func() (bool, <-chan struct{}), lg *zap.Logger, register bool) *bridgeMembers {
 	layout := c.Layout
 	if c.AdvertiseOnlySelf {
 		return nil
 	}
 	bridges := membership.Bridges(layout.MetaPrefix)
-	m := &bridgeMembers{list: membership.NewMemberList(membership.MemberListConfig{Client: cli, Bridges: bridges,
+	m := &bridgeMembers{list: membership.NewMemberList(membership.MemberListConfig{Client: cli, Live: live, Bridges: bridges,
 		DataPrefix: layout.DataPrefix, Prefix: c.ServePrefix, RequestTimeout: c.RequestTimeout,
 		Logger: lg.Named("members")})}
 	if register {
-		m.registrar = membership.NewRegistrar(membership.RegistrarConfig{Client: cli, KV: cli, Bridges: bridges,
+		m.registrar = membership.NewRegistrar(membership.RegistrarConfig{Client: cli, KV: cli, Live: live, Bridges: bridges,
 			TTL: c.ModeLeaseTTL, RequestTimeout: c.RequestTimeout, Name: c.Name,
 			Advertise: c.AdvertiseURLs, DataPrefix: layout.DataPrefix, Prefix: c.ServePrefix,
 			Logger: lg.Named("members")})

@@ -47,13 +47,15 @@ func (s *v3Side) Leave() {
 // Close lets the requests in flight finish and closes the backend.
 func (s *v3Side) Close(ctx context.Context) error { return s.br.Close(ctx) }
 
-// newV3Side connects the v3 side, within the dial timeout of each endpoint.
-func newV3Side(ctx context.Context, cfg *Config, bcfg v3backend.Config, members v2api.Members, au *auth.Service,
-	reg *prometheus.Registry, parked func() int) (*v3Side, error) {
+// newV3Side connects the v3 side, within the dial timeout of each endpoint;
+// followers gives the members and auth, once the backend is connected.
+func newV3Side(ctx context.Context, cfg *Config, bcfg v3backend.Config,
+	followers func(*v3backend.Backend) (v2api.Members, *auth.Service), reg *prometheus.Registry,
+	parked func() int) (*v3Side, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout*time.Duration(len(bcfg.Endpoints))+time.Second)
 	defer cancel()
 	br, err := server.New(dctx, server.Config{Backend: bcfg, Name: cfg.Name, AdvertiseURLs: cfg.AdvertiseURLs,
-		Members: members, Auth: au, EnablePprof: cfg.EnablePprof, Logger: cfg.Logger, Registry: reg,
+		Followers: followers, EnablePprof: cfg.EnablePprof, Logger: cfg.Logger, Registry: reg,
 		GRPCClientMetrics: true, DetachWatches: cfg.WatchDetach, Parked: parked, HTTP: cfg.HTTP})
 	if err != nil {
 		return nil, err
@@ -62,9 +64,10 @@ func newV3Side(ctx context.Context, cfg *Config, bcfg v3backend.Config, members 
 }
 
 // buildV3 builds a v3-mode bridge: its embedded etcd if it has one, the
-// control client, the auth, the membership and the bridge. Its listeners
-// were opened first, so a port that is taken stopped it before anything
-// here started.
+// bridge, and over the backend's checked session the auth and the
+// membership, which so move with the bridge's member. Its listeners were
+// opened first, so a port that is taken stopped it before anything here
+// started.
 func buildV3(ctx context.Context, cfg *Config, res *cleanups, parked func() int) (*built, error) {
 	lg := cfg.Logger
 	bcfg := cfg.Backend
@@ -97,24 +100,30 @@ func buildV3(ctx context.Context, cfg *Config, res *cleanups, parked func() int)
 	}
 	reg := newRegistry(cfg, cfg.Embedded != nil)
 	registerMode(reg, false)
-	cli, err := ControlClient(bcfg, lg)
-	if err != nil {
-		return nil, err
-	}
-	res.add(func() { _ = cli.Close() }) // after the membership and auth stopped
 	if cfg.Embedded == nil && !cfg.Layout.Scoped() {
-		if err := checkForeign(ctx, cfg, cli); err != nil {
+		cli, err := ControlClient(bcfg, lg) // for this check only
+		if err != nil {
+			return nil, err
+		}
+		err = checkForeign(ctx, cfg, cli)
+		_ = cli.Close()
+		if err != nil {
 			if interrupted(ctx, cfg.Logger) {
 				return nil, nil
 			}
 			return nil, err
 		}
 	}
-	mem := newBridgeMembers(cfg, cli, lg, true)
-	au := newAuth(cfg, cli, reg)
-	au.start()
-	res.add(au.stop)
-	s, err := newV3Side(ctx, cfg, bcfg, mem.members(), au.svc, reg, parked)
+	var mem *bridgeMembers
+	var au *bridgeAuth
+	s, err := newV3Side(ctx, cfg, bcfg, func(be *v3backend.Backend) (v2api.Members, *auth.Service) {
+		conn := be.Conn()
+		mem = newBridgeMembers(cfg, conn, conn.Live, lg, true)
+		au = newAuth(cfg, conn, conn.Live, reg)
+		au.start()
+		res.add(au.stop) // after the backend closed: the store waits for a session no more
+		return mem.members(), au.svc
+	}, reg, parked)
 	if err != nil {
 		if interrupted(ctx, lg) {
 			return nil, nil
@@ -138,17 +147,21 @@ func warnEmbedded(lg *zap.Logger, e *Embedded) {
 		zap.String("reason", why), zap.String("data-dir", e.Dir), zap.String("client-url", e.ClientURL))
 }
 
-// ControlClient is the etcd v3 client of the mode record, the registration,
-// auth and the cutover commands: the backend's TLS, auth, dial and
-// keepalive settings, over every endpoint. It does not block: while etcd v3
-// is unreachable its calls fail within their deadlines.
+// ControlClient is the etcd v3 client of the commands (migrate, cutover),
+// of a dual-mode bridge's mode record, registration and auth, and of a
+// bridge's check of what it serves at start: the backend's TLS, auth, dial
+// and keepalive settings, over every endpoint. It does not block: while
+// etcd v3 is unreachable its calls fail within their deadlines. Keepalive
+// pings only connections with a stream (etcd refuses others' with GOAWAY
+// too_many_pings); a dead connection without one is noticed by the next
+// call's deadline.
 func ControlClient(bcfg v3backend.Config, lg *zap.Logger) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:            bcfg.Endpoints,
 		DialTimeout:          bcfg.DialTimeout,
 		DialKeepAliveTime:    bcfg.KeepAliveTime,
 		DialKeepAliveTimeout: bcfg.KeepAliveTimeout,
-		PermitWithoutStream:  true,
+		PermitWithoutStream:  false,
 		TLS:                  bcfg.TLS,
 		Username:             bcfg.Username,
 		Password:             bcfg.Password,

@@ -21,7 +21,7 @@ import (
 //
 // Bridges of k must not serve before Adopt returns without an error (else
 // they could serve with auth off while it was on).
-func Adopt(ctx context.Context, cli *clientv3.Client, k Keys, timeout time.Duration) (copied int, err error) {
+func Adopt(ctx context.Context, cli clientv3.KV, k Keys, timeout time.Duration) (copied int, err error) {
 	if k.Legacy == "" {
 		return 0, nil
 	}
@@ -73,7 +73,7 @@ func Adopt(ctx context.Context, cli *clientv3.Client, k Keys, timeout time.Durat
 // adoptTxns commits ops in transactions of at most maxTxnOps, each guarded
 // on k having no flag and nothing under from having changed after rev; ok
 // is false if one lost that race.
-func adoptTxns(ctx context.Context, cli *clientv3.Client, k, from Keys, rev int64, ops []clientv3.Op, timeout time.Duration) (ok bool, err error) {
+func adoptTxns(ctx context.Context, cli clientv3.KV, k, from Keys, rev int64, ops []clientv3.Op, timeout time.Duration) (ok bool, err error) {
 	for len(ops) > 0 {
 		n := min(len(ops), maxTxnOps)
 		cctx, cancel := context.WithTimeout(ctx, timeout)

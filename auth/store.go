@@ -30,6 +30,13 @@ type StoreConfig struct {
 		clientv3.KV
 		clientv3.Watcher
 	}
+	// Live, if set, tells whether Client reaches etcd now: a bridge's
+	// Client is its checked session (v3backend.Conn), whose calls end when
+	// the bridge loses its member. While it does not, the store waits for
+	// it (and follows again the moment it does), and a request waits for
+	// no auth data: the backend is known lost, and the request is refused
+	// at once.
+	Live           ctxsleep.Live
 	Keys           Keys
 	RequestTimeout time.Duration // bound of every v3 call
 	// HashCost is bcrypt's cost for new passwords (0: v2's, bcrypt.DefaultCost).
@@ -69,7 +76,8 @@ func (s *Store) State() (st *State, ok bool) {
 
 // Current is the current State, waiting up to d (within ctx) for one while
 // none is: the first read after a start or a failed watch takes a round
-// trip, which a request can wait out rather than fail.
+// trip, which a request can wait out rather than fail. While Live says
+// etcd is out of reach, it does not wait.
 func (s *Store) Current(ctx context.Context, d time.Duration) (*State, bool) {
 	st, err := s.waitFor(ctx, d, func(*State) bool { return true })
 	return st, err == nil
@@ -77,6 +85,9 @@ func (s *Store) Current(ctx context.Context, d time.Duration) (*State, bool) {
 
 // errNotYet: waitFor's time ran out.
 var errNotYet = errors.New("auth: no such State in time")
+
+// errDown: waitFor gave up as etcd is out of reach (Live).
+var errDown = errors.New("auth: etcd v3 is out of reach")
 
 // waitFor waits, up to d and within ctx, for a current State cond holds
 // for.
@@ -90,8 +101,17 @@ func (s *Store) waitFor(ctx context.Context, d time.Duration, cond func(*State) 
 		if st, ok := s.State(); ok && cond(st) {
 			return st, nil
 		}
+		var live <-chan struct{}
+		if s.cfg.Live != nil {
+			up, changed := s.cfg.Live()
+			if !up {
+				return nil, errDown
+			}
+			live = changed
+		}
 		select {
 		case <-ch:
+		case <-live:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-t.C:
@@ -114,7 +134,7 @@ func (s *Store) publish(st *State) {
 // current from a failure until the data is read again.
 func (s *Store) Run(ctx context.Context) {
 	defer s.publish(nil)
-	ctxsleep.Retry(ctx, func(ctx context.Context) error {
+	ctxsleep.RetryLive(ctx, s.cfg.Live, func(ctx context.Context) error {
 		err := s.follow(ctx)
 		s.publish(nil)
 		return err
@@ -142,6 +162,15 @@ func (s *Store) follow(ctx context.Context) error {
 	wctx, wcancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
 		"v2bridge-watch", "auth"))
 	defer wcancel()
+	// The watch must be created within short, counted from now: clientv3
+	// holds Watch itself until it has a stream to the member, which a
+	// silent member never gives.
+	var late atomic.Bool
+	creating := time.AfterFunc(short, func() {
+		late.Store(true)
+		wcancel()
+	})
+	defer creating.Stop()
 	// From the read's own revision, not the next: a watch starting past
 	// the store's revision gets no progress answer until the next write
 	// anywhere. Its events at that revision are in the State already, and
@@ -159,7 +188,7 @@ func (s *Store) follow(ctx context.Context) error {
 	quiet := s.cfg.RequestTimeout / 3
 	probe := time.NewTicker(quiet)
 	defer probe.Stop()
-	silence := time.NewTimer(short) // reset to RequestTimeout by every answer
+	silence := time.NewTimer(s.cfg.RequestTimeout) // reset by every answer
 	defer silence.Stop()
 	heard := time.Now()
 	created := false
@@ -170,9 +199,6 @@ func (s *Store) follow(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-silence.C:
-			if !created {
-				return fmt.Errorf("the watch was not created within %v", short)
-			}
 			return fmt.Errorf("the watch said nothing for %v", s.cfg.RequestTimeout)
 		case <-probe.C:
 			if created && time.Since(heard) >= quiet/2 {
@@ -183,6 +209,9 @@ func (s *Store) follow(ctx context.Context) error {
 			continue
 		case wr, ok = <-wch:
 		}
+		if !ok && !created && late.Load() {
+			return fmt.Errorf("the watch was not created within %v", short)
+		}
 		if !ok {
 			return errors.New("watch closed")
 		}
@@ -192,6 +221,9 @@ func (s *Store) follow(ctx context.Context) error {
 		heard = time.Now()
 		silence.Reset(s.cfg.RequestTimeout)
 		if !created {
+			if !creating.Stop() {
+				return fmt.Errorf("the watch was not created within %v", short)
+			}
 			created = true
 			s.publish(snap.st)
 		}

@@ -11,8 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/v2api"
@@ -20,8 +22,12 @@ import (
 
 // RegistrarConfig configures a Registrar.
 type RegistrarConfig struct {
-	Client  clientv3.Lease
-	KV      clientv3.KV
+	Client clientv3.Lease
+	KV     clientv3.KV
+	// Live, if set, tells whether Client reaches etcd now (the bridge's
+	// checked session): while it does not, the registrar waits, and
+	// renews its lease the moment it does.
+	Live    ctxsleep.Live
 	Bridges string // the registrations' key prefix (Bridges)
 	// TTL of the registration's lease: a bridge that dies leaves the
 	// member lists within it.
@@ -66,19 +72,13 @@ func NewRegistrar(cfg RegistrarConfig) *Registrar {
 
 // Run keeps the registration on a lease until ctx ends, then revokes the
 // lease: a bridge that stops cleanly leaves the lists at once. A lease lost
-// (not renewed within its TTL, or revoked) is replaced by a new one.
+// (not renewed within its TTL, or revoked) is replaced by a new one; one
+// whose renewals ended with a connection is renewed again on the next.
 func (r *Registrar) Run(ctx context.Context) {
 	defer r.revoke()
-	for {
-		err := r.keep(ctx)
-		if ctx.Err() != nil {
-			return
-		}
+	ctxsleep.RetryLive(ctx, r.cfg.Live, r.keep, func(err error) {
 		r.cfg.Logger.Warn("member registration in etcd v3: trying again", zap.Error(err))
-		if !ctxsleep.Sleep(ctx, r.cfg.TTL/4) {
-			return
-		}
-	}
+	})
 }
 
 // keep registers the bridge on a new lease and keeps the lease alive until
@@ -86,34 +86,51 @@ func (r *Registrar) Run(ctx context.Context) {
 // the TTL: a renewal on a stream of its own (KeepAliveOnce) costs the
 // member several times as much.
 func (r *Registrar) keep(ctx context.Context) error {
+	if err := r.renewOrRegister(ctx); err != nil {
+		return err
+	}
+	kctx, stop := context.WithCancel(ctx)
+	defer stop()
+	kept, err := r.cfg.Client.KeepAlive(kctx, r.lease)
+	if err != nil {
+		return fmt.Errorf("keeping the lease alive: %w", err)
+	}
+	renewals := 0
+	for range kept { // an answer per renewal; closed once the lease is lost, the connection lost, or ctx ends
+		renewals++
+	}
+	return fmt.Errorf("the registration's lease was lost after %d renewals", renewals)
+}
+
+// renewOrRegister renews the lease of the registration, if there is one
+// and it is still alive (its renewals ended with a connection, say: the
+// bridge is listed once, not twice until the old lease expires), or
+// registers the bridge on a new lease.
+func (r *Registrar) renewOrRegister(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	defer cancel()
+	if r.lease != 0 {
+		resp, err := r.cfg.Client.KeepAliveOnce(cctx, r.lease)
+		switch {
+		case err == nil && resp.TTL > 0:
+			return nil
+		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
+			r.lease = 0
+		default:
+			return fmt.Errorf("renewing the lease: %w", err)
+		}
+	}
 	g, err := Grant(cctx, r.cfg.Client, r.cfg.TTL)
 	if err != nil {
-		cancel()
 		return fmt.Errorf("granting a lease: %w", err)
 	}
-	_, err = Put(cctx, r.cfg.KV, r.cfg.Bridges, g.ID, r.reg)
-	cancel()
-	if err != nil {
+	if _, err = Put(cctx, r.cfg.KV, r.cfg.Bridges, g.ID, r.reg); err != nil {
 		return fmt.Errorf("registering: %w", err) // the lease expires on its own
 	}
 	r.lease = g.ID
 	r.cfg.Logger.Info("registered in etcd v3 as a member", zap.String("key", Key(r.cfg.Bridges, g.ID)),
 		zap.Duration("ttl", r.cfg.TTL))
-	kctx, stop := context.WithCancel(ctx)
-	defer stop()
-	kept, err := r.cfg.Client.KeepAlive(kctx, g.ID)
-	if err != nil {
-		return fmt.Errorf("keeping the lease alive: %w", err)
-	}
-	renewals := 0
-	for range kept { // an answer per renewal; closed once the lease is lost or ctx ends
-		renewals++
-	}
-	if ctx.Err() == nil {
-		r.lease = 0
-	}
-	return fmt.Errorf("the registration's lease was lost after %d renewals", renewals)
+	return nil
 }
 
 func (r *Registrar) revoke() {
@@ -134,6 +151,10 @@ type MemberListConfig struct {
 		clientv3.KV
 		clientv3.Watcher
 	}
+	// Live, if set, tells whether Client reaches etcd now (the bridge's
+	// checked session): while it does not, the list waits, and reads again
+	// the moment it does.
+	Live    ctxsleep.Live
 	Bridges string // the registrations' key prefix (Bridges)
 	// DataPrefix and Prefix: only bridges serving this key space, and this
 	// v2 subtree of it (--serve-prefix), are listed.
@@ -185,7 +206,7 @@ func (l *MemberList) Members() []v2api.Member {
 // Run reads the registrations and follows them with a watch until ctx ends,
 // reading them again whenever the watch fails.
 func (l *MemberList) Run(ctx context.Context) {
-	ctxsleep.Retry(ctx, l.follow, func(err error) {
+	ctxsleep.RetryLive(ctx, l.cfg.Live, l.follow, func(err error) {
 		l.cfg.Logger.Debug("member list: watch ended; reading the registrations again", zap.Error(err))
 	})
 }
@@ -203,8 +224,11 @@ func (l *MemberList) follow(ctx context.Context) error {
 	l.regs = regs
 	l.mu.Unlock()
 	// Require a leader: a member cut off from the others ends the watch
-	// instead of keeping it silent.
-	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	// instead of keeping it silent. On a stream of its own (its own
+	// metadata): on the bridge's session it would otherwise share the
+	// feed's, whose progress answers wait for every watch of the stream.
+	wctx, wcancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
+		"v2bridge-watch", "members"))
 	defer wcancel()
 	wch := l.cfg.Client.Watch(wctx, l.cfg.Bridges, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	for {

@@ -56,6 +56,11 @@ type Config struct {
 	// runs its Store. The bridge is not ready while the Store has no
 	// current State. nil: no auth (the auth API is not served).
 	Auth *auth.Service
+	// Followers, if set, is called once the backend is connected, before
+	// the HTTP surface is built, and gives Members and Auth: so they can
+	// follow etcd v3 on the backend's checked session (Backend.Conn), and
+	// move with its member, instead of a client of their own.
+	Followers func(*v3backend.Backend) (v2api.Members, *auth.Service)
 
 	Logger *zap.Logger
 	// Registry receives every metric and is served on /metrics; nil means a
@@ -161,6 +166,9 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 	be, err := v3backend.New(ctx, bcfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Followers != nil {
+		cfg.Members, cfg.Auth = cfg.Followers(be)
 	}
 	var a v2api.Auth // never a nil *auth.Service in an interface
 	if cfg.Auth != nil {

@@ -456,7 +456,8 @@ type Options struct {
 	// Backend adjusts the backend config (heartbeat, timeouts...).
 	Backend func(*v3backend.Config)
 	// Auth runs etcd v2 auth as cmd/bridge does: a Store following the
-	// key space's users and roles over its own v3 client, and its Checker.
+	// key space's users and roles on the bridge's checked session, and its
+	// Checker.
 	Auth bool
 	// Served are the v2 subtrees served (--serve-prefix); nil: all.
 	Served []string
@@ -491,8 +492,12 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 	if o.Backend != nil {
 		o.Backend(&cfg.Backend)
 	}
+	var svc *auth.Service // once the backend is connected
 	if o.Auth {
-		cfg.Auth = startAuth(t, endpoints, layout, cfg.Logger)
+		cfg.Followers = func(be *v3backend.Backend) (v2api.Members, *auth.Service) {
+			svc = startAuth(t, be.Conn(), layout, cfg.Logger)
+			return nil, svc
+		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -508,8 +513,8 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 		t.Fatalf("bridge: %v", err)
 	}
 	var a v2api.Auth
-	if cfg.Auth != nil {
-		a = cfg.Auth
+	if svc != nil {
+		a = svc
 	}
 	br.Serve(ln, v2api.ServedOnly(o.Served, a, br.API), nil)
 	b := &Bridge{URL: u, Backend: br.Backend, API: br.API, Registry: br.Registry, bridge: br}
@@ -524,23 +529,19 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 	return b
 }
 
-// startAuth runs an auth Store over the key space of layout until the test
-// ends (after the bridge, which the test stops first), with its Checker.
-func startAuth(t TB, endpoints []string, layout translate.Layout, lg *zap.Logger) *auth.Service {
+// startAuth runs an auth Store over the key space of layout, on conn, until
+// the test ends (after the bridge, which the test stops first), with its
+// Checker.
+func startAuth(t TB, conn v3backend.Conn, layout translate.Layout, lg *zap.Logger) *auth.Service {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatalf("clientv3: %v", err)
-	}
 	keys := auth.KeysFor(layout.MetaPrefix, layout.DataPrefix, layout.Served)
 	actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, err = auth.Adopt(actx, cli, keys, 5*time.Second)
+	_, err := auth.Adopt(actx, conn, keys, 5*time.Second)
 	acancel()
 	if err != nil {
-		_ = cli.Close()
 		t.Fatalf("auth: %v", err)
 	}
-	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: keys, RequestTimeout: 5 * time.Second, Logger: lg})
+	st := auth.NewStore(auth.StoreConfig{Client: conn, Live: conn.Live, Keys: keys, RequestTimeout: 5 * time.Second, Logger: lg})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -550,7 +551,6 @@ func startAuth(t TB, endpoints []string, layout translate.Layout, lg *zap.Logger
 	t.Cleanup(func() {
 		cancel()
 		<-done
-		_ = cli.Close()
 	})
 	return &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State, Await: st.Current, Logger: lg})}
 }

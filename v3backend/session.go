@@ -52,13 +52,18 @@ func (b *Backend) dial(ctx context.Context, endpoint string) (*clientv3.Client, 
 		DialTimeout:          b.cfg.DialTimeout,
 		DialKeepAliveTime:    b.cfg.KeepAliveTime,
 		DialKeepAliveTimeout: b.cfg.KeepAliveTimeout,
-		PermitWithoutStream:  true,
-		DialOptions:          b.cfg.DialOptions,
-		TLS:                  b.cfg.TLS,
-		Username:             b.cfg.Username,
-		Password:             b.cfg.Password,
-		Logger:               b.lg.Named("clientv3").WithOptions(zap.IncreaseLevel(zap.ErrorLevel)),
-		Context:              ctx,
+		// Keepalive pings only a connection with a stream: etcd (every
+		// version, by default) answers pings on one without any with
+		// GOAWAY too_many_pings. A session always has one (the feed's
+		// watch), and the heartbeat notices a dead member within a
+		// second and a half anyway.
+		PermitWithoutStream: false,
+		DialOptions:         b.cfg.DialOptions,
+		TLS:                 b.cfg.TLS,
+		Username:            b.cfg.Username,
+		Password:            b.cfg.Password,
+		Logger:              b.lg.Named("clientv3").WithOptions(zap.IncreaseLevel(zap.ErrorLevel)),
+		Context:             ctx,
 	})
 }
 

@@ -4,6 +4,8 @@ package ctxsleep
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 )
@@ -48,5 +50,75 @@ func TestRetryBacksOffAndEndsWithItsContext(t *testing.T) {
 		if gap := starts[i+1].Sub(starts[i]); gap < want {
 			t.Errorf("run %d came %v after the one before; want at least %v", i+2, gap, want)
 		}
+	}
+}
+
+// testLive is a connection a test loses and gets back.
+type testLive struct {
+	mu      sync.Mutex // guards up, changed
+	up      bool
+	changed chan struct{}
+}
+
+func (l *testLive) live() (bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.up, l.changed
+}
+
+func (l *testLive) set(up bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.up = up
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// TestRetryLiveRunsOnlyWhileUp: no run starts while the connection is down;
+// a run that ends because it was lost is not reported, and the next starts
+// once it is up; a run that fails while it is up is reported.
+func TestRetryLiveRunsOnlyWhileUp(t *testing.T) {
+	l := &testLive{changed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	runs := make(chan int, 10)
+	var n int
+	var reported []error
+	done := make(chan struct{})
+	failed := errors.New("failed while up")
+	go func() {
+		defer close(done)
+		RetryLive(ctx, l.live, func(context.Context) error {
+			n++
+			runs <- n
+			switch n {
+			case 1:
+				l.set(false) // lost during the run
+				return errors.New("lost")
+			case 2:
+				return failed
+			default:
+				cancel()
+				return ctx.Err()
+			}
+		}, func(err error) { reported = append(reported, err) })
+	}()
+	select {
+	case r := <-runs:
+		t.Fatalf("run %d started while down", r)
+	case <-time.After(50 * time.Millisecond): // a run would start at once
+	}
+	l.set(true)
+	if r := <-runs; r != 1 {
+		t.Fatalf("run %d first", r)
+	}
+	select {
+	case r := <-runs:
+		t.Fatalf("run %d started while down", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	l.set(true)
+	<-done
+	if n != 3 || len(reported) != 1 || reported[0] != failed {
+		t.Fatalf("%d runs, reported %v; want 3 runs and only the failure while up", n, reported)
 	}
 }

@@ -20,8 +20,34 @@ const (
 // told each run's error (not after ctx ended). It is the loop of a
 // follower that reads something, then watches it until the watch fails.
 func Retry(ctx context.Context, run func(context.Context) error, ended func(error)) {
+	RetryLive(ctx, nil, run, ended)
+}
+
+// Live reports whether the connection a follower runs on reaches etcd now
+// (the bridge's checked session), and returns a channel closed at its next
+// change.
+type Live func() (up bool, changed <-chan struct{})
+
+// RetryLive is Retry over a connection that live (nil: always up) tells
+// about: while it is down no run starts, and none counts as failed (the
+// connection's owner reports its loss); a run starts the moment it is up
+// again, and a back-off ends early when it changes.
+func RetryLive(ctx context.Context, live Live, run func(context.Context) error, ended func(error)) {
+	if live == nil {
+		live = func() (bool, <-chan struct{}) { return true, nil }
+	}
 	backoff := retryFirst
 	for ctx.Err() == nil {
+		up, changed := live()
+		if !up {
+			backoff = retryFirst
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			continue
+		}
 		start := time.Now()
 		err := run(ctx)
 		if ctx.Err() != nil {
@@ -30,9 +56,18 @@ func Retry(ctx context.Context, run func(context.Context) error, ended func(erro
 		if time.Since(start) > retryFresh {
 			backoff = retryFirst
 		}
+		if up, _ := live(); !up {
+			continue // lost meanwhile: wait for the next connection
+		}
 		ended(err)
-		if !Sleep(ctx, backoff) {
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-t.C:
+		case <-changed:
+			t.Stop()
 		}
 		backoff = min(2*backoff, retryMax)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/shadow"
 	"github.com/v2bridge/v2bridge/translate"
+	"github.com/v2bridge/v2bridge/v2api"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
 
@@ -132,28 +133,27 @@ func serveBridge(args []string) error {
 		return err
 	}
 	// v2 auth as the binary runs it: a Store following the users and
-	// roles over a client of its own, and the Checker (auth stays
-	// disabled until a workload enables it).
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cli.Close() }()
-	st := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix, layout.Served),
-		RequestTimeout: 5 * time.Second})
+	// roles on the backend's session, and the Checker (auth stays disabled
+	// until a workload enables it).
 	actx, acancel := context.WithCancel(context.Background())
-	adone := make(chan struct{})
-	go func() {
-		defer close(adone)
-		st.Run(actx)
-	}()
-	defer func() { acancel(); <-adone }()
-	svc := &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State, Await: st.Current, Registry: reg})}
+	var awg sync.WaitGroup // the Store's goroutine, once started
+	defer func() { acancel(); awg.Wait() }()
+	followers := func(be *v3backend.Backend) (v2api.Members, *auth.Service) {
+		conn := be.Conn()
+		st := auth.NewStore(auth.StoreConfig{Client: conn, Live: conn.Live, Keys: auth.KeysFor(layout.MetaPrefix, layout.DataPrefix, layout.Served),
+			RequestTimeout: 5 * time.Second})
+		awg.Add(1)
+		go func() {
+			defer awg.Done()
+			st.Run(actx)
+		}()
+		return nil, &auth.Service{Store: st, Checker: auth.NewChecker(auth.CheckerConfig{State: st.State, Await: st.Current, Registry: reg})}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	br, err := server.New(ctx, server.Config{Registry: reg, AdvertiseURLs: []string{u}, DetachWatches: *watchDetach,
-		Auth: svc, Backend: v3backend.Config{Endpoints: eps, Layout: layout, Member: member,
+		Followers: followers, Backend: v3backend.Config{Endpoints: eps, Layout: layout, Member: member,
 			HeartbeatTimeout: *hbTimeout, HeartbeatFailures: *hbFailures}})
 	if err == nil {
 		err = br.WaitReady(ctx)
@@ -168,6 +168,7 @@ func serveBridge(args []string) error {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle("/debug/vars", expvar.Handler())
 	br.Serve(ln, mux, nil)
 

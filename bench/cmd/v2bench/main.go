@@ -84,6 +84,8 @@ func main() {
 	fs.BoolVar(&bridgeWatchDetach, "bridge-watch-detach", true, "run the bridge with this --watch-detach (false: every watch waits inside net/http)")
 	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history, shadow, shared (comma-separated)")
 	shadowRate := fs.Int("shadow-rate", 0, "override the write rate of the shadow section (writes/s)")
+	herdRate := fs.Float64("herd-rate", 0, "watch-idle-10000: the steady writer's rate (writes/s; 0.5: flannel's herd, a write every 2 s)")
+	herdFor := fs.Duration("herd-for", 0, "watch-idle-10000: how long the steady writer runs (5m: the herd's false-loss check)")
 	workloads := fs.String("workloads", "", "run only these key-value workloads: put-seq, put-64, cas-16, ttl-cycle-64, ... (comma-separated)")
 	bridgeBin := fs.String("bridge-bin", "", "shared section: the bridge binary to run (default: built from ./cmd/bridge)")
 	sharedNodes := fs.Int("shared-nodes", 0, "shared section: bridges of the scale run (default 50; 0 keeps it)")
@@ -180,6 +182,12 @@ func main() {
 	}
 	cfg.idleRate = map[int]float64{1000: 20, 10000: 2}
 	cfg.idleSteady = map[int]time.Duration{1000: 2 * time.Second, 10000: 2 * time.Second}
+	if *herdRate > 0 {
+		cfg.idleRate[10000] = *herdRate
+	}
+	if *herdFor > 0 {
+		cfg.idleSteady[10000] = *herdFor
+	}
 	cfg.window, cfg.stallAfter = 64, 500*time.Millisecond
 	for _, s := range strings.Split(*systems, ",") {
 		cfg.systems = append(cfg.systems, strings.TrimSpace(s))

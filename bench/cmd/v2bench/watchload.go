@@ -54,6 +54,24 @@ func (t *watchTarget) put(ctx context.Context, i int) (uint64, error) {
 	return t.k.put(ctx, fmt.Sprintf("%s/k%d", watchDir, i%64), value64)
 }
 
+// liveness is the bridge's backend losses, heartbeat misses and misses
+// excused so far (nil: not a bridge, or its metrics did not answer).
+func (t *watchTarget) liveness() []float64 {
+	if t.sys != sysBridge && t.sys != sysBridgeExt {
+		return nil
+	}
+	var out []float64
+	for _, m := range []string{"v2bridge_backend_losses_total", "v2bridge_backend_heartbeat_misses_total",
+		"v2bridge_backend_heartbeat_misses_excused_total"} {
+		v, err := scrapeGauge(t.in.v2URL, m)
+		if err != nil {
+			return nil
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
 // v3Watches is how many v3 watches serve the system's v2 watchers: the
 // bridge's own gauge for the bridge, etcd's watcher gauge for the others.
 func (t *watchTarget) v3Watches() (float64, error) {
@@ -99,6 +117,7 @@ func watchIdle(cfg *config, res *results, t *watchTarget, n int, rate float64, s
 		mem0, _ = bridgeGoMem(t.in)
 	}
 
+	live0 := t.liveness()
 	t0 := time.Now()
 	f := t.fleet(n, keys)
 	stopped := false
@@ -164,6 +183,13 @@ func watchIdle(cfg *config, res *results, t *watchTarget, n int, rate float64, s
 	stop()
 
 	cpu1 := t.in.cpu()
+	if live0 != nil {
+		if live1 := t.liveness(); live1 != nil {
+			res.add(wl, sys, "backend losses declared (a member that answered)", "losses", true, live1[0]-live0[0])
+			logf("    %s %s: %.0f heartbeat misses, %.0f excused (the bridge ran late)", wl, sys,
+				live1[1]-live0[1], live1[2]-live0[2])
+		}
+	}
 	vs, unexpected := judge(f, writes, 2)
 	fan, st := vs[0], vs[1]
 	addLat(res, wl, sys, "one write → all: p50", fan.lat, 0.50)
