@@ -18,11 +18,18 @@ import (
 // a compare-and-swap fail with 100); a refreshed key lives on; the expire
 // event comes soon after the expiration, with the key's last node as
 // prevNode.
+// Also with bridges serving only a subtree.
 func TestExpiredNodesAreNeverServed(t *testing.T) {
+	for _, o := range []v2bridgetest.Options{{}, {Served: []string{"/ex"}}} {
+		t.Run(fmt.Sprintf("serving %v", o.Served), func(t *testing.T) { expiredNodesAreNeverServed(t, o) })
+	}
+}
+
+func expiredNodesAreNeverServed(t *testing.T, o v2bridgetest.Options) {
 	bound(t)
 	cl := v2bridgetest.StartCluster(t, 1)
-	a := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{})
-	b := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{})
+	a := v2bridgetest.StartBridge(t, cl.Endpoints(), o)
+	b := v2bridgetest.StartBridge(t, cl.Endpoints(), o)
 	put := func(path string, f url.Values) map[string]any {
 		t.Helper()
 		r := do(t, "PUT", a.URL, "/v2/keys"+path, f)
