@@ -24,8 +24,9 @@ import (
 // bridges' clocks are assumed synchronised (NTP), each second of skew ending
 // keys that much early or late.
 
-// expiryTick is how often the expirer looks for leases that ran out.
-const expiryTick = 50 * time.Millisecond
+// expiryTick is how often the expirer looks for leases that ran out (a
+// variable for tests, set before a backend starts).
+var expiryTick = 50 * time.Millisecond
 
 // expiryRetry is how long the expirer waits before revoking a lease again
 // whose record is still there.
@@ -67,7 +68,7 @@ func (b *Backend) expireLeases() {
 		ctx, cancel := b.reqCtx(b.ctx, s)
 		// Another tenant's lease (a key this bridge may not write) is
 		// left to etcd's expiry.
-		if err := b.revoke(ctx, s, due); err != nil && b.ctx.Err() == nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		if _, err := b.revoke(ctx, s, due); err != nil && b.ctx.Err() == nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
 			b.lg.Warn("revoking expired leases failed", zap.Int("leases", len(due)), zap.Error(err))
 		}
 		cancel()
@@ -116,32 +117,47 @@ func containsID(ids []int64, id int64) bool {
 }
 
 // revoke revokes the leases ids, whose expiration passed; one already gone
-// is no error. It reports the first error, having tried them all.
-func (b *Backend) revoke(ctx context.Context, s *session, ids []int64) error {
+// is no error. It reports the first error, having tried them all, and the
+// revision of the last revoke.
+func (b *Backend) revoke(ctx context.Context, s *session, ids []int64) (int64, error) {
 	var first error
+	var rev int64
 	for _, id := range ids {
-		_, err := s.cli.Revoke(ctx, clientv3.LeaseID(id))
-		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && first == nil {
+		resp, err := s.cli.Revoke(ctx, clientv3.LeaseID(id))
+		switch {
+		case err == nil:
+			rev = max(rev, resp.Header.Revision)
+		case !errors.Is(err, rpctypes.ErrLeaseNotFound) && first == nil:
 			first = err
 		}
 	}
-	return first
+	return rev, first
 }
 
 // expireBefore makes a write's snapshot hold no node that expired at now:
 // it revokes their leases and sweeps below the expired directories, so
 // their expire events come before the write, as in v2, and the directory's
 // children cannot outlive it under a directory the write creates again.
-// It reports whether there was anything to expire (the snapshot is stale
-// then).
-func (b *Backend) expireBefore(ctx context.Context, s *session, snap *translate.Snapshot, ls translate.Leases, now time.Time) (bool, error) {
+// It reports a revision that has the expiry, or 0 when nothing had
+// expired.
+func (b *Backend) expireBefore(ctx context.Context, s *session, snap *translate.Snapshot, ls translate.Leases, now time.Time) (int64, error) {
 	kvs := snap.KVs()
 	gone := b.expiredLeases(kvs, ls, now)
 	if len(gone) == 0 {
-		return false, nil
+		return 0, nil
 	}
-	if err := b.revoke(ctx, s, gone); err != nil {
-		return true, err
+	rev, err := b.revoke(ctx, s, gone)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		// Revoked by another: a linearizable read's revision has it.
+		resp, err := b.quorum.get(ctx, b, s)
+		if err != nil {
+			return 0, err
+		}
+		b.noteHeader(resp.Header)
+		rev = resp.Header.Revision
 	}
 	for _, kv := range kvs {
 		if kv == nil || !containsID(gone, kv.Lease) {
@@ -151,5 +167,5 @@ func (b *Backend) expireBefore(ctx context.Context, s *session, snap *translate.
 			b.commitSweep(ctx, s, dir)
 		}
 	}
-	return true, nil
+	return rev, nil
 }

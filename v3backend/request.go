@@ -327,6 +327,7 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		// unless another writer gets in between.
 		need = max(need, b.acked.Load())
 	}
+	expired := false // the last snapshot held expired nodes, now gone
 	for attempt := 0; attempt < maxWriteAttempts; attempt++ {
 		// Decide on the mirror (one round trip in all: the guarded Txn,
 		// whose compares reject a decision taken on a stale copy), or on
@@ -336,9 +337,10 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		// watch by a few milliseconds would lose again and again.
 		withSeq := r.Method == "POST"
 		var snap *translate.Snapshot
-		if attempt == 0 {
+		if attempt == 0 || expired {
 			snap = b.mirroredSnapshot(ctx, r.Path, withSeq, need)
 		}
+		expired = false
 		if snap == nil {
 			var err error
 			if snap, err = b.readSnapshot(ctx, s, r.Path, withSeq, 0); err != nil {
@@ -349,9 +351,11 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		ls := b.resolveLeases(ctx, s, translate.LeasesOf(snap.KVs()))
 		// v2 removed an expired node before any later write: its expiry
 		// comes first, then the write decides without it.
-		if stale, err := b.expireBefore(ctx, s, snap, ls, now); err != nil {
+		if rev, err := b.expireBefore(ctx, s, snap, ls, now); err != nil {
 			return nil, err
-		} else if stale {
+		} else if rev > 0 {
+			// Decide again on a copy that has the expiry.
+			need, expired = max(need, rev), true
 			continue
 		}
 		plan, verr := b.layout.PlanWrite(r, snap, ls, now)
