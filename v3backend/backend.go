@@ -237,7 +237,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.metrics = newMetrics(cfg.Registry)
 	b.lag = pacedMeter{pace: heartbeatPace(cfg.HeartbeatTimeout)}
 	b.leases = newLeaseCache()
-	b.pool = newLeasePool()
+	b.pool = newLeasePool(cfg.Layout)
 	b.mirror = newMirror(cfg.Layout)
 	registerMirror(cfg.Registry, b.mirror)
 	b.quorum.linearizable = true

@@ -5,6 +5,7 @@ package v3backend
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,8 +27,9 @@ import (
 // on it): a key that is written again moves to the pool's current lease,
 // and the old one goes with whatever is still on it.
 type leasePool struct {
-	mu    sync.Mutex // guards slots
-	slots map[int64]*poolSlot
+	layout translate.Layout // where lease records go
+	mu     sync.Mutex       // guards slots
+	slots  map[int64]*poolSlot
 }
 
 // poolSlot is the current lease for one asked TTL.
@@ -53,7 +55,9 @@ const poolSlack = time.Second
 // whose lease can take no more keys are forgotten.
 const poolMaxSlots = 1024
 
-func newLeasePool() *leasePool { return &leasePool{slots: map[int64]*poolSlot{}} }
+func newLeasePool(l translate.Layout) *leasePool {
+	return &leasePool{layout: l, slots: map[int64]*poolSlot{}}
+}
 
 // pooledLease is the lease a TTL write attaches its key to.
 type pooledLease struct {
@@ -107,17 +111,26 @@ func (p *leasePool) acquire(ctx context.Context, cli *clientv3.Client, ttl int64
 		// counts from when it applies the grant, which is at least
 		// poolSlack later.
 		shown := now.Add(time.Duration(ttl)*time.Second + window)
+		recorded := false
+		if err == nil {
+			// The record goes at once, not with the lease's first writes:
+			// writes that each put it could not share a transaction.
+			// Failing, the writes put it.
+			_, perr := cli.Put(ctx, p.layout.LeaseKey(int64(g.ID)), strconv.FormatInt(shown.UnixNano(), 10),
+				clientv3.WithLease(g.ID))
+			recorded = perr == nil
+		}
 		p.mu.Lock()
 		s.granting = nil
 		if err == nil {
-			s.id, s.granted, s.shown, s.until, s.recorded = g.ID, g.TTL, shown, now.Add(window), false
+			s.id, s.granted, s.shown, s.until, s.recorded = g.ID, g.TTL, shown, now.Add(window), recorded
 		}
 		close(done)
 		p.mu.Unlock()
 		if err != nil {
 			return pooledLease{}, fmt.Errorf("grant lease: %w", err)
 		}
-		return pooledLease{id: g.ID, granted: g.TTL, shown: shown, fresh: true}, nil
+		return pooledLease{id: g.ID, granted: g.TTL, shown: shown, fresh: true, recorded: recorded}, nil
 	}
 }
 
