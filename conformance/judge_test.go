@@ -152,8 +152,11 @@ func ttlCases() []judgeCase {
 	now := `,"expiration":"` + exp(0) + `"`
 	one := `,"expiration":"` + exp(time.Second) + `","ttl":1`
 	lease := `,"expiration":"` + exp(2*time.Second) + `","ttl":2`
-	add("ttl=0 lives the minimum lease", "0", now, lease, "ttl-minimum", false)
-	add("ttl=1 lives the minimum lease", "1", one, lease, "", false)
+	windowed := `,"expiration":"` + exp(time.Second+v2diff.LeaseWindow) + `","ttl":1`
+	add("ttl=0 lives a second", "0", now, windowed, "ttl-minimum", false)
+	add("ttl=1 lives its second, and the lease's window", "1", one, windowed, "", false)
+	add("ttl=0 answered with v3's minimum lease", "0", now, lease, "", true)
+	add("ttl=1 answered with v3's minimum lease", "1", one, lease, "", true)
 	add("ttl=1 answered with a permanent key", "1", one, "", "", true)
 	add("ttl=0 answered with a permanent key", "0", now, "", "", true)
 	add("ttl=0 answered with a lease over the minimum", "0", now, `,"expiration":"`+exp(5*time.Second)+`","ttl":5`, "", true)

@@ -138,11 +138,19 @@ func validRel(rel string) bool {
 
 // BuildGet is v2's Get of p from the data keys and markers below it (as read
 // in one revision): nil when p does not exist. Listings are sorted, which v2
-// allows for an unsorted request too.
+// allows for an unsorted request too. What expired at now is left out: an
+// expired directory with everything below it.
 func (l Layout) BuildGet(p string, file, marker *KV, data, markers []*KV, recursive bool, ls Leases, now time.Time) *Node {
 	if p == "/" {
 		file, marker = nil, nil
 	}
+	if ls.Expired(file, false, now) {
+		file = nil
+	}
+	if file == nil && ls.Expired(marker, true, now) {
+		return nil
+	}
+	var expiredDirs []string // relative to p, with a trailing slash
 	root := &tnode{path: p, file: file, marker: marker, slab: &slab{free: make([]tnode, len(data)+len(markers))}}
 	k := l.keysOf(p)
 	// Both lists in one pass, in the order of their paths (each list has
@@ -163,13 +171,19 @@ func (l Layout) BuildGet(p string, file, marker *KV, data, markers []*KV, recurs
 				continue
 			}
 		}
+		// A directory's marker comes before the keys below it (its path
+		// is a prefix of theirs).
 		if dok && (!mok || drel <= mrel) {
-			if validRel(drel) {
+			if validRel(drel) && !ls.Expired(data[i], false, now) && !hasAnyPrefix(drel, expiredDirs) {
 				root.insert(data[i].Key[k.dataStart:], drel, data[i], false)
 			}
 			i++
 		} else {
-			if validRel(mrel) {
+			switch {
+			case !validRel(mrel) || hasAnyPrefix(mrel, expiredDirs):
+			case ls.Expired(markers[j], true, now):
+				expiredDirs = append(expiredDirs, mrel+"/")
+			default:
 				root.insert(markers[j].Key[k.markerStart:], mrel, markers[j], true)
 			}
 			j++
@@ -179,6 +193,15 @@ func (l Layout) BuildGet(p string, file, marker *KV, data, markers []*KV, recurs
 		return nil
 	}
 	return root.render(recursive, true, ls, now)
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // LeasesOf lists the distinct leases of kvs.

@@ -15,7 +15,8 @@ import (
 func TestBuildGet(t *testing.T) {
 	l, _ := NewLayout("/x", "_m/")
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	ls := Leases{7: now.Add(10*time.Second + time.Second/2)}
+	// 7 lasts, 18 expired at now, 19 expires 50 ms after now.
+	ls := Leases{7: now.Add(10*time.Second + time.Second/2), 18: now, 19: now.Add(50 * time.Millisecond)}
 	file := func(p, v string, rev, lease int64) *KV {
 		return &KV{Key: l.DataKey(p), Value: []byte(v), CreateRevision: rev, ModRevision: rev + 1, Lease: lease}
 	}
@@ -135,6 +136,33 @@ func TestBuildGet(t *testing.T) {
 			p:     "/t",
 			state: []*KV{file("/t", "v", 3, 7)},
 			want:  `{"key":"/t","value":"v","expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":4000000,"createdIndex":3000000}`,
+		},
+		{
+			name:  "a file whose expiration has come is not there",
+			p:     "/t",
+			state: []*KV{file("/t", "v", 3, 18)},
+			want:  "null",
+		},
+		{
+			name:  "a file about to expire shows ttl 1",
+			p:     "/t",
+			state: []*KV{file("/t", "v", 3, 19)},
+			want:  `{"key":"/t","value":"v","expiration":"2026-01-02T03:04:05.05Z","ttl":1,"modifiedIndex":4000000,"createdIndex":3000000}`,
+		},
+		{
+			name:  "an expired directory is not there",
+			p:     "/td",
+			state: []*KV{dir("/td", 3, 18, ""), file("/td/c", "c", 4, 0)},
+			want:  "null",
+		},
+		{
+			name:      "a listing leaves out expired files, and expired directories with everything below them",
+			p:         "/",
+			recursive: true,
+			state: []*KV{dir("/td", 3, 18, ""), file("/td/c", "c", 4, 0), dir("/td/s", 5, 0, ""), file("/td/s/f", "f", 6, 0),
+				file("/td-x", "x", 7, 0), file("/t", "v", 3, 18), file("/u", "u", 3, 7)},
+			want: `{"dir":true,"nodes":[{"key":"/td-x","value":"x","modifiedIndex":8000000,"createdIndex":7000000},` +
+				`{"key":"/u","value":"u","expiration":"2026-01-02T03:04:15.5Z","ttl":11,"modifiedIndex":4000000,"createdIndex":3000000}]}`,
 		},
 		{
 			name:  "a file whose lease is unknown is shown as permanent",

@@ -83,17 +83,30 @@ func (e *Event) Index() uint64 {
 	return e.Node.ModifiedIndex
 }
 
+// LeaseWindow is how long after its grant a bridge's lease takes the keys
+// of TTL writes: their expiration is the lease's, up to LeaseWindow after
+// the write's own.
+const LeaseWindow = 100 * time.Millisecond
+
 // SetExpiration fills expiration and ttl as v2 shows them: ttl is the
-// remaining time rounded up to whole seconds.
+// remaining time rounded up to whole seconds, at least 1 before the
+// expiration and none (0) after it. The LeaseWindow a key may have been
+// given beyond its TTL is left out, so a key shows the ttl it asked for right
+// after its write.
 func (n *Node) SetExpiration(exp time.Time, now time.Time) {
 	t := exp.UTC()
 	n.Expiration = &t
 	d := exp.Sub(now)
-	ttl := d / time.Second
+	if d <= 0 {
+		n.TTL = 0
+		return
+	}
+	d -= LeaseWindow
+	ttl := max(d/time.Second, 0)
 	if d%time.Second > 0 {
 		ttl++
 	}
-	n.TTL = int64(ttl)
+	n.TTL = max(int64(ttl), 1)
 }
 
 func strPtr(s string) *string { return &s }

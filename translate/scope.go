@@ -176,6 +176,9 @@ func (l Layout) MirrorHolds(r Read) bool {
 	if r.End == "" {
 		return l.Mirrored(r.Key)
 	}
+	if start, end := l.LeaseRecordRange(); r.Key == start && r.End == end {
+		return true // every lease record is mirrored
+	}
 	// Snapshot and GET ranges are the data or marker keys below a path.
 	if p, ok := l.PathOfData(r.Key); ok {
 		return l.Serves(strings.TrimSuffix(p, "/"))

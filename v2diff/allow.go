@@ -80,7 +80,7 @@ var Divergences = []Divergence{
 	},
 	{
 		ID:    "ttl-minimum",
-		Title: "TTLs below v3's minimum lease TTL are rounded up",
+		Title: "ttl=0 lives a second",
 		Match: matchTTLMinimum,
 	},
 	{
@@ -190,17 +190,16 @@ func matchStreamHistory(s *Session, x *Exchange, d Diff) bool {
 	return s.streamLine(x, st) == ""
 }
 
-// matchTTLMinimum: ttl=0 and ttl=1 of a write become a lease of
-// MinLeaseTTL seconds.
+// matchTTLMinimum: ttl=0 of a write lives a second, as ttl=1.
 func matchTTLMinimum(s *Session, x *Exchange, d Diff) bool {
 	ttl, ok := UintParam(x.Req[Ref], "ttl")
 	m := x.Req[Ref].Method
-	if !ok || ttl >= MinLeaseTTL || m != "PUT" && m != "POST" || x.Watch ||
+	if !ok || ttl != 0 || m != "PUT" && m != "POST" || x.Watch ||
 		!in(x.Action(Bridge), []string{"set", "create", "update", "compareAndSwap"}) ||
 		!in(d.Where, []string{"body.node.ttl", "body.node.expiration"}) {
 		return false
 	}
-	return leaseOf(x.Node(Bridge, "node"), 1, MinLeaseTTL, x.Resp[Bridge]) == ""
+	return leaseOf(x.Node(Bridge, "node"), 1, 1, x.Resp[Bridge]) == ""
 }
 
 // matchTTLOverflow: v2 overflows an expiration past 2262; the bridge honours
@@ -294,7 +293,7 @@ func dirUpdate(x *Exchange) string {
 		}
 		return ""
 	}
-	return leaseOf(n, max(ttl, MinLeaseTTL)-ttlTolerance, max(ttl, MinLeaseTTL), x.Resp[Bridge])
+	return leaseOf(n, max(ttl, 1)-ttlTolerance, max(ttl, 1), x.Resp[Bridge])
 }
 
 // matchLimits: the bridge refuses a key or value over a documented limit

@@ -83,7 +83,8 @@ func leaseOf(n map[string]any, lo, hi uint64, a *Response) string {
 		return "expiration " + show(n["expiration"])
 	}
 	// When the answer was made, the expiration was (ttl-1, ttl] seconds
-	// away: at most ttl from its receipt, more than ttl-1 from its sending.
+	// away, and LeaseWindow more: at most that from its receipt, more than
+	// ttl-1 from its sending.
 	sent, at := a.Sent, a.At
 	if at.IsZero() {
 		at = time.Now()
@@ -92,7 +93,7 @@ func leaseOf(n map[string]any, lo, hi uint64, a *Response) string {
 		sent = at.Add(-answerAge)
 	}
 	full := time.Duration(ttl) * time.Second
-	if exp.Sub(at) > full || exp.Sub(sent) <= full-time.Second {
+	if exp.Sub(at) > full+LeaseWindow || exp.Sub(sent) <= full-time.Second {
 		return "expiration " + s + " disagrees with the ttl"
 	}
 	return ""

@@ -216,11 +216,18 @@ func NumField(m map[string]any, f string) (uint64, bool) {
 }
 
 // Tolerances for what differs between any two v2 servers answering the same
-// request a few milliseconds apart.
+// request a few milliseconds apart: the expiration each computed from its own
+// clock (the bridge's up to LeaseWindow after the TTL), the ttl each rounded
+// up from it at its own moment.
 const (
-	expirationTolerance = 3 * time.Second
+	expirationTolerance = 500 * time.Millisecond
 	ttlTolerance        = 1
 )
+
+// LeaseWindow is how much later than its TTL the bridge may expire a key
+// (translate.LeaseWindow): a key written just after its shared lease was
+// granted shares the lease's expiration.
+const LeaseWindow = 100 * time.Millisecond
 
 // NewExchange decodes both answers.
 func NewExchange(reqs [2]*Request, resps [2]*Response) *Exchange {

@@ -240,7 +240,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.metrics = newMetrics(cfg.Registry)
 	b.lag = pacedMeter{pace: heartbeatPace(cfg.HeartbeatTimeout)}
 	b.leases = newLeaseCache()
-	b.pool = newLeasePool()
+	b.pool = newLeasePool(cfg.Layout)
 	b.mirror = newMirror(cfg.Layout)
 	registerMirror(cfg.Registry, b.mirror)
 	b.quorum.linearizable = true
@@ -264,8 +264,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.hub = hub.New(hub.Config{Source: hubSource{b}, RingSize: cfg.RingSize, WatcherBuffer: cfg.WatcherBuffer,
 		MaxReplayRevisions: maxReplay, MaxReplays: cfg.MaxReplays, SkimAfter: cfg.ReplaySkimAfter,
 		Logger: cfg.Logger.Named("hub"), Registry: cfg.Registry})
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.monitor()
+	go b.expireLeases()
 	if cfg.AutoSyncInterval > 0 {
 		b.wg.Add(1)
 		go b.autoSync()

@@ -5,6 +5,7 @@ package v3backend
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,47 +15,56 @@ import (
 )
 
 // leasePool shares leases between the TTL writes of this process that ask
-// for the same TTL within a second of each other. A lease is granted for the
-// asked TTL plus poolSlack, so a write made up to poolSlack after the grant
-// still gets at least its TTL: its key goes at most poolSlack after the time
-// the write asked for, never before. A grant is a raft proposal, so sharing
-// turns one per TTL write into about one per second per TTL in use.
+// for the same TTL within poolWindow of each other. Every key on a lease
+// shares its expiration (its record's): the grant's time plus the TTL plus
+// poolWindow, so a key never expires before its TTL and at most poolWindow
+// after. A grant is a raft proposal, so sharing turns one per TTL write into
+// at most one per poolWindow per TTL in use.
 //
-// A shared lease is never kept alive (that would keep every key on it) nor
-// revoked (other keys may be on it): a key that is written again moves to
-// the pool's current lease, and the old one lapses with whatever is still
-// on it.
+// A lease is granted for the TTL plus poolSlack, outliving that expiration:
+// bridges revoke it once the expiration passes (expiry.go), and etcd's own
+// expiry is the backstop. It is never kept alive (that would keep every key
+// on it): a key that is written again moves to the pool's current lease,
+// and the old one goes with whatever is still on it.
 type leasePool struct {
-	mu    sync.Mutex // guards slots
-	slots map[int64]*poolSlot
+	layout translate.Layout // where lease records go
+	mu     sync.Mutex       // guards slots
+	slots  map[int64]*poolSlot
 }
 
 // poolSlot is the current lease for one asked TTL.
 type poolSlot struct {
 	id       clientv3.LeaseID
 	granted  int64         // TTL etcd granted (asked + slack, or its minimum)
-	exp      time.Time     // the lease's expiration, estimated no later than etcd's
-	slack    time.Duration // granted beyond the asked TTL
+	shown    time.Time     // the expiration of its keys, before etcd's
+	until    time.Time     // the last moment it takes keys
 	recorded bool          // a committed write holds the lease's record
 	granting chan struct{} // non-nil while a grant is in flight; closed when it ends
 }
 
-// poolSlack is how long after its grant a shared lease takes new keys.
+// poolWindow is how long after its grant a shared lease takes new keys:
+// how much later than its TTL a key may expire.
+const poolWindow = translate.LeaseWindow
+
+// poolSlack is how long a lease is granted beyond its TTL (whole seconds,
+// as etcd grants), at least poolWindow: its keys expire by the bridges
+// before etcd expires it.
 const poolSlack = time.Second
 
 // poolMaxSlots bounds the TTLs remembered; beyond it the slots of TTLs
 // whose lease can take no more keys are forgotten.
 const poolMaxSlots = 1024
 
-func newLeasePool() *leasePool { return &leasePool{slots: map[int64]*poolSlot{}} }
+func newLeasePool(l translate.Layout) *leasePool {
+	return &leasePool{layout: l, slots: map[int64]*poolSlot{}}
+}
 
 // pooledLease is the lease a TTL write attaches its key to.
 type pooledLease struct {
 	id      clientv3.LeaseID
 	granted int64
 	// shown is the expiration the write reports and records: the lease's
-	// less the slack, so a write right after the grant shows the TTL it
-	// asked for.
+	// less the slack, plus poolWindow.
 	shown    time.Time
 	fresh    bool // this call granted it
 	recorded bool // its lease record is written already
@@ -72,8 +82,8 @@ func (p *leasePool) acquire(ctx context.Context, cli *clientv3.Client, ttl int64
 			s = &poolSlot{}
 			p.slots[ttl] = s
 		}
-		if s.granting == nil && s.id != 0 && !s.exp.Before(now.Add(time.Duration(ttl)*time.Second)) {
-			l := pooledLease{id: s.id, granted: s.granted, shown: s.exp.Add(-s.slack), recorded: s.recorded}
+		if s.granting == nil && s.id != 0 && !now.After(s.until) {
+			l := pooledLease{id: s.id, granted: s.granted, shown: s.shown, recorded: s.recorded}
 			p.mu.Unlock()
 			return l, nil
 		}
@@ -92,26 +102,35 @@ func (p *leasePool) acquire(ctx context.Context, cli *clientv3.Client, ttl int64
 
 		// etcd's longest lease leaves no room for slack: such a lease
 		// takes the keys of the writes that find it just granted only.
-		slack := poolSlack
+		slack, window := poolSlack, poolWindow
 		if ttl > translate.MaxLeaseTTL-int64(slack/time.Second) {
-			slack = 0
+			slack, window = 0, 0
 		}
 		g, err := cli.Grant(ctx, ttl+int64(slack/time.Second))
-		var exp time.Time
+		// From now, before the grant was sent: before the expiration etcd
+		// counts from when it applies the grant, which is at least
+		// poolSlack later.
+		shown := now.Add(time.Duration(ttl)*time.Second + window)
+		recorded := false
+		if err == nil {
+			// The record goes at once, not with the lease's first writes:
+			// writes that each put it could not share a transaction.
+			// Failing, the writes put it.
+			_, perr := cli.Put(ctx, p.layout.LeaseKey(int64(g.ID)), strconv.FormatInt(shown.UnixNano(), 10),
+				clientv3.WithLease(g.ID))
+			recorded = perr == nil
+		}
 		p.mu.Lock()
 		s.granting = nil
 		if err == nil {
-			// From now, before the grant was sent: no later than the
-			// expiration etcd counts from when it applies the grant.
-			exp = now.Add(time.Duration(g.TTL) * time.Second)
-			s.id, s.granted, s.exp, s.slack, s.recorded = g.ID, g.TTL, exp, slack, false
+			s.id, s.granted, s.shown, s.until, s.recorded = g.ID, g.TTL, shown, now.Add(window), recorded
 		}
 		close(done)
 		p.mu.Unlock()
 		if err != nil {
 			return pooledLease{}, fmt.Errorf("grant lease: %w", err)
 		}
-		return pooledLease{id: g.ID, granted: g.TTL, shown: exp.Add(-slack), fresh: true}, nil
+		return pooledLease{id: g.ID, granted: g.TTL, shown: shown, fresh: true, recorded: recorded}, nil
 	}
 }
 
@@ -142,7 +161,7 @@ func (p *leasePool) pruneLocked(now time.Time) {
 		return
 	}
 	for ttl, s := range p.slots {
-		if s.granting == nil && s.exp.Before(now.Add(time.Duration(ttl)*time.Second)) {
+		if s.granting == nil && s.until.Before(now) {
 			delete(p.slots, ttl)
 		}
 	}

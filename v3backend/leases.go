@@ -67,6 +67,14 @@ func (c *leaseCache) get(id int64) (time.Time, bool) {
 	return e.exp, true
 }
 
+// granted reports whether lease id is one a bridge granted (its expiration
+// known from its record), which bridges revoke once it passed.
+func (c *leaseCache) granted(id int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[id].fixed
+}
+
 // resolveLeases finds the expiration of each lease: from the cache, then from
 // the bridge's lease records (one transaction), then, for leases granted by
 // v3 clients, from TimeToLive. A lease it cannot resolve is shown permanent.

@@ -137,7 +137,8 @@ func (b *Backend) Get(ctx context.Context, r *translate.Request) (*translate.Eve
 
 func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*translate.Event, error) {
 	p, l := r.Path, b.layout
-	reads := l.GetReads(p)
+	// The markers above p tell whether p went with an expired directory.
+	reads := append(l.GetReads(p), l.AncestorMarkerReads(p)...)
 	lists, rev, err := b.readMirrored(ctx, s, reads, r.Quorum)
 	if err != nil {
 		return nil, err
@@ -145,7 +146,11 @@ func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*t
 	point := firsts(lists[:2])
 	file, marker := point[0], point[1]
 	ls := b.resolveLeases(ctx, s, translate.LeasesOf(lists...))
-	node := l.BuildGet(p, file, marker, lists[2], lists[3], r.Recursive, ls, time.Now())
+	now := time.Now()
+	var node *translate.Node
+	if !translate.ExpiredAbove(firsts(lists[4:]), ls, now) {
+		node = l.BuildGet(p, file, marker, lists[2], lists[3], r.Recursive, ls, now)
+	}
 	if node == nil {
 		if afterMissTest != nil {
 			afterMissTest()
@@ -159,6 +164,7 @@ func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*t
 				return nil, err
 			}
 		}
+		snap.DropExpired(b.resolveLeases(ctx, s, translate.LeasesOf(snap.KVs())), now)
 		return nil, snap.MissError()
 	}
 	return &translate.Event{Action: translate.ActionGet, Node: node, EtcdIndex: translate.Index(rev)}, nil
@@ -321,6 +327,7 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		// unless another writer gets in between.
 		need = max(need, b.acked.Load())
 	}
+	expired := false // the last snapshot held expired nodes, now gone
 	for attempt := 0; attempt < maxWriteAttempts; attempt++ {
 		// Decide on the mirror (one round trip in all: the guarded Txn,
 		// whose compares reject a decision taken on a stale copy), or on
@@ -330,24 +337,27 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		// watch by a few milliseconds would lose again and again.
 		withSeq := r.Method == "POST"
 		var snap *translate.Snapshot
-		if attempt == 0 {
+		if attempt == 0 || expired {
 			snap = b.mirroredSnapshot(ctx, r.Path, withSeq, need)
 		}
+		expired = false
 		if snap == nil {
 			var err error
 			if snap, err = b.readSnapshot(ctx, s, r.Path, withSeq, 0); err != nil {
 				return nil, err
 			}
 		}
-		var kvs []*translate.KV
-		if snap.File != nil {
-			kvs = append(kvs, snap.File)
-		}
-		if snap.Marker != nil {
-			kvs = append(kvs, snap.Marker)
-		}
 		now := time.Now()
-		ls := b.resolveLeases(ctx, s, translate.LeasesOf(kvs))
+		ls := b.resolveLeases(ctx, s, translate.LeasesOf(snap.KVs()))
+		// v2 removed an expired node before any later write: its expiry
+		// comes first, then the write decides without it.
+		if rev, err := b.expireBefore(ctx, s, snap, ls, now); err != nil {
+			return nil, err
+		} else if rev > 0 {
+			// Decide again on a copy that has the expiry.
+			need, expired = max(need, rev), true
+			continue
+		}
 		plan, verr := b.layout.PlanWrite(r, snap, ls, now)
 		if verr != nil {
 			if acked := b.acked.Load(); snap.Rev < acked && need < acked {

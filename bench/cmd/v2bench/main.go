@@ -60,6 +60,7 @@ type config struct {
 	hist       *histConfig     // nil: no history section
 	shadow     *shadowConfig   // nil: no shadow section
 	shared     *sharedConfig   // nil: no shared-cluster section
+	expiry     bool            // the TTL expiry section
 	workloads  map[string]bool // nil: every key-value workload
 }
 
@@ -82,7 +83,7 @@ func main() {
 	dur := fs.Duration("dur", 0, "override the measured time of each key-value load")
 	fs.DurationVar(&bridgeHeartbeatTimeout, "bridge-heartbeat-timeout", 0, "run the bridge with this --heartbeat-timeout (0: its default)")
 	fs.BoolVar(&bridgeWatchDetach, "bridge-watch-detach", true, "run the bridge with this --watch-detach (false: every watch waits inside net/http)")
-	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history, shadow, shared (comma-separated)")
+	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history, shadow, shared, expiry (comma-separated)")
 	shadowRate := fs.Int("shadow-rate", 0, "override the write rate of the shadow section (writes/s)")
 	herdRate := fs.Float64("herd-rate", 0, "watch-idle-10000: the steady writer's rate (writes/s; 0.5: flannel's herd, a write every 2 s)")
 	herdFor := fs.Duration("herd-for", 0, "watch-idle-10000: how long the steady writer runs (5m: the herd's false-loss check)")
@@ -96,7 +97,7 @@ func main() {
 	switch cfg.mode {
 	case "full":
 		cfg.runs, cfg.warm, cfg.dur = 3, 200*time.Millisecond, 700*time.Millisecond
-		cfg.kv, cfg.watch = true, true
+		cfg.kv, cfg.watch, cfg.expiry = true, true, true
 		cfg.idleN = []int{1000, 10000}
 		cfg.sustained, cfg.drain = 3*time.Second, 6*time.Second
 		cfg.hist = &histConfig{revisions: 200000, stale: 50, getClients: 8, baseline: time.Second,
@@ -106,7 +107,7 @@ func main() {
 		cfg.mdName, cfg.jsonlName = "RESULTS.md", "results.jsonl"
 	case "quick":
 		cfg.runs, cfg.warm, cfg.dur = 1, 200*time.Millisecond, 600*time.Millisecond
-		cfg.kv, cfg.watch = true, true
+		cfg.kv, cfg.watch, cfg.expiry = true, true, true
 		cfg.idleN = []int{1000}
 		cfg.sustained, cfg.drain = 3*time.Second, 3*time.Second
 		// Just past the replay's reach of 100,000 revisions.
@@ -160,6 +161,7 @@ func main() {
 			sec[strings.TrimSpace(s)] = true
 		}
 		cfg.kv = cfg.kv && sec["kv"]
+		cfg.expiry = cfg.expiry && sec["expiry"]
 		if !sec["idle"] {
 			cfg.idleN = nil
 		}
@@ -202,6 +204,9 @@ func main() {
 	}
 	if cfg.watch {
 		runWatch(cfg, res)
+	}
+	if cfg.expiry {
+		runExpiry(cfg, res)
 	}
 	if cfg.hist != nil {
 		runHistory(cfg, res)

@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package v3backend
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/v2bridge/v2bridge/translate"
+)
+
+// Every key on a bridge-granted lease expires at once, at the expiration its
+// lease record holds (leasePool), a little before etcd would expire the
+// lease. Reads hide such keys from then on; the expirer revokes the lease,
+// which deletes its keys in one revision that decodes as their expire events,
+// as etcd's own expiry would. Every bridge revokes what it finds due: racing
+// is harmless (a lease already gone is not found), and etcd's expiry remains
+// for when no bridge runs. Expirations come from the granting bridge's clock:
+// bridges' clocks are assumed synchronised (NTP), each second of skew ending
+// keys that much early or late.
+
+// expiryTick is how often the expirer looks for leases that ran out (a
+// variable for tests, set before a backend starts).
+var expiryTick = 50 * time.Millisecond
+
+// expiryRetry is how long the expirer waits before revoking a lease again
+// whose record is still there.
+const expiryRetry = time.Second
+
+// expireLeases revokes the bridge-granted leases whose expiration passed,
+// found in the mirror's lease records, until the backend closes.
+func (b *Backend) expireLeases() {
+	defer b.wg.Done()
+	t := time.NewTicker(expiryTick)
+	defer t.Stop()
+	tried := map[int64]time.Time{} // when a lease was last revoked
+	for {
+		select {
+		case <-b.closeCh:
+			return
+		case <-t.C:
+		}
+		s, err := b.client()
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		var due []int64
+		for _, id := range b.dueLeases(now) {
+			if at, ok := tried[id]; !ok || now.Sub(at) >= expiryRetry {
+				tried[id] = now
+				due = append(due, id)
+			}
+		}
+		for id, at := range tried {
+			if now.Sub(at) >= 2*expiryRetry {
+				delete(tried, id)
+			}
+		}
+		if len(due) == 0 {
+			continue
+		}
+		ctx, cancel := b.reqCtx(b.ctx, s)
+		// Another tenant's lease (a key this bridge may not write) is
+		// left to etcd's expiry.
+		if _, err := b.revoke(ctx, s, due); err != nil && b.ctx.Err() == nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			b.lg.Warn("revoking expired leases failed", zap.Int("leases", len(due)), zap.Error(err))
+		}
+		cancel()
+	}
+}
+
+// dueLeases lists the leases whose records in the mirror hold an
+// expiration at or before now.
+func (b *Backend) dueLeases(now time.Time) []int64 {
+	start, end := b.layout.LeaseRecordRange()
+	lists, _, ok := b.mirror.read([]translate.Read{{Key: start, End: end}}, false)
+	if !ok {
+		return nil
+	}
+	var due []int64
+	for _, kv := range lists[0] {
+		if id, exp, ok := b.layout.ParseLeaseRecord(kv); ok && !exp.After(now) {
+			due = append(due, id)
+		}
+	}
+	return due
+}
+
+// expiredLeases lists the bridge-granted leases of kvs that expired at now
+// (ls resolves them).
+func (b *Backend) expiredLeases(kvs []*translate.KV, ls translate.Leases, now time.Time) []int64 {
+	var out []int64
+	for _, kv := range kvs {
+		if kv == nil || kv.Lease == 0 || !b.leases.granted(kv.Lease) || !ls.Expired(kv, false, now) {
+			continue
+		}
+		if !containsID(out, kv.Lease) {
+			out = append(out, kv.Lease)
+		}
+	}
+	return out
+}
+
+func containsID(ids []int64, id int64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// revoke revokes the leases ids, whose expiration passed; one already gone
+// is no error. It reports the first error, having tried them all, and the
+// revision of the last revoke.
+func (b *Backend) revoke(ctx context.Context, s *session, ids []int64) (int64, error) {
+	var first error
+	var rev int64
+	for _, id := range ids {
+		resp, err := s.cli.Revoke(ctx, clientv3.LeaseID(id))
+		switch {
+		case err == nil:
+			rev = max(rev, resp.Header.Revision)
+		case !errors.Is(err, rpctypes.ErrLeaseNotFound) && first == nil:
+			first = err
+		}
+	}
+	return rev, first
+}
+
+// expireBefore makes a write's snapshot hold no node that expired at now:
+// it revokes their leases and sweeps below the expired directories, so
+// their expire events come before the write, as in v2, and the directory's
+// children cannot outlive it under a directory the write creates again.
+// It reports a revision that has the expiry, or 0 when nothing had
+// expired.
+func (b *Backend) expireBefore(ctx context.Context, s *session, snap *translate.Snapshot, ls translate.Leases, now time.Time) (int64, error) {
+	kvs := snap.KVs()
+	gone := b.expiredLeases(kvs, ls, now)
+	if len(gone) == 0 {
+		return 0, nil
+	}
+	rev, err := b.revoke(ctx, s, gone)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		// Revoked by another: a linearizable read's revision has it.
+		resp, err := b.quorum.get(ctx, b, s)
+		if err != nil {
+			return 0, err
+		}
+		b.noteHeader(resp.Header)
+		rev = resp.Header.Revision
+	}
+	for _, kv := range kvs {
+		if kv == nil || !containsID(gone, kv.Lease) {
+			continue
+		}
+		if dir, ok := b.layout.PathOfMarker(kv.Key); ok {
+			b.commitSweep(ctx, s, dir)
+		}
+	}
+	return rev, nil
+}
