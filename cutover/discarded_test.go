@@ -32,7 +32,7 @@ func TestRollbackListsEachDiscardedFileOnceWithItsLastValue(t *testing.T) {
 	f.apply(change{key: ak.Role("apps"), del: true})
 	f.apply(change{key: ak.Enabled(), val: "true"})
 	f.apply(change{key: auth.KeysFor("_v2bridge/", "/other", nil).User("bob"), val: "{}"}) // another key space's
-	f.apply(change{key: "/v2/auth/users/alice", val: "data"})                         // a data key of the same path
+	f.apply(change{key: "/v2/auth/users/alice", val: "data"})                              // a data key of the same path
 	o, _ := testOptions(t, f, nil)
 	o.Auth = ak
 	o.setDefaults()
