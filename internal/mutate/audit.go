@@ -110,7 +110,7 @@ var auditMutations = []Mutation{
 	{
 		Name: "registrar-keeps-no-lease-alive", File: "membership/members.go",
 		What: "a v3-mode bridge keeps alive no lease of its registration, so each lapses and it registers again and again",
-		Find: "kept, err := r.cfg.Client.KeepAlive(kctx, g.ID)", Replace: "kept, err := r.cfg.Client.KeepAlive(kctx, 0)",
+		Find: "kept, err := r.cfg.Client.KeepAlive(kctx, r.lease)", Replace: "kept, err := r.cfg.Client.KeepAlive(kctx, 0)",
 		Test: "go test -count=1 -run ^TestRegistrarRegistersRenewsAndRevokes$ ./membership/",
 	},
 	{

@@ -195,7 +195,7 @@ var mutations = []Mutation{
 	{
 		Name: "post-checked-as-read", File: "v2api/auth.go",
 		What: "an in-order POST needs only read permission",
-		Find: "write := r.Method != \"GET\" && r.Method != \"HEAD\"", Replace: "write := r.Method != \"GET\" && r.Method != \"HEAD\" && r.Method != \"POST\"",
+		Find: "kr.req.Recursive, r.Method != \"GET\" && r.Method != \"HEAD\")", Replace: "kr.req.Recursive, r.Method != \"GET\" && r.Method != \"HEAD\" && r.Method != \"POST\")",
 		Test: "go test -short -count=1 ./v2api/",
 	},
 	{
