@@ -64,10 +64,6 @@ func expiredNodesAreNeverServed(t *testing.T, o v2bridgetest.Options) {
 	if r := do(t, "PUT", a.URL, "/v2/keys/ex/r", form("refresh", "true", "ttl", "4", "prevExist", "true")); r.status != 200 {
 		t.Fatalf("refresh: %d %s", r.status, r.body)
 	}
-	// A TTL directory's children go in a sweep just after its marker's
-	// lease is revoked; in between (milliseconds) they show in a directory
-	// without a TTL. They are not held to their expiration until then.
-	grace := map[string]time.Duration{"/ex/d": sweepGrace, "/ex/d/c": sweepGrace}
 	last := exps["/ex/k"]
 	for _, e := range exps {
 		last = maxTime(last, e)
@@ -81,7 +77,7 @@ func expiredNodesAreNeverServed(t *testing.T, o v2bridgetest.Options) {
 				r := do(t, "GET", br.URL, "/v2/keys"+p, nil)
 				switch {
 				case r.status == 404 && sent.After(exps[p].Add(-time.Second)):
-				case r.status == 200 && !sent.Before(exps[p].Add(grace[p])):
+				case r.status == 200 && !sent.Before(exps[p]):
 					t.Errorf("GET %s sent %v after its expiration: %s", p, sent.Sub(exps[p]), r.body)
 				case r.status == 200:
 					if ttl, ok := r.json(t)["node"].(map[string]any)["ttl"].(float64); ok && ttl < 1 {
@@ -95,7 +91,7 @@ func expiredNodesAreNeverServed(t *testing.T, o v2bridgetest.Options) {
 			r := do(t, "GET", br.URL, "/v2/keys/ex", form("recursive", "true"))
 			for _, n := range nodesOf(t, r) {
 				key := n["key"].(string)
-				if e, ok := exps[key]; ok && !sent.Before(e.Add(grace[key])) {
+				if e, ok := exps[key]; ok && !sent.Before(e) {
 					t.Errorf("listing sent %v after %s expired shows it: %s", sent.Sub(e), key, r.body)
 				}
 				if ttl, ok := n["ttl"].(float64); ok && ttl < 1 {
@@ -143,10 +139,6 @@ func expiredNodesAreNeverServed(t *testing.T, o v2bridgetest.Options) {
 		}
 	}
 }
-
-// sweepGrace bounds how long after its expiration a TTL directory's children
-// may show, until the sweep that follows the revoke of its marker's lease.
-const sweepGrace = 500 * time.Millisecond
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {

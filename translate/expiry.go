@@ -3,6 +3,7 @@
 package translate
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,76 @@ func ExpiredAbove(markers []*KV, ls Leases, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// A TTL directory's lease takes its marker, not what is below it: until
+// the sweep (SweepTxn) that follows, its record (TTLDirKey) outlives the
+// marker, and what is left below must not be served either.
+
+// TTLDirReads are the reads of the TTL directory records of p and of the
+// directories above it (point reads), then of those below p (a range), for
+// ExpiredDirs: the served ones only, which the mirror holds.
+func (l Layout) TTLDirReads(p string) []Read {
+	var rs []Read
+	for _, d := range append(Ancestors(p), p) {
+		if l.Serves(d) {
+			rs = append(rs, Read{Key: l.TTLDirKey(d)})
+		}
+	}
+	if l.Serves(p) {
+		k := l.TTLDirKey(childPath(p))
+		rs = append(rs, Read{Key: k, End: PrefixEnd(k)})
+	}
+	return rs
+}
+
+// ExpiredDirs lists the TTL directories whose record is among records and
+// whose marker is not among markers: their lease ran out, and what was
+// below them waits for its sweep.
+func (l Layout) ExpiredDirs(records, markers []*KV) []string {
+	var dirs []string
+	for _, r := range records {
+		d, ok := l.PathOfTTLDir(r.Key)
+		if !ok || slices.ContainsFunc(markers, func(m *KV) bool { return m != nil && m.Key == l.MarkerKey(d) }) {
+			continue
+		}
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+// WithinAny reports whether p is one of dirs or below one.
+func WithinAny(dirs []string, p string) bool {
+	return slices.ContainsFunc(dirs, func(d string) bool { return Within(d, p) })
+}
+
+// DropWithin leaves out of kvs (data keys or markers) those of the paths
+// at or below one of dirs.
+func (l Layout) DropWithin(kvs []*KV, dirs []string) []*KV {
+	if len(dirs) == 0 {
+		return kvs
+	}
+	return slices.DeleteFunc(slices.Clone(kvs), func(kv *KV) bool {
+		p, ok := l.PathOfData(kv.Key)
+		if !ok {
+			p, ok = l.PathOfMarker(kv.Key)
+		}
+		return ok && WithinAny(dirs, p)
+	})
+}
+
+// DropWithin removes from the snapshot the directories at or below one of
+// dirs (a miss then names the first missing one), with what is below
+// them.
+func (s *Snapshot) DropWithin(dirs []string) {
+	for i := range s.Ancestors {
+		if a := &s.Ancestors[i]; WithinAny(dirs, a.Path) {
+			a.File, a.Marker = nil, nil
+		}
+	}
+	if WithinAny(dirs, s.Path) {
+		s.File, s.Marker, s.DataChild, s.MarkerChild = nil, nil, nil, nil
+	}
 }
 
 // DropExpired removes from the snapshot what expired at now: files and

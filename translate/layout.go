@@ -210,9 +210,10 @@ func (l Layout) inDataSpace(key string) bool {
 }
 
 // Mirrored reports whether key is one the bridge keeps a copy of in memory:
-// a data key, a directory marker, an in-order sequence key (those three of
-// this data prefix and of the served subtrees, with the data keys and
-// markers of the directories above them) or a lease record. The journal is
+// a data key, a directory marker, an in-order sequence key, a TTL
+// directory record (those of this data prefix and of the served subtrees,
+// with the data keys and markers of the directories above them) or a lease
+// record. The journal is
 // not: only the watch side reads it, from the events themselves.
 func (l Layout) Mirrored(key string) bool {
 	if p, ok := l.PathOfData(key); ok {
@@ -229,6 +230,9 @@ func (l Layout) Mirrored(key string) bool {
 		return l.inDataSpace(sub) && l.servesOrAbove(sub[len(l.DataPrefix):])
 	}
 	if sub, ok := strings.CutPrefix(rest, seqTag); ok {
+		return l.inDataSpace(sub) && l.Serves(sub[len(l.DataPrefix):])
+	}
+	if sub, ok := strings.CutPrefix(rest, ttlDirTag); ok {
 		return l.inDataSpace(sub) && l.Serves(sub[len(l.DataPrefix):])
 	}
 	return false

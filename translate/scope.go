@@ -118,10 +118,10 @@ func exact(k string) KeyRange { return KeyRange{k, k + "\x00"} }
 
 // WatchRanges are the v3 ranges a bridge watches and mirrors: WatchRange
 // when it serves the whole tree. Serving some subtrees, for each one its
-// data keys, markers and sequence keys, the data key and marker of every
-// directory above it (a write below reads and guards them), and the
-// journal and lease records, which bridges write for every subtree (no
-// other tenant's key is among them).
+// data keys, markers, sequence keys and TTL directory records, the data
+// key and marker of every directory above it (a write below reads and
+// guards them), and the journal and lease records, which bridges write for
+// every subtree (no other tenant's key is among them).
 func (l Layout) WatchRanges() []KeyRange {
 	if !l.Scoped() {
 		s, e := l.WatchRange()
@@ -129,7 +129,8 @@ func (l Layout) WatchRanges() []KeyRange {
 	}
 	var rs []KeyRange
 	for _, p := range l.Served {
-		rs = slices.Concat(rs, subtree(l.DataKey(p)), subtree(l.MarkerKey(p)), subtree(l.SeqKey(p)))
+		rs = slices.Concat(rs, subtree(l.DataKey(p)), subtree(l.MarkerKey(p)), subtree(l.SeqKey(p)),
+			subtree(l.TTLDirKey(p)))
 		for _, a := range Ancestors(p) {
 			rs = append(rs, exact(l.DataKey(a)), exact(l.MarkerKey(a)))
 		}
@@ -184,6 +185,9 @@ func (l Layout) MirrorHolds(r Read) bool {
 		return l.Serves(strings.TrimSuffix(p, "/"))
 	}
 	if p, ok := l.PathOfMarker(r.Key); ok {
+		return l.Serves(strings.TrimSuffix(p, "/"))
+	}
+	if p, ok := l.PathOfTTLDir(r.Key); ok { // TTLDirReads
 		return l.Serves(strings.TrimSuffix(p, "/"))
 	}
 	return false

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +77,8 @@ func TestServedLayoutWatchesOnlyItsSubtree(t *testing.T) {
 		{"_m/l/", "_m/l0"},
 		{"_m/s/coreos.com/network", "_m/s/coreos.com/network\x00"},
 		{"_m/s/coreos.com/network/", "_m/s/coreos.com/network0"},
+		{"_m/t/coreos.com/network", "_m/t/coreos.com/network\x00"},
+		{"_m/t/coreos.com/network/", "_m/t/coreos.com/network0"},
 	}
 	if got := l.WatchRanges(); !reflect.DeepEqual(got, want) {
 		t.Errorf("WatchRanges = %q\nwant %q", got, want)
@@ -104,6 +105,8 @@ func TestServedLayoutWatchesOnlyItsSubtree(t *testing.T) {
 		"_m/s/coreos.com/network/subnets":      true,
 		"_m/s/coreos.com":                      false,
 		"_m/l/1a":                              true,
+		"_m/t/coreos.com/network/d":            true,
+		"_m/t/coreos.com":                      false,
 		"_m/j":                                 false,
 	} {
 		if got := l.Mirrored(key); got != want {
@@ -118,6 +121,8 @@ func TestServedLayoutWatchesOnlyItsSubtree(t *testing.T) {
 		{Key: "_m/d/coreos.com/network/subnets/", End: "_m/d/coreos.com/network/subnets0"}: true,
 		{Key: "/coreos.com/", End: "/coreos.com0"}:                                         false,
 		{Key: "/", End: "0"}: false,
+		{Key: "_m/t/coreos.com/network/d/", End: "_m/t/coreos.com/network/d0"}: true,
+		{Key: "_m/t/coreos.com/", End: "_m/t/coreos.com0"}:                     false,
 	} {
 		if got := l.MirrorHolds(r); got != want {
 			t.Errorf("MirrorHolds(%q) = %v, want %v", r, got, want)
@@ -146,7 +151,7 @@ func TestServedPrefixesSharingANameWatchEachKeyOnce(t *testing.T) {
 		for _, p := range served {
 			for _, k := range []string{l.DataKey(p), l.DataKey(p + "/f"), l.MarkerKey(p + "/d"), l.SeqKey(p), l.TTLDirKey(p + "/d")} {
 				n := 0
-				for _, r := range slices.Concat(l.WatchRanges(), l.TTLDirRanges()) {
+				for _, r := range l.WatchRanges() {
 					if r.Start <= k && k < r.End {
 						n++
 					}

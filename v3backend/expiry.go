@@ -5,6 +5,7 @@ package v3backend
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -139,12 +140,12 @@ func (b *Backend) revoke(ctx context.Context, s *session, ids []int64) (int64, e
 // their expire events come before the write, as in v2, and the directory's
 // children cannot outlive it under a directory the write creates again.
 // It reports a revision that has the expiry, or 0 when nothing had
-// expired.
-func (b *Backend) expireBefore(ctx context.Context, s *session, snap *translate.Snapshot, ls translate.Leases, now time.Time) (int64, error) {
+// expired. swept holds the directories the write swept (sweepExpiredDirs).
+func (b *Backend) expireBefore(ctx context.Context, s *session, snap *translate.Snapshot, ls translate.Leases, now time.Time, swept map[string]int64) (int64, error) {
 	kvs := snap.KVs()
 	gone := b.expiredLeases(kvs, ls, now)
 	if len(gone) == 0 {
-		return 0, nil
+		return b.sweepExpiredDirs(ctx, s, snap, swept)
 	}
 	rev, err := b.revoke(ctx, s, gone)
 	if err != nil {
@@ -166,6 +167,63 @@ func (b *Backend) expireBefore(ctx context.Context, s *session, snap *translate.
 		if dir, ok := b.layout.PathOfMarker(kv.Key); ok {
 			b.commitSweep(ctx, s, dir)
 		}
+	}
+	return rev, nil
+}
+
+// sweepExpiredDirs sweeps, before a write decides, the TTL directories at,
+// above or below its path whose lease took their marker but whose remains
+// the feed's sweep has not removed yet: the write must not see them, nor
+// leave them under a directory it creates again. The records come from the
+// mirror; the snapshot tells whether the path and the directories above it
+// still have their marker, the mirror whether those below do (only when
+// the snapshot found something below the path). swept maps the directories
+// the write swept to the sweep's revision: a snapshot at or after it has
+// the sweep, though the mirror may still hold the record. It reports the
+// last sweep's revision, or 0 when there was nothing to sweep.
+func (b *Backend) sweepExpiredDirs(ctx context.Context, s *session, snap *translate.Snapshot, swept map[string]int64) (int64, error) {
+	l := b.layout
+	lists, _, ok := b.mirror.read(l.TTLDirReads(snap.Path), false)
+	if !ok {
+		return 0, nil
+	}
+	records := slices.Concat(lists...)
+	if len(records) == 0 {
+		return 0, nil
+	}
+	markers := []*translate.KV{snap.Marker}
+	for _, a := range snap.Ancestors {
+		markers = append(markers, a.Marker)
+	}
+	var below []translate.Read
+	for _, r := range records {
+		if d, ok := l.PathOfTTLDir(r.Key); ok && d != snap.Path && translate.Within(snap.Path, d) {
+			below = append(below, translate.Read{Key: l.MarkerKey(d)})
+		}
+	}
+	if len(below) > 0 && (snap.DataChild != nil || snap.MarkerChild != nil) {
+		ms, _, ok := b.mirror.read(below, false)
+		if !ok {
+			return 0, nil
+		}
+		markers = append(markers, slices.Concat(ms...)...)
+	} else {
+		records = slices.DeleteFunc(records, func(r *translate.KV) bool {
+			d, _ := l.PathOfTTLDir(r.Key)
+			return d != snap.Path && translate.Within(snap.Path, d)
+		})
+	}
+	var rev int64
+	for _, dir := range l.ExpiredDirs(records, markers) {
+		if at, ok := swept[dir]; ok && at <= snap.Rev {
+			continue
+		}
+		r := b.commitSweep(ctx, s, dir)
+		if r == 0 {
+			return 0, errors.New("v3backend: sweeping an expired directory failed")
+		}
+		swept[dir] = r
+		rev = max(rev, r)
 	}
 	return rev, nil
 }

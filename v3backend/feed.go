@@ -475,7 +475,7 @@ func (b *Backend) sweepOrphans(s *session) {
 		if lists, _, ok := b.mirror.read([]translate.Read{{Key: l.MarkerKey(dir)}}, false); !ok || len(lists[0]) > 0 {
 			continue // alive (or the copy cannot say)
 		}
-		if b.commitSweep(ctx, s, dir) {
+		if b.commitSweep(ctx, s, dir) > 0 {
 			swept++
 		}
 	}
@@ -485,21 +485,21 @@ func (b *Backend) sweepOrphans(s *session) {
 }
 
 // commitSweep sends the sweep transaction of the expired directory dir; it
-// reports whether the transaction went through (a failure is logged). Its
+// reports the transaction's revision, or 0 when it failed (logged). Its
 // revision counts as acknowledged, like a write's: the expire event reaches
 // watchers after the sweep, and a read a watcher sends then must not find
 // the directory's remains in a mirror that has not applied the sweep yet.
 // (When another bridge swept first, the compare fails and the header's
 // revision, which follows that sweep, is the one to wait for.)
-func (b *Backend) commitSweep(ctx context.Context, s *session, dir string) bool {
+func (b *Backend) commitSweep(ctx context.Context, s *session, dir string) int64 {
 	cmps, ops := b.layout.SweepTxn(dir)
 	resp, err := s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit()
 	if err != nil {
 		b.lg.Warn("sweeping an expired directory failed", zap.String("dir", dir), zap.Error(err))
-		return false
+		return 0
 	}
 	b.noteAcked(ops, resp.Header.Revision)
-	return true
+	return resp.Header.Revision
 }
 
 // sweep removes what is left below a directory whose TTL ran out and reports

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -137,19 +138,26 @@ func (b *Backend) Get(ctx context.Context, r *translate.Request) (*translate.Eve
 
 func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*translate.Event, error) {
 	p, l := r.Path, b.layout
-	// The markers above p tell whether p went with an expired directory.
+	// The markers above p tell whether p went with an expired directory,
+	// as do the TTL directory records (with the markers) once the lease
+	// has taken the marker.
 	reads := append(l.GetReads(p), l.AncestorMarkerReads(p)...)
+	nr := len(reads)
+	reads = append(reads, l.TTLDirReads(p)...)
 	lists, rev, err := b.readMirrored(ctx, s, reads, r.Quorum)
 	if err != nil {
 		return nil, err
 	}
 	point := firsts(lists[:2])
 	file, marker := point[0], point[1]
-	ls := b.resolveLeases(ctx, s, translate.LeasesOf(lists...))
+	above := firsts(lists[4:nr])
+	markers := slices.Concat(point[1:], above, lists[3])
+	gone := l.ExpiredDirs(slices.Concat(lists[nr:]...), markers)
+	ls := b.resolveLeases(ctx, s, translate.LeasesOf(lists[:nr]...))
 	now := time.Now()
 	var node *translate.Node
-	if !translate.ExpiredAbove(firsts(lists[4:]), ls, now) {
-		node = l.BuildGet(p, file, marker, lists[2], lists[3], r.Recursive, ls, now)
+	if !translate.ExpiredAbove(above, ls, now) && !translate.WithinAny(gone, p) {
+		node = l.BuildGet(p, file, marker, l.DropWithin(lists[2], gone), l.DropWithin(lists[3], gone), r.Recursive, ls, now)
 	}
 	if node == nil {
 		if afterMissTest != nil {
@@ -165,6 +173,7 @@ func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*t
 			}
 		}
 		snap.DropExpired(b.resolveLeases(ctx, s, translate.LeasesOf(snap.KVs())), now)
+		snap.DropWithin(gone)
 		return nil, snap.MissError()
 	}
 	return &translate.Event{Action: translate.ActionGet, Node: node, EtcdIndex: translate.Index(rev)}, nil
@@ -327,7 +336,8 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		// unless another writer gets in between.
 		need = max(need, b.acked.Load())
 	}
-	expired := false // the last snapshot held expired nodes, now gone
+	expired := false            // the last snapshot held expired nodes, now gone
+	swept := map[string]int64{} // expired directories this write swept, at their sweep's revision
 	for attempt := 0; attempt < maxWriteAttempts; attempt++ {
 		// Decide on the mirror (one round trip in all: the guarded Txn,
 		// whose compares reject a decision taken on a stale copy), or on
@@ -351,7 +361,7 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		ls := b.resolveLeases(ctx, s, translate.LeasesOf(snap.KVs()))
 		// v2 removed an expired node before any later write: its expiry
 		// comes first, then the write decides without it.
-		if rev, err := b.expireBefore(ctx, s, snap, ls, now); err != nil {
+		if rev, err := b.expireBefore(ctx, s, snap, ls, now, swept); err != nil {
 			return nil, err
 		} else if rev > 0 {
 			// Decide again on a copy that has the expiry.
