@@ -150,6 +150,9 @@ type liveRig struct {
 	w        *seqWriter
 	watchers []*v2bridgetest.V2Watcher
 	detects  []time.Duration // one per watcher per outage
+	// deferred: losses the bridge deferred during the outages, from each
+	// fault until it was lifted (not after: see healForcesElection).
+	deferred float64
 }
 
 func startRig(t *testing.T, c *v2bridgetest.Cluster, watchers int, o v2bridgetest.Options) *liveRig {
@@ -201,7 +204,8 @@ func (r *liveRig) waitEvents(k int, within time.Duration) {
 // outage breaks the member the bridge is connected to with fault, checks
 // that every watch in flight ends within bound and that the bridge moves to
 // another member and delivers again while the writer keeps writing through
-// a healthy member, then lifts the fault.
+// a healthy member, then lifts the fault and waits until the member serves
+// again (see healForcesElection).
 func (r *liveRig) outage(name string, fault, undo func(int), bound time.Duration) {
 	t := r.t
 	t.Helper()
@@ -209,6 +213,7 @@ func (r *liveRig) outage(name string, fault, undo func(int), bound time.Duration
 	r.w.through(r.other(bad))
 	r.w.waitWrites(t, 3, 20*time.Second)
 	losses := metricValue(t, r.br.Registry, "v2bridge_backend_losses_total")
+	deferred := metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total")
 
 	t0 := time.Now()
 	fault(bad)
@@ -255,8 +260,24 @@ func (r *liveRig) outage(name string, fault, undo func(int), bound time.Duration
 		checkEndedEmpty(t, fmt.Sprintf("%s: watcher %d", name, i), t0, w.InFlight(t0, inFlightGrace))
 	}
 	r.detects = append(r.detects, ends...)
+	r.deferred += metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total") - deferred
 	undo(bad)
+	// The next outage strikes a cluster with a leader, not one in the
+	// election a healed member may force (healForcesElection).
+	if !r.c.WaitServes(bad, 20*time.Second) {
+		t.Fatalf("%s: member %d does not serve once the fault is lifted", name, bad)
+	}
 }
+
+// healForcesElection tells whether a member back from a blackhole or a
+// partition forces an election. Cut off, it kept starting elections, each
+// in a higher term; back, etcd 3.4's members (--pre-vote false by default,
+// as v2bridgetest starts them) take its term and the leader steps down: the
+// cluster has no leader until it elects one (a second or more), and the
+// bridge stays on its member or moves to one that has a quorum, as in any
+// election. From 3.5 on (--pre-vote true) the member first asks whether it
+// could win, and the cluster keeps its leader.
+func healForcesElection(c *v2bridgetest.Cluster) bool { return strings.HasPrefix(c.Version(), "3.4.") }
 
 // checkEndedEmpty checks that the watch requests in flight at a fault at t0
 // (or sent just after it) ended the documented way for a lost member:
@@ -510,15 +531,20 @@ func TestLivenessPartition(t *testing.T) {
 			return metricValue(t, r.br.Registry, "v2bridge_backend_heartbeat_seconds") >= hb+2
 		})
 		r.outage(fmt.Sprintf("partition (the leader: %v)", leader), c.Isolate, c.Heal, partitionBound)
-		if !c.WaitServes(bad, 20*time.Second) {
-			t.Fatalf("member %d does not serve once healed", bad)
-		}
 		r.waitEvents(5, 20*time.Second)
 	}
 	r.finish()
 	r.logBridgeFigures()
-	if d := metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total"); d != 0 {
-		t.Errorf("%v losses deferred, want none: the majority had a quorum, or elected a leader", d)
+	if r.deferred != 0 {
+		t.Errorf("%v losses deferred during the partitions, want none: the majority had a quorum, or elected a leader",
+			r.deferred)
+	}
+	d := metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total") - r.deferred
+	switch {
+	case healForcesElection(c):
+		t.Logf("%v losses deferred after the partitions: the elections the healed members forced", d)
+	case d != 0:
+		t.Errorf("%v losses deferred after the partitions, want none: with pre-vote, a healed member forces no election", d)
 	}
 }
 
