@@ -154,38 +154,31 @@ func (o *Options) v3WritesSince(ctx context.Context, rev int64) (int, []string, 
 // revision without a bridge's journal record), which the v2 server has of
 // its own, and the sweeps that remove what was below an expired directory
 // (a revision whose journal record is a sweep). A refresh is a client's
-// write: the v2 server would let the key expire.
+// write: the v2 server would let the key expire. It writes the pad key,
+// where the history it reads ends.
 func (o *Options) v3ChangesSince(ctx context.Context, rev int64) ([]Discarded, error) {
-	cctx, cancel := o.call(ctx)
-	resp, err := o.Client.Get(cctx, o.Keys.Mode, clientv3.WithCountOnly())
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("reading the current revision: %w", err)
-	}
-	cur := resp.Header.Revision
-	if cur <= rev {
-		return nil, nil
-	}
 	start, end := o.Layout.WatchRange()
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
 	wch := o.Client.Watch(wctx, start, clientv3.WithRange(end), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+	// The scan ends at a write of its own to the pad key, inside the
+	// range: the watch sends events in revision order, so once it sends
+	// that write's, it has sent every earlier one. Progress requests
+	// cannot end it: etcd before 3.4.25 and 3.5.8 answers one at once
+	// with the current revision, while this watch is still replaying
+	// history, and the scan would miss the writes after where it got to.
+	cctx, cancel := o.call(ctx)
+	resp, err := o.Client.Put(cctx, o.Keys.Pad, "rollback scan")
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("writing %s to mark the end of the scan: %w", o.Keys.Pad, err)
+	}
+	last := resp.Header.Revision
 	changed := map[string]*Discarded{}
-	// Progress requests make a watch with nothing more to send say how
-	// far it has read.
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
 	for {
-		var wr clientv3.WatchResponse
-		select {
-		case <-tick.C:
-			_ = o.Client.RequestProgress(wctx)
-			continue
-		case r, ok := <-wch:
-			if !ok {
-				return nil, fmt.Errorf("scanning etcd v3 history from revision %d: %w", rev+1, wctx.Err())
-			}
-			wr = r
+		wr, ok := <-wch
+		if !ok {
+			return nil, fmt.Errorf("scanning etcd v3 history from revision %d: %w", rev+1, wctx.Err())
 		}
 		if err := wr.Err(); err != nil {
 			if errors.Is(err, rpctypes.ErrCompacted) {
@@ -209,7 +202,6 @@ func (o *Options) v3ChangesSince(ctx context.Context, rev int64) ([]Discarded, e
 				sweeps[r] = true
 			}
 		}
-		top := wr.Header.Revision
 		for _, ev := range wr.Events {
 			if sweeps[ev.Kv.ModRevision] {
 				continue // a directory's TTL ran out: no client's write
@@ -241,10 +233,7 @@ func (o *Options) v3ChangesSince(ctx context.Context, rev int64) ([]Discarded, e
 			}
 			changed[p] = &d
 		}
-		if n := len(wr.Events); n > 0 {
-			top = wr.Events[n-1].Kv.ModRevision
-		}
-		if top >= cur {
+		if n := len(wr.Events); n > 0 && wr.Events[n-1].Kv.ModRevision >= last {
 			return listChanged(changed), nil
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/v2bridge/v2bridge/auth"
 	"github.com/v2bridge/v2bridge/translate"
@@ -64,5 +65,29 @@ func TestRollbackListsEachDiscardedFileOnceWithItsLastValue(t *testing.T) {
 		"/v2/auth/users/alice (auth data)"}
 	if !reflect.DeepEqual(lines, wantLines) {
 		t.Fatalf("lines %q, want %q", lines, wantLines)
+	}
+}
+
+// etcd before 3.4.25 and 3.5.8 answers a progress request at once, while the
+// scan's watch is still replaying the history: the scan must not end there
+// and miss the writes it has not been sent yet. The last change is outside
+// the bridge's keys, so the watched range is idle up to the current revision.
+func TestRollbackScanOutlastsAnEarlyProgressAnswer(t *testing.T) {
+	f := newFakeEtcd(testKeys)
+	f.earlyProgress = true
+	f.put(testKeys.Mode, string((&Record{Mode: ModeV3, Generation: 2}).Encode()), 0)
+	f.mu.Lock()
+	since := f.rev
+	f.mu.Unlock()
+	f.apply(change{key: "/a", val: "v1"})
+	f.apply(change{key: "other/app", val: "x"}) // not a bridge's key
+	o, _ := testOptions(t, f, nil)
+	o.setDefaults()
+	got, err := o.v3ChangesSince(testCtx(t, time.Minute), since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Discarded{{Path: "/a", Value: "v1"}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("discarded %+v, want %+v", got, want)
 	}
 }

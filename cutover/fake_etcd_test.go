@@ -45,12 +45,27 @@ type fakeEtcd struct {
 	afterTxn func()
 	// onList runs before every prefix get, unlocked, with its prefix.
 	onList func(prefix string)
+	// earlyProgress makes it answer progress requests like etcd before
+	// 3.4.25 and 3.5.8: a watch from a revision holds its replay of the
+	// history back until the next commit or progress request, and a
+	// progress request is answered at once with the current revision,
+	// ahead of that replay.
+	earlyProgress bool
 }
 
 type fakeWatch struct {
 	ctx        context.Context
 	start, end string // end "": the one key start
 	ch         chan clientv3.WatchResponse
+	held       []clientv3.WatchResponse // the replay earlyProgress holds back
+}
+
+// releaseLocked sends the replay w holds back (f.mu held).
+func (w *fakeWatch) releaseLocked() {
+	for _, r := range w.held {
+		w.ch <- r
+	}
+	w.held = nil
 }
 
 func newFakeEtcd(keys Keys) *fakeEtcd {
@@ -107,6 +122,7 @@ func (f *fakeEtcd) tellLocked(evs []*clientv3.Event) {
 			continue
 		}
 		live = append(live, w)
+		w.releaseLocked()
 		var mine []*clientv3.Event
 		for _, ev := range evs {
 			if w.matches(string(ev.Kv.Key)) {
@@ -420,7 +436,12 @@ func (f *fakeEtcd) Watch(ctx context.Context, key string, opts ...clientv3.OpOpt
 			}
 		}
 		for _, evs := range byRev {
-			w.ch <- clientv3.WatchResponse{Header: *f.header(), Events: evs}
+			r := clientv3.WatchResponse{Header: *f.header(), Events: evs}
+			if f.earlyProgress {
+				w.held = append(w.held, r)
+			} else {
+				w.ch <- r
+			}
 		}
 	}
 	f.watches = append(f.watches, w)
@@ -434,6 +455,7 @@ func (f *fakeEtcd) RequestProgress(ctx context.Context) error {
 		if w.ctx.Err() == nil && len(w.ch) < cap(w.ch) {
 			w.ch <- clientv3.WatchResponse{Header: *f.header()}
 		}
+		w.releaseLocked()
 	}
 	return nil
 }

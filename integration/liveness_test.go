@@ -201,14 +201,17 @@ func (r *liveRig) waitEvents(k int, within time.Duration) {
 // outage breaks the member the bridge is connected to with fault, checks
 // that every watch in flight ends within bound and that the bridge moves to
 // another member and delivers again while the writer keeps writing through
-// a healthy member, then lifts the fault.
-func (r *liveRig) outage(name string, fault, undo func(int), bound time.Duration) {
+// a healthy member, then lifts the fault and waits until the member serves
+// again (see onEtcd34). It returns the losses the bridge deferred from the
+// fault until it was lifted.
+func (r *liveRig) outage(name string, fault, undo func(int), bound time.Duration) (deferred float64) {
 	t := r.t
 	t.Helper()
 	bad := r.connected()
 	r.w.through(r.other(bad))
 	r.w.waitWrites(t, 3, 20*time.Second)
 	losses := metricValue(t, r.br.Registry, "v2bridge_backend_losses_total")
+	deferred0 := metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total")
 
 	t0 := time.Now()
 	fault(bad)
@@ -255,8 +258,25 @@ func (r *liveRig) outage(name string, fault, undo func(int), bound time.Duration
 		checkEndedEmpty(t, fmt.Sprintf("%s: watcher %d", name, i), t0, w.InFlight(t0, inFlightGrace))
 	}
 	r.detects = append(r.detects, ends...)
+	deferred = metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total") - deferred0
 	undo(bad)
+	// The next outage strikes a cluster with a leader, not one in the
+	// election a healed member may force (onEtcd34).
+	if !r.c.WaitServes(bad, 20*time.Second) {
+		t.Fatalf("%s: member %d does not serve once the fault is lifted", name, bad)
+	}
+	return deferred
 }
+
+// onEtcd34 tells whether the cluster runs etcd 3.4, where a member back
+// from a blackhole or a partition forces an election. Cut off, it kept
+// starting elections, each in a higher term; back, the others (--pre-vote
+// false by default in 3.4, as v2bridgetest starts them) take its term and
+// the leader steps down: the cluster has no leader until it elects one (a
+// second or more), and the bridge stays on its member or moves to one that
+// has a quorum, as in any election. From 3.5 on (--pre-vote true) the
+// member first asks whether it could win, and the cluster keeps its leader.
+func onEtcd34(c *v2bridgetest.Cluster) bool { return strings.HasPrefix(c.Version(), "3.4.") }
 
 // checkEndedEmpty checks that the watch requests in flight at a fault at t0
 // (or sent just after it) ended the documented way for a lost member:
@@ -489,12 +509,13 @@ func TestLivenessFreeze(t *testing.T) {
 // peers (it answers, but no quorum confirms it), once as a follower and
 // once as the leader: the watches end within the bound of a silent member
 // (the heartbeat's quorum check times out as for a silent one, well before
-// the member notices it has no leader) and resume on a member that has a
-// leader, with the events written meanwhile.
+// the member notices it has no leader) and resume on a member that has a leader, with the events
+// written meanwhile.
 func TestLivenessPartition(t *testing.T) {
 	c := v2bridgetest.StartCluster(t, 3)
 	r := startRig(t, c, 3, v2bridgetest.Options{})
-	for _, leader := range []bool{false, true} {
+	var deferred [2]float64 // during the follower's partition, and the leader's
+	for i, leader := range []bool{false, true} {
 		bad := r.connected()
 		to := r.other(bad)
 		if leader {
@@ -509,16 +530,25 @@ func TestLivenessPartition(t *testing.T) {
 		waitFor(t, 20*time.Second, "two heartbeats answered after the leader moved", func() bool {
 			return metricValue(t, r.br.Registry, "v2bridge_backend_heartbeat_seconds") >= hb+2
 		})
-		r.outage(fmt.Sprintf("partition (the leader: %v)", leader), c.Isolate, c.Heal, partitionBound)
-		if !c.WaitServes(bad, 20*time.Second) {
-			t.Fatalf("member %d does not serve once healed", bad)
-		}
+		deferred[i] = r.outage(fmt.Sprintf("partition (the leader: %v)", leader), c.Isolate, c.Heal, partitionBound)
 		r.waitEvents(5, 20*time.Second)
 	}
 	r.finish()
 	r.logBridgeFigures()
-	if d := metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total"); d != 0 {
-		t.Errorf("%v losses deferred, want none: the majority had a quorum, or elected a leader", d)
+	if deferred[0] != 0 {
+		t.Errorf("%v losses deferred during the follower's partition, want none: the majority had a quorum", deferred[0])
+	}
+	if deferred[1] != 0 {
+		t.Errorf("%v losses deferred during the leader's partition, want none: the bridge leaves a leader no quorum "+
+			"confirms in its term", deferred[1])
+	}
+	after := metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total") - deferred[0] - deferred[1]
+	switch {
+	case onEtcd34(c):
+		t.Logf("%v losses deferred after the partitions, in the elections the healed members forced", after)
+	case after != 0:
+		t.Errorf("%v losses deferred after the partitions, want none: with pre-vote, a healed member forces no election",
+			after)
 	}
 }
 

@@ -36,6 +36,9 @@ type session struct {
 	// progressBug: the member answers watch progress requests early
 	// (checkVersion); its feeds never ask.
 	progressBug bool
+	// listFromMemory: the member answers a linearizable member list from
+	// memory (checkVersion); its heartbeat reads a key instead.
+	listFromMemory bool
 }
 
 func (s *session) end() {
@@ -100,8 +103,8 @@ const (
 // It carries the require-leader mark, so a member that knows it has no
 // leader fails it at once; a member cut off from its peers, which has not
 // noticed yet, gets no read index confirmed and times out. An etcd older
-// than 3.5 ignores the linearizable field and answers from memory: the
-// check is then a require-leader check, as a health check is.
+// than 3.5 ignores the linearizable field and answers from memory: its
+// session's check reads a key instead (byRead).
 //
 // A check still unanswered at half its deadline (rare: it takes a
 // millisecond) asks two more questions, so that a timeout tells a member
@@ -119,8 +122,12 @@ const (
 // In the common case it is one call.
 //
 // term is the member's raft term at its last good heartbeat (0: none); the
-// term it answers with is returned.
-func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client, term uint64) (verdict, uint64, error) {
+// term it answers with is returned. byRead: the member is one that answers
+// the member list from memory (before 3.5), so the check is a linearizable
+// count-only read of the journal key instead, which a quorum confirms on
+// every release: a leader cut off then fails it as a silent one does, not
+// only once it steps down (an election timeout or two later).
+func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client, term uint64, byRead bool) (verdict, uint64, error) {
 	if m := b.cfg.Member; m != nil {
 		select {
 		case <-m.StopNotify():
@@ -149,11 +156,26 @@ func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client, term ui
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		resp, err := etcdserverpb.NewClusterClient(conn).MemberList(clientv3.WithRequireLeader(ctx),
-			&etcdserverpb.MemberListRequest{Linearizable: true})
+		var h *etcdserverpb.ResponseHeader
+		var err error
+		if byRead {
+			var resp *etcdserverpb.RangeResponse
+			resp, err = etcdserverpb.NewKVClient(conn).Range(clientv3.WithRequireLeader(ctx),
+				&etcdserverpb.RangeRequest{Key: []byte(b.layout.JournalKey()), CountOnly: true})
+			if err == nil {
+				h = resp.Header
+			}
+		} else {
+			var resp *etcdserverpb.MemberListResponse
+			resp, err = etcdserverpb.NewClusterClient(conn).MemberList(clientv3.WithRequireLeader(ctx),
+				&etcdserverpb.MemberListRequest{Linearizable: true})
+			if err == nil {
+				h = resp.Header
+			}
+		}
 		var t uint64
-		if err == nil && resp.Header != nil {
-			t = resp.Header.RaftTerm
+		if h != nil {
+			t = h.RaftTerm
 		}
 		quorum <- listAnswer{t, err}
 	}()
@@ -254,7 +276,7 @@ func (b *Backend) quorumElsewhere(s *session) string {
 				return
 			}
 			defer func() { _ = cli.Close() }()
-			if v, _, _ := b.quorumCheck(ctx, cli, 0); v == quorate {
+			if v, _, _ := b.quorumCheck(ctx, cli, 0, false); v == quorate {
 				found <- ep
 				return
 			}
@@ -344,10 +366,10 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	}
 	cctx, ccancel := context.WithTimeout(ctx, b.cfg.DialTimeout)
 	defer ccancel()
-	var progressBug bool
-	_, term, err := b.quorumCheck(cctx, cli, 0)
+	var progressBug, listFromMemory bool
+	_, term, err := b.quorumCheck(cctx, cli, 0, false)
 	if err == nil && b.cfg.Member == nil { // the member in this process is this build's etcd
-		progressBug, err = b.checkVersion(cctx, cli, ep)
+		progressBug, listFromMemory, err = b.checkVersion(cctx, cli, ep)
 	}
 	if err == nil {
 		var resp *clientv3.GetResponse
@@ -365,7 +387,7 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 		return nil, err
 	}
 	s := &session{cli: cli, ctx: sctx, cancel: cancel, endpoint: ep, index: idx, started: time.Now(),
-		progressBug: progressBug}
+		progressBug: progressBug, listFromMemory: listFromMemory}
 	s.lastOK.Store(time.Now().UnixNano())
 	s.term.Store(term)
 	return s, nil
@@ -629,7 +651,7 @@ func (b *Backend) check(s *session) (time.Duration, verdict, error) {
 	done := make(chan struct{})
 	go func() { // waited for below; the deadline bounds it
 		defer close(done)
-		v, term, err = b.quorumCheck(ctx, s.cli, s.term.Load())
+		v, term, err = b.quorumCheck(ctx, s.cli, s.term.Load(), s.listFromMemory)
 	}()
 	late := b.lag.wait(done)
 	if v == quorate {
