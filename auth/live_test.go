@@ -98,9 +98,14 @@ func TestStoreOnALostSessionAnswersAtOnce(t *testing.T) {
 
 	c.set(false)
 	waitNotCurrent(t, s)
-	// A wait of an hour returns at once: the backend is known lost.
-	if st, ok := s.Current(ctxT(t), time.Hour); ok {
+	// A wait of an hour returns, refused, before its context's 30 s end:
+	// the backend is known lost, so there is nothing to wait for.
+	ctx := ctxT(t)
+	if st, ok := s.Current(ctx, time.Hour); ok {
 		t.Fatalf("a State while the session is lost: %+v", st)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("a request waited for auth data until its context ended, with the session known lost")
 	}
 	c.set(true)
 	waitState(t, s, func(*auth.State) bool { return true })
