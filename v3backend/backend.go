@@ -400,24 +400,13 @@ func (b *Backend) Endpoints() []string {
 // replace the endpoint list, as clientv3's AutoSyncInterval does for its own.
 func (b *Backend) autoSync() {
 	defer b.wg.Done()
-	t := time.NewTicker(b.cfg.AutoSyncInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.closeCh:
-			return
-		case <-t.C:
-		}
-		s, err := b.client()
-		if err != nil {
-			continue
-		}
+	b.everyTick(b.cfg.AutoSyncInterval, func(s *session) {
 		ctx, cancel := b.reqCtx(context.Background(), s)
 		resp, err := s.cli.MemberList(ctx)
 		cancel()
 		if err != nil {
 			b.lg.Debug("endpoint auto-sync failed", zap.Error(err))
-			continue
+			return
 		}
 		var eps []string
 		for _, m := range resp.Members {
@@ -426,7 +415,7 @@ func (b *Backend) autoSync() {
 			}
 		}
 		if len(eps) == 0 {
-			continue
+			return
 		}
 		b.mu.Lock()
 		changed := strings.Join(eps, ",") != strings.Join(b.eps, ",")
@@ -434,6 +423,23 @@ func (b *Backend) autoSync() {
 		b.mu.Unlock()
 		if changed {
 			b.lg.Info("backend endpoints synced from the member list", zap.Strings("endpoints", eps))
+		}
+	})
+}
+
+// everyTick calls f with the current session every d while there is one,
+// until the backend closes.
+func (b *Backend) everyTick(d time.Duration, f func(s *session)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.closeCh:
+			return
+		case <-t.C:
+		}
+		if s, err := b.client(); err == nil {
+			f(s)
 		}
 	}
 }

@@ -37,19 +37,8 @@ const expiryRetry = time.Second
 // found in the mirror's lease records, until the backend closes.
 func (b *Backend) expireLeases() {
 	defer b.wg.Done()
-	t := time.NewTicker(expiryTick)
-	defer t.Stop()
 	tried := map[int64]time.Time{} // when a lease was last revoked
-	for {
-		select {
-		case <-b.closeCh:
-			return
-		case <-t.C:
-		}
-		s, err := b.client()
-		if err != nil {
-			continue
-		}
+	b.everyTick(expiryTick, func(s *session) {
 		now := time.Now()
 		var due []int64
 		for _, id := range b.dueLeases(now) {
@@ -64,7 +53,7 @@ func (b *Backend) expireLeases() {
 			}
 		}
 		if len(due) == 0 {
-			continue
+			return
 		}
 		ctx, cancel := b.reqCtx(b.ctx, s)
 		// Another tenant's lease (a key this bridge may not write) is
@@ -73,7 +62,7 @@ func (b *Backend) expireLeases() {
 			b.lg.Warn("revoking expired leases failed", zap.Int("leases", len(due)), zap.Error(err))
 		}
 		cancel()
-	}
+	})
 }
 
 // dueLeases lists the leases whose records in the mirror hold an
