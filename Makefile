@@ -70,7 +70,7 @@ TestExpiredDirectorySweptByABridgeStartedLater|TestScopedBridgeBatchedWritesMatc
 TestScopedAndWholeTreeBridgesShareTheData|TestScopedBridgeRunsWithFlannelsKeysAlone|$\
 TestRealClientsThroughAScopedBridgeBesideAChurningRegistry|TestConformance|$\
 TestFreshBridgeAnswersTheFirstEvent|TestFreshBridgeAnswersTheFirstEventAfterFailover|$\
-TestExpiredKeyGoneAfterFreeze|TestFreshBridgesReadBackTheirWrites)$$
+TestExpiredKeyGoneAfterFreeze|TestFreshBridgesReadBackTheirWrites|TestLivenessAuthMovesWithTheSession)$$
 # MATRIX_SKIP_ETCD34: what etcd 3.4.23 fails, for now: nothing (a -skip
 # pattern; the liveness tests expect the election a member healed from a
 # blackhole or a partition forces there, with --pre-vote=false).
