@@ -71,10 +71,15 @@ TestScopedAndWholeTreeBridgesShareTheData|TestScopedBridgeRunsWithFlannelsKeysAl
 TestRealClientsThroughAScopedBridgeBesideAChurningRegistry|TestConformance|$\
 TestFreshBridgeAnswersTheFirstEvent|TestFreshBridgeAnswersTheFirstEventAfterFailover|$\
 TestExpiredKeyGoneAfterFreeze|TestFreshBridgesReadBackTheirWrites|TestLivenessAuthMovesWithTheSession)$$
-# MATRIX_SKIP_ETCD34: what etcd 3.4.23 fails, for now: nothing (a -skip
-# pattern; the liveness tests expect the election a member healed from a
-# blackhole or a partition forces there, with --pre-vote=false).
-MATRIX_SKIP_ETCD34 :=
+# MATRIX_SKIP_ETCD34: what etcd 3.4.23 fails, for now (a -skip pattern; the
+# liveness tests of blackholes and partitions expect the election a healed
+# member forces there, with --pre-vote=false):
+# - TestScopedBridgeRunsWithFlannelsKeysAlone: its role grants only the
+#   served subtrees, and on 3.4.23 a scoped bridge watches one range covering
+#   them (docs/compatibility.md): the watch is denied.
+# - TestLivenessAuthMovesWithTheSession: a write during the election a healed
+#   member forces took 1.7 s, past its 1.5 s bound.
+MATRIX_SKIP_ETCD34 := ^(TestScopedBridgeRunsWithFlannelsKeysAlone|TestLivenessAuthMovesWithTheSession)$$
 # ETCD34: Debian's etcd-server, which .ci/run installs (ETCD34= leaves it
 # out, and says so). ETCD35: etcd 3.5's own main, built once into ETCD_CACHE
 # from the reference module, which requires etcd 3.5 (the module proxy has
