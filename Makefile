@@ -79,7 +79,10 @@ TestExpiredKeyGoneAfterFreeze|TestFreshBridgesReadBackTheirWrites|TestLivenessAu
 #   them (docs/compatibility.md): the watch is denied.
 # - TestLivenessAuthMovesWithTheSession: a write during the election a healed
 #   member forces took 1.7 s, past its 1.5 s bound.
-MATRIX_SKIP_ETCD34 := ^(TestScopedBridgeRunsWithFlannelsKeysAlone|TestLivenessAuthMovesWithTheSession)$$
+# - TestLivenessPartition: now and then a loss is deferred during the
+#   leader's partition, in an election the previous heal forced.
+MATRIX_SKIP_ETCD34 := ^(TestScopedBridgeRunsWithFlannelsKeysAlone|TestLivenessAuthMovesWithTheSession|$\
+TestLivenessPartition)$$
 # ETCD34: Debian's etcd-server, which .ci/run installs (ETCD34= leaves it
 # out, and says so). ETCD35: etcd 3.5's own main, built once into ETCD_CACHE
 # from the reference module, which requires etcd 3.5 (the module proxy has
