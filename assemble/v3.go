@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/server"
 	"github.com/v2bridge/v2bridge/v2api"
 	"github.com/v2bridge/v2bridge/v3backend"
@@ -189,24 +190,12 @@ func waitForeign(ctx context.Context, cfg *Config, cli *clientv3.Client) ([]v3ba
 			return nil, ctx.Err()
 		}
 		cfg.Logger.Warn("could not look for keys no v2 client wrote yet; retrying", zap.Error(err))
-		if !sleep(sctx, backoff) {
+		if !ctxsleep.Sleep(sctx, backoff) {
 			return nil, fmt.Errorf("could not tell within --start-timeout %v whether the cluster holds keys no v2 client wrote, "+
 				"which a bridge serving the whole key space (--serve-prefix / by default) must not serve: %w; "+
 				"set --serve-prefix to the v2 subtrees your clients use, or make etcd answer", cfg.StartTimeout, err)
 		}
 		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// sleep waits d, or until ctx ends (then false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return ctx.Err() == nil
 	}
 }
 
