@@ -31,7 +31,7 @@ import (
 //	26 / 16  /d deleted, recursive
 func judgeFixture() *v2diff.Session {
 	s := v2diff.NewSession()
-	ttl := `"expiration":"` + exp(2*time.Second) + `","ttl":2,`
+	ttl := `"expiration":"` + tExpiration + `","ttl":2,`
 	for _, w := range []struct {
 		req      string
 		ref, br  string
@@ -78,11 +78,16 @@ const (
 	refC11 = `{"action":"create","node":{"key":"/d/c","value":"1","modifiedIndex":11,"createdIndex":11}}`
 )
 
+// tExpiration is the expiration of the fixture's /t, read once: the
+// fixture's write and the cases' events of it show the same one, however
+// long the cases take to build and run.
+var tExpiration = exp(2 * time.Second)
+
 // evT25 is the expiry of /t: its prevNode is the node the TTL write left,
 // with no ttl left.
 func evT25(action, value string) string {
 	return `{"action":"` + action + `","node":{"key":"/t","modifiedIndex":25,"createdIndex":23},"prevNode":{"key":"/t","value":"` +
-		value + `","expiration":"` + exp(2*time.Second) + `","modifiedIndex":23,"createdIndex":23}}`
+		value + `","expiration":"` + tExpiration + `","modifiedIndex":23,"createdIndex":23}}`
 }
 
 // ok is a successful v2 answer; fail an error answer (no X-Raft-*).
