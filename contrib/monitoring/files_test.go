@@ -11,12 +11,16 @@ package monitoring
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
@@ -158,6 +162,7 @@ func TestAlertRulesParseAndHaveRunbooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	anchors := headingAnchors(string(doc))
 	rules := loadRules(t)
 	if len(rules) == 0 {
 		t.Fatal("no rules")
@@ -173,9 +178,16 @@ func TestAlertRulesParseAndHaveRunbooks(t *testing.T) {
 		if r.Annotations["summary"] == "" {
 			t.Errorf("%s: no summary", r.Alert)
 		}
-		anchor := strings.ToLower(r.Alert)
-		if want := "docs/operations.md#" + anchor; r.Annotations["runbook"] != want {
-			t.Errorf("%s: runbook annotation %q, want %q", r.Alert, r.Annotations["runbook"], want)
+		if old, ok := r.Annotations["runbook"]; ok {
+			t.Errorf("%s: a runbook annotation (%q): the name alert templates read is runbook_url", r.Alert, old)
+		}
+		// The runbook's URL: the one base every alert shares, and the
+		// anchor GitHub gives the alert's section.
+		if want := runbookBase + "#" + headingAnchor(r.Alert); r.Annotations["runbook_url"] != want {
+			t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+		}
+		if _, frag, _ := strings.Cut(r.Annotations["runbook_url"], "#"); !anchors[frag] {
+			t.Errorf("%s: runbook_url %q: no heading of %s has the anchor %q", r.Alert, r.Annotations["runbook_url"], runbookFile, frag)
 		}
 		// The runbook: a heading of the alert's name with what it means,
 		// what to check and what to do.
@@ -193,6 +205,97 @@ func TestAlertRulesParseAndHaveRunbooks(t *testing.T) {
 		says := strings.Contains(sec, frozenMemberSentence)
 		if fires := slices.Contains(firesOnFrozenMember, r.Alert); says != fires {
 			t.Errorf("%s: in firesOnFrozenMember: %v; its runbook says %q: %v", r.Alert, fires, frozenMemberSentence, says)
+		}
+	}
+}
+
+// runbookBase is the runbooks' URL that every alert's runbook_url starts
+// with: the one string an operator replaces to serve them elsewhere.
+const runbookBase = "https://github.com/v2bridge/v2bridge/blob/main/docs/operations.md"
+
+// headingAnchor is the anchor GitHub gives a markdown heading's text:
+// lower case, punctuation but '-' and '_' dropped, spaces made '-'.
+func headingAnchor(text string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(text)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// headingAnchors is the anchor of every heading of a markdown document
+// (a repeated one also gets GitHub's "-1", "-2", ...).
+func headingAnchors(doc string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	inCode := false
+	for _, line := range strings.Split(doc, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+		}
+		text, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
+		if inCode || !strings.HasPrefix(line, "#") || !ok {
+			continue
+		}
+		a := headingAnchor(text)
+		if n := seen[a]; n > 0 {
+			out[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
+	}
+	return out
+}
+
+// TestRunbookBaseIsSetOnce: the command docs/operations.md gives to move
+// the runbooks elsewhere changes every alert's runbook_url, and nothing
+// else of the rules.
+func TestRunbookBaseIsSetOnce(t *testing.T) {
+	doc, err := os.ReadFile(runbookFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sed := regexp.MustCompile(`sed (?:-i )?'s\|([^|]+)\|([^|]+)\|' ` + regexp.QuoteMeta(rulesFile)).FindStringSubmatch(string(doc))
+	if sed == nil {
+		t.Fatalf("%s shows no sed 's|base|yours|' %s: how an operator sets the runbooks' base URL", runbookFile, rulesFile)
+	}
+	if sed[1] != runbookBase {
+		t.Fatalf("%s: its sed replaces %q, but the rules' base is %q", runbookFile, sed[1], runbookBase)
+	}
+	orig, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(t.TempDir(), rulesFile)
+	if err := os.WriteFile(moved, []byte(strings.ReplaceAll(string(orig), sed[1], sed[2])), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	groups, errs := rulefmt.ParseFile(moved, false, model.UTF8Validation, promParser, slog.New(slog.DiscardHandler))
+	if len(errs) > 0 {
+		t.Fatalf("the rules after the sed: %v", errs)
+	}
+	before := loadRules(t)
+	var after []rulefmt.Rule
+	for _, g := range groups.Groups {
+		after = append(after, g.Rules...)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("%d rules after the sed, %d before", len(after), len(before))
+	}
+	for i, r := range after {
+		want := sed[2] + "#" + headingAnchor(r.Alert)
+		if r.Annotations["runbook_url"] != want {
+			t.Errorf("%s: runbook_url after the sed %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+		}
+		r.Annotations["runbook_url"] = before[i].Annotations["runbook_url"]
+		if !reflect.DeepEqual(r, before[i]) {
+			t.Errorf("%s: the sed changed more than its runbook_url", r.Alert)
 		}
 	}
 }
