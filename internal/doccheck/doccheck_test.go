@@ -29,7 +29,6 @@ type docMap struct {
 }
 
 var maps = []docMap{
-	{"README.md", "## Layout", regexp.MustCompile(`^## Layout$`)},
 	{"docs/design.md", "## <n>. Package map", regexp.MustCompile(`^## [0-9]+\. Package map$`)},
 }
 
@@ -161,8 +160,8 @@ func readMap(t *testing.T, dir string, m docMap) []entry {
 }
 
 // TestPackageMaps: every package of the module, and every nested module, has
-// a line in README.md's Layout and in docs/design.md's package map, and
-// every line of either names a package (or nested module) that exists.
+// a line in docs/design.md's package map (README.md links to it), and every
+// line names a package (or nested module) that exists.
 func TestPackageMaps(t *testing.T) {
 	pkgs, modules := tree(t)
 	for _, m := range maps {
@@ -244,9 +243,12 @@ func TestPackageDocs(t *testing.T) {
 // path of a table row's first cell or of a list item, and nothing else.
 func TestReadMapFindsRowsAndItems(t *testing.T) {
 	dir := t.TempDir()
-	text := "# x\n\n## Layout\n\n| package | owns |\n|---|---|\n| `a/b` | uses `c` |\n| plain | `d` |\n" +
-		"- `e` — owns `f`\nprose `g`\n\n## Next\n\n| `h` | x |\n"
-	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte(text), 0o600); err != nil {
+	text := "# x\n\n## 1. Package map\n\n| package | owns |\n|---|---|\n| `a/b` | uses `c` |\n| plain | `d` |\n" +
+		"- `e` — owns `f`\nprose `g`\n\n## 2. Next\n\n| `h` | x |\n"
+	if err := os.MkdirAll(filepath.Join(dir, "docs"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "docs", "design.md"), []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
