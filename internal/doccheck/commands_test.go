@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 )
 
 // docFiles are the documents whose commands users type: README.md and
@@ -425,4 +426,104 @@ func TestDocVariablesExist(t *testing.T) {
 		sort.Strings(unknown)
 		t.Errorf("V2BRIDGE_ variables no flag reads (v2bridge help):\n%s", strings.Join(unknown, "\n"))
 	}
+}
+
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// TestDocLinksResolve: every relative link of README.md and docs/ names a
+// file of the repository and, with a #fragment into a markdown file, one of
+// its headings (by the anchor GitHub gives it).
+func TestDocLinksResolve(t *testing.T) {
+	anchors := map[string]map[string]bool{}
+	anchorsOf := func(path string) (map[string]bool, error) {
+		if a, ok := anchors[path]; ok {
+			return a, nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		a := headingAnchors(string(b))
+		anchors[path] = a
+		return a, nil
+	}
+	for _, file := range docFiles(t) {
+		b, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inCode := false
+		for n, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "```") {
+				inCode = !inCode
+			}
+			if inCode {
+				continue
+			}
+			for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				path, frag, _ := strings.Cut(target, "#")
+				full := filepath.Join(root, file)
+				if path != "" {
+					full = filepath.Join(root, filepath.Dir(file), path)
+				}
+				if _, err := os.Stat(full); err != nil {
+					t.Errorf("%s:%d: link %s: no such file", file, n+1, target)
+					continue
+				}
+				if frag == "" || !strings.HasSuffix(full, ".md") {
+					continue
+				}
+				a, err := anchorsOf(full)
+				if err != nil {
+					t.Errorf("%s:%d: link %s: %v", file, n+1, target, err)
+				} else if !a[frag] {
+					t.Errorf("%s:%d: link %s: no heading with the anchor #%s", file, n+1, target, frag)
+				}
+			}
+		}
+	}
+}
+
+// headingAnchor is the anchor GitHub gives a markdown heading's text:
+// lower case, punctuation but '-' and '_' dropped, spaces made '-'.
+func headingAnchor(text string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(text)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// headingAnchors is the anchor of every heading of a markdown document (a
+// repeated one also gets GitHub's "-1", "-2", ...).
+func headingAnchors(doc string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	inCode := false
+	for _, line := range strings.Split(doc, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+		}
+		text, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
+		if inCode || !strings.HasPrefix(line, "#") || !ok {
+			continue
+		}
+		a := headingAnchor(text)
+		if k := seen[a]; k > 0 {
+			out[a+"-"+strconv.Itoa(k)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
+	}
+	return out
 }
