@@ -45,9 +45,7 @@ func loadRules(t *testing.T) []rulefmt.Rule {
 	}
 	var out []rulefmt.Rule
 	for _, g := range groups.Groups {
-		for _, n := range g.Rules {
-			out = append(out, n)
-		}
+		out = append(out, g.Rules...)
 	}
 	return out
 }
