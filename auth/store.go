@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -134,8 +135,10 @@ func (s *Store) publish(st *State) {
 // current from a failure until the data is read again.
 func (s *Store) Run(ctx context.Context) {
 	defer s.publish(nil)
+	attempt := 0
 	ctxsleep.RetryLive(ctx, s.cfg.Live, func(ctx context.Context) error {
-		err := s.follow(ctx)
+		attempt++
+		err := s.follow(ctx, attempt)
 		s.publish(nil)
 		return err
 	}, func(err error) {
@@ -144,8 +147,8 @@ func (s *Store) Run(ctx context.Context) {
 }
 
 // follow reads the auth data, then applies the watch's events until it
-// fails.
-func (s *Store) follow(ctx context.Context) error {
+// fails; attempt numbers its run (see the watch's stream below).
+func (s *Store) follow(ctx context.Context, attempt int) error {
 	// While no State is current every request waits on this read and
 	// watch: each attempt gets a fifth of RequestTimeout (at least a
 	// second), so that one sent to a silent member costs little before
@@ -158,9 +161,13 @@ func (s *Store) follow(ctx context.Context) error {
 	// Require a leader: a member cut off from the others refuses or ends
 	// the watch instead of keeping it silent. The watch has a gRPC stream
 	// of its own (its own metadata): etcd answers a progress request only
-	// when every watch of the stream has reached its start revision.
+	// when every watch of the stream has reached its start revision. A new
+	// stream for each attempt: clientv3 keeps a stream whose watch was
+	// never created (one to a silent member) open, and would give the
+	// next attempt's watch the same stream, and the same silent member,
+	// again and again; a new stream is sent where the balancer picks.
 	wctx, wcancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx),
-		"v2bridge-watch", "auth"))
+		"v2bridge-watch", "auth-"+strconv.Itoa(attempt)))
 	defer wcancel()
 	// The watch must be created within short, counted from now: clientv3
 	// holds Watch itself until it has a stream to the member, which a

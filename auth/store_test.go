@@ -17,6 +17,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/v2bridge/v2bridge/auth"
@@ -620,6 +622,87 @@ func TestStoreMovesOffASilentMember(t *testing.T) {
 		t.Logf("member %d silent: longest stretch without a current State %v (RequestTimeout %v)", bad, worst, timeout)
 		if worst > 6*time.Second {
 			t.Errorf("member %d silent: no current State for %v", bad, worst)
+		}
+	}
+}
+
+// TestStoreWatchLeavesASilentMember: a Store over every member, one of
+// which went silent, whose watch went to the silent member (and so was
+// never created) gets a current State from another member: the next
+// attempt's watch is not sent down the same stream again.
+func TestStoreWatchLeavesASilentMember(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs etcd")
+	}
+	cl := v2bridgetest.StartCluster(t, 3)
+	// The balancer's first pick is random: a Store whose first watch went
+	// to a member that answers proves nothing, and another is started,
+	// until one's watch has gone to the silent member (1 in 3).
+	for trial := 1; ; trial++ {
+		if trial > 30 {
+			t.Fatal("in 30 Stores, no watch went to the silent member")
+		}
+		if storeMovesOffAWatchNotCreated(t, cl, 0) {
+			return
+		}
+	}
+}
+
+// storeMovesOffAWatchNotCreated connects a client to every member of cl,
+// takes member bad off the network, and runs a Store over the client until
+// it has a current State. It reports whether a watch of the Store was not
+// created before then; if one was, the State must come within 15 s of it.
+func storeMovesOffAWatchNotCreated(t *testing.T, cl *v2bridgetest.Cluster, bad int) (tried bool) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cl.ProxiedEndpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	// Connected to every member before one goes silent (a connection
+	// to a silent member would never be made, nor used).
+	seen := map[uint64]bool{}
+	for len(seen) < len(cl.Members) {
+		resp, err := cli.Get(ctxT(t), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[resp.Header.MemberId] = true
+	}
+	cl.Blackhole(bad)
+	defer cl.Heal(bad)
+	core, logs := observer.New(zap.WarnLevel)
+	s := auth.NewStore(auth.StoreConfig{Client: cli, Keys: auth.KeysFor("_v2bridge/", "", nil),
+		RequestTimeout: 2 * time.Second, Logger: zap.New(core)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var since time.Time // when a watch was first seen not created
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if since.IsZero() {
+			for _, e := range logs.All() {
+				if err, _ := e.ContextMap()["error"].(string); strings.Contains(err, "not created") {
+					since = time.Now()
+					t.Logf("a watch was not created, %v after the Store started", since.Sub(start))
+					break
+				}
+			}
+		}
+		if _, ok := s.State(); ok {
+			if !since.IsZero() {
+				t.Logf("current %v after that", time.Since(since))
+			}
+			return !since.IsZero()
+		}
+		switch {
+		case since.IsZero() && time.Since(start) > 30*time.Second:
+			t.Fatal("no current State, and no watch seen not created, 30 s after the Store started")
+		case !since.IsZero() && time.Since(since) > 15*time.Second:
+			var errs []any
+			for _, e := range logs.All() {
+				errs = append(errs, e.ContextMap()["error"])
+			}
+			t.Fatalf("no current State 15 s after a watch was not created; the attempts ended: %v", errs)
 		}
 	}
 }
