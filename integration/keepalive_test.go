@@ -18,7 +18,9 @@ import (
 // each at ERROR on the bridge's stderr. A bridge over three members, left
 // idle for 45 s, gets none. --advertise-only-self leaves the bridge nothing
 // to follow but the auth data: any other connection it held would be idle.
+// In parallel with the other tests that mostly wait (45 s idle here).
 func TestKeepaliveRespectsTheServersPolicy(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("45 s")
 	}

@@ -441,8 +441,10 @@ func getBridge(t *testing.T, base, p string) resp {
 // TestMigrateV2Reference migrates a 10,000+ node tree from a real etcd v2
 // server (etcd 3.5 with the v2 API): copy, verify, idempotent re-copy,
 // conflicts, dry run, overwrite, prune, follow with live changes, and the
-// re-sync after the v2 server's history runs out.
+// re-sync after the v2 server's history runs out. In parallel with the
+// other long tests that have a v2 server, cluster and bridges of their own.
 func TestMigrateV2Reference(t *testing.T) {
+	t.Parallel()
 	ref := v2ref.StartT(t, v2ref.Options{})
 	cl := v2bridgetest.StartCluster(t, 1)
 	br := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{})

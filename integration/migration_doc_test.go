@@ -479,14 +479,20 @@ func etcdctlWatch(ctx context.Context, etcdctl, base, dir string, st *watchState
 // follower of flannel's prefix alone is refused first), once serving only
 // flannel's tree. Afterwards no key of the v2 server the bridges serve is
 // missing, every acknowledged write is there exactly once, and every
-// watcher has converged on the final tree.
+// watcher has converged on the final tree. The two runs, each on a v2
+// server, a cluster and bridges of its own, and mostly waiting on them, run
+// in parallel, and with the other tests that do.
 func TestMigrationDocVerbatim(t *testing.T) {
+	t.Parallel()
 	etcdctl := etcdctlV2(t)
 	if err := exec.Command("/usr/bin/python3", "-c", "import etcd").Run(); err != nil {
 		missingClient(t, "python3-etcd not installed (Debian package python3-etcd; .ci/run installs it)")
 	}
 	for _, served := range []string{"/", "/coreos.com/network"} {
-		t.Run("serving "+served, func(t *testing.T) { runMigrationDoc(t, etcdctl, served) })
+		t.Run("serving "+served, func(t *testing.T) {
+			t.Parallel()
+			runMigrationDoc(t, etcdctl, served)
+		})
 	}
 }
 
