@@ -442,12 +442,13 @@ func getBridge(t *testing.T, base, p string) resp {
 // server (etcd 3.5 with the v2 API): copy, verify, idempotent re-copy,
 // conflicts, dry run, overwrite, prune, follow with live changes, and the
 // re-sync after the v2 server's history runs out. In parallel with the
-// other long tests that have a v2 server, cluster and bridges of their own.
+// other long tests that have a v2 server, cluster and bridges of their own;
+// its copy loads this process, whose bridge's heartbeat is patient.
 func TestMigrateV2Reference(t *testing.T) {
 	t.Parallel()
 	ref := v2ref.StartT(t, v2ref.Options{})
 	cl := v2bridgetest.StartCluster(t, 1)
-	br := v2bridgetest.StartBridge(t, cl.Endpoints(), v2bridgetest.Options{})
+	br := v2bridgetest.StartBridge(t, cl.Endpoints(), patientHeartbeat)
 	be := newTargetBackend(t, cl.Endpoints())
 	v3 := cl.Client(t)
 	ctx := ctxT(t, 3*time.Minute)
