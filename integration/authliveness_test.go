@@ -314,13 +314,13 @@ func faultsCostOnlyDetection(t *testing.T, c *v2bridgetest.Cluster, p *v2bridget
 	}
 	var windows []window
 	for _, f := range faults {
+		time.Sleep(3 * time.Second) // the cluster settles after the last fault
 		if f.auth && !authOn {
 			enableV2Auth(t, u)
 			up := "root:rootpw"
 			load.user.Store(&up)
 			authOn = true
 		}
-		time.Sleep(3 * time.Second) // the cluster settles after the last fault
 		i := f.member()
 		if c.Leader() == i {
 			// The leader's fault is an election, which no bridge can
