@@ -29,7 +29,12 @@ func TestDualModeMovesWithTheSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Stop(syscall.SIGTERM) })
+	t.Cleanup(func() {
+		p.Stop(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("the bridge's log, its end:\n%s", p.Log())
+		}
+	})
 	waitFor(t, 30*time.Second, "the bridge's v3 side connected", func() bool {
 		return strings.Contains(p.Log(), "dual mode: the etcd v3 side is connected")
 	})
