@@ -71,7 +71,8 @@ TestExpiredDirectorySweptByABridgeStartedLater|TestScopedBridgeBatchedWritesMatc
 TestScopedAndWholeTreeBridgesShareTheData|TestScopedBridgeRunsWithFlannelsKeysAlone|$\
 TestRealClientsThroughAScopedBridgeBesideAChurningRegistry|TestConformance|$\
 TestFreshBridgeAnswersTheFirstEvent|TestFreshBridgeAnswersTheFirstEventAfterFailover|$\
-TestExpiredKeyGoneAfterFreeze|TestFreshBridgesReadBackTheirWrites|TestLivenessAuthMovesWithTheSession)$$
+TestExpiredKeyGoneAfterFreeze|TestFreshBridgesReadBackTheirWrites|TestLivenessAuthMovesWithTheSession|$\
+TestDualModeMovesWithTheSession)$$
 # MATRIX_SKIP_ETCD34: what etcd 3.4.23 fails, for now (a -skip pattern; the
 # liveness tests of blackholes and partitions expect the election a healed
 # member forces there, with --pre-vote=false):
@@ -80,10 +81,13 @@ TestExpiredKeyGoneAfterFreeze|TestFreshBridgesReadBackTheirWrites|TestLivenessAu
 #   them (docs/compatibility.md): the watch is denied.
 # - TestLivenessAuthMovesWithTheSession: a write during the election a healed
 #   member forces took 1.7 s, past its 1.5 s bound.
+# - TestDualModeMovesWithTheSession: the same (1.59 s); and in the election
+#   (logged: "no quorum, nor has any other member"), writes were refused as
+#   no leader could renew the agent's 3 s lease (3 of 3 runs).
 # - TestLivenessPartition: now and then a loss is deferred during the
 #   leader's partition, in an election the previous heal forced.
 MATRIX_SKIP_ETCD34 := ^(TestScopedBridgeRunsWithFlannelsKeysAlone|TestLivenessAuthMovesWithTheSession|$\
-TestLivenessPartition)$$
+TestDualModeMovesWithTheSession|TestLivenessPartition)$$
 # MATRIX_SKIP_ETCD35: what 3.5 leaves to 3.4 and 3.6, for time. etcd
 # 3.5.35 has no bug the bridge knows of, and behaves as 3.6 does in all it
 # uses: on 3.5 each area keeps its tests of every version (history from a

@@ -17,8 +17,8 @@ import (
 )
 
 // bridgeAuth is a bridge's v2 auth: the Store following its key space's
-// users and roles in etcd v3 (on the backend's checked session in v3 mode,
-// the control client in dual mode), and the Checker of requests.
+// users and roles in etcd v3 (on the backend's checked session; in dual
+// mode, a handover to it), and the Checker of requests.
 type bridgeAuth struct {
 	svc   *auth.Service
 	adopt func(context.Context) error // before the Store runs: auth.Adopt

@@ -95,8 +95,9 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 		return nil, err
 	}
 	res.add(func() { _ = cli.Close() })
-	mem := newBridgeMembers(cfg, cli, nil, lg, false) // the agent registers the bridge
-	au := newAuth(cfg, cli, nil, reg)
+	h := newHandover(cli)                              // to the v3 side's session once it connects
+	mem := newBridgeMembers(cfg, h, h.Live, lg, false) // the agent registers the bridge
+	au := newAuth(cfg, h, h.Live, reg)
 	au.start()
 	res.add(au.stop) // after shutdown, before the client closes
 	d := &dualSide{stopBg: func() {}}
@@ -117,7 +118,7 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 		OnChange:    mm.set,
 	})
 	mm.fenced, mm.headroom = d.FencedWrites, d.CeilingHeadroom
-	agent := cutover.NewAgent(cutover.AgentConfig{Client: cli, Keys: cutover.KeysFor(cfg.Layout.MetaPrefix), Switch: d.Switch,
+	agent := cutover.NewAgent(cutover.AgentConfig{Client: h, Live: h.Live, Keys: cutover.KeysFor(cfg.Layout.MetaPrefix), Switch: d.Switch,
 		LeaseTTL: cfg.ModeLeaseTTL, RequestTimeout: cfg.RequestTimeout, Name: cfg.Name,
 		Advertise: cfg.AdvertiseURLs, DataPrefix: cfg.Layout.DataPrefix, Prefix: cfg.ServePrefix,
 		OnlySelf: cfg.AdvertiseOnlySelf, Logger: lg.Named("mode")})
@@ -133,7 +134,7 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 		}()
 		go func() {
 			defer bg.Done()
-			d.connectV3(bgctx, cfg, mem, au.svc, reg, &v3reg, parked)
+			d.connectV3(bgctx, cfg, h, mem, au.svc, reg, &v3reg, parked)
 		}()
 		d.stopBg = func() {
 			bgcancel()
@@ -145,8 +146,8 @@ func buildDual(ctx context.Context, cfg *Config, res *cleanups, parked func() in
 }
 
 // connectV3 connects the v3 side, retrying until it answers or ctx ends,
-// and hands it to the switch.
-func (d *dualSide) connectV3(ctx context.Context, cfg *Config, mem *bridgeMembers, au *auth.Service,
+// hands it to the switch, and hands h over to its session.
+func (d *dualSide) connectV3(ctx context.Context, cfg *Config, h *handover, mem *bridgeMembers, au *auth.Service,
 	shadowReg prometheus.Registerer, v3reg *atomic.Pointer[prometheus.Registry], parked func() int) {
 	lg := cfg.Logger
 	backoff := time.Second
@@ -158,6 +159,7 @@ func (d *dualSide) connectV3(ctx context.Context, cfg *Config, mem *bridgeMember
 			return mem.members(), au
 		}, reg, parked)
 		if err == nil {
+			h.to(s.br.Backend.Conn())
 			v3reg.Store(reg)
 			d.v3.Store(s)
 			d.SetV3(asSideHandlers(s))

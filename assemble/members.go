@@ -26,8 +26,8 @@ type bridgeMembers struct {
 }
 
 // etcdClient is what a bridge's members and auth follow etcd v3 with: the
-// backend's checked session (v3backend.Conn) in v3 mode, the control
-// client in dual mode.
+// backend's checked session (v3backend.Conn) in v3 mode, a handover to it
+// in dual mode.
 type etcdClient interface {
 	clientv3.KV
 	clientv3.Watcher

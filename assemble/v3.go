@@ -149,13 +149,13 @@ func warnEmbedded(lg *zap.Logger, e *Embedded) {
 }
 
 // ControlClient is the etcd v3 client of the commands (migrate, cutover),
-// of a dual-mode bridge's mode record, registration and auth, and of a
-// bridge's check of what it serves at start: the backend's TLS, auth, dial
-// and keepalive settings, over every endpoint. It does not block: while
-// etcd v3 is unreachable its calls fail within their deadlines. Keepalive
-// pings only connections with a stream (etcd refuses others' with GOAWAY
-// too_many_pings); a dead connection without one is noticed by the next
-// call's deadline.
+// of a dual-mode bridge's mode record, registration and auth until its v3
+// side connects (handover), and of a bridge's check of what it serves at
+// start: the backend's TLS, auth, dial and keepalive settings, over every
+// endpoint. It does not block: while etcd v3 is unreachable its calls fail
+// within their deadlines. Keepalive pings only connections with a stream
+// (etcd refuses others' with GOAWAY too_many_pings); a dead connection
+// without one is noticed by the next call's deadline.
 func ControlClient(bcfg v3backend.Config, lg *zap.Logger) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:            bcfg.Endpoints,

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/v2bridge/v2bridge/internal/ctxsleep"
 	"github.com/v2bridge/v2bridge/membership"
 )
 
@@ -26,6 +27,12 @@ type Etcd interface {
 // AgentConfig configures an Agent.
 type AgentConfig struct {
 	Client Etcd
+	// Live, if set, tells whether Client reaches etcd now: a dual-mode
+	// bridge's Client is its checked session (v3backend.Conn) once the v3
+	// side is connected, whose calls end when the bridge loses its member.
+	// While it does not, the agent waits (the lease's life bounds the
+	// writes meanwhile) and starts again the moment it does.
+	Live   ctxsleep.Live
 	Keys   Keys
 	Switch *Switch
 	// LeaseTTL is the TTL of the registration's lease: a bridge that cannot
@@ -99,21 +106,9 @@ func NewAgent(cfg AgentConfig) *Agent {
 // Run keeps the bridge registered and in step until ctx ends, then removes
 // its registration.
 func (a *Agent) Run(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := a.session(ctx)
-		if ctx.Err() != nil {
-			break
-		}
+	ctxsleep.RetryLive(ctx, a.cfg.Live, a.session, func(err error) {
 		a.lg.Warn("mode record: lost touch with etcd v3; trying again", zap.Error(err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		backoff = min(2*backoff, 2*time.Second)
-	}
+	})
 	a.deregister()
 }
 
@@ -223,6 +218,14 @@ func (a *Agent) applyRenewing(ctx context.Context, st State) error {
 // replaced without seeing it), then follow the record and renew the lease
 // until something fails.
 func (a *Agent) session(ctx context.Context) error {
+	if a.lease != 0 {
+		// The lease kept from the last session is renewed at once: the
+		// writes' window closes a TTL after its last renewal, which may
+		// be a while ago.
+		if err := a.renew(ctx); err != nil && a.lease != 0 {
+			return err
+		}
+	}
 	rec, modRev, rev, err := a.read(ctx)
 	if err != nil {
 		return err

@@ -5,12 +5,15 @@ package cutover
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/v2bridge/v2bridge/membership"
 )
@@ -237,4 +240,186 @@ func TestAgentRenewsItsLeaseWhileWritesDrain(t *testing.T) {
 	}
 	release.Do(func() { close(pass.release) })
 	waitUntil(t, func() bool { g := registration(t, f); return g != nil && g.Generation == 1 })
+}
+
+// lossyEtcd is fakeEtcd behind a session the test loses and gets back, as
+// a bridge's v3backend.Conn: while lost, every call fails at once and every
+// watch ends; live tells the agent.
+type lossyEtcd struct {
+	*fakeEtcd
+
+	mu      sync.Mutex // guards everything below
+	up      bool
+	changed chan struct{}      // closed at the next change
+	lost    context.Context    // ends at the next loss
+	lose    context.CancelFunc // ends lost
+	calls   []string           // every call, in order
+}
+
+var errSessionLost = errors.New("session lost")
+
+func newLossyEtcd(f *fakeEtcd) *lossyEtcd {
+	l := &lossyEtcd{fakeEtcd: f, up: true, changed: make(chan struct{})}
+	l.lost, l.lose = context.WithCancel(context.Background())
+	return l
+}
+
+func (l *lossyEtcd) live() (bool, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.up, l.changed
+}
+
+// set loses the session (up false) or connects a new one.
+func (l *lossyEtcd) set(up bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.up = up
+	if up {
+		l.lost, l.lose = context.WithCancel(context.Background())
+	} else {
+		l.lose()
+	}
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// call notes a call; false: the session is lost, and it fails.
+func (l *lossyEtcd) call(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, name)
+	return l.up
+}
+
+func (l *lossyEtcd) callsSince(n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.calls[n:]...)
+}
+
+func (l *lossyEtcd) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if !l.call("Get") {
+		return nil, errSessionLost
+	}
+	return l.fakeEtcd.Get(ctx, key, opts...)
+}
+
+func (l *lossyEtcd) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	if !l.call("Put") {
+		return nil, errSessionLost
+	}
+	return l.fakeEtcd.Put(ctx, key, val, opts...)
+}
+
+func (l *lossyEtcd) Txn(ctx context.Context) clientv3.Txn {
+	if !l.call("Txn") {
+		return lostTxn{}
+	}
+	return l.fakeEtcd.Txn(ctx)
+}
+
+func (l *lossyEtcd) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	if !l.call("Grant") {
+		return nil, errSessionLost
+	}
+	return l.fakeEtcd.Grant(ctx, ttl)
+}
+
+func (l *lossyEtcd) Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error) {
+	if !l.call("Revoke") {
+		return nil, errSessionLost
+	}
+	return l.fakeEtcd.Revoke(ctx, id)
+}
+
+func (l *lossyEtcd) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	if !l.call("KeepAliveOnce") {
+		return nil, errSessionLost
+	}
+	return l.fakeEtcd.KeepAliveOnce(ctx, id)
+}
+
+// Watch ends (its channel closes) with ctx or the session.
+func (l *lossyEtcd) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	out := make(chan clientv3.WatchResponse)
+	if !l.call("Watch") {
+		close(out)
+		return out
+	}
+	l.mu.Lock()
+	lost := l.lost
+	l.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(lost, cancel)
+	in := l.fakeEtcd.Watch(ctx, key, opts...)
+	go func() { // ends with ctx, which the agent's cancel or the loss ends
+		defer close(out)
+		defer stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case wr := <-in:
+				select {
+				case out <- wr:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// lostTxn is a transaction on a lost session.
+type lostTxn struct{}
+
+func (t lostTxn) If(...clientv3.Cmp) clientv3.Txn      { return t }
+func (t lostTxn) Then(...clientv3.Op) clientv3.Txn     { return t }
+func (t lostTxn) Else(...clientv3.Op) clientv3.Txn     { return t }
+func (lostTxn) Commit() (*clientv3.TxnResponse, error) { return nil, errSessionLost }
+
+// TestAgentWaitsForTheSessionAndRenewsItsLeaseFirst: on a bridge's checked
+// session, an agent that lost it calls nothing until a new one is live,
+// then at once renews the lease it kept (writes open again) rather than
+// granting another.
+func TestAgentWaitsForTheSessionAndRenewsItsLeaseFirst(t *testing.T) {
+	f := newFakeEtcd(testKeys)
+	l := newLossyEtcd(f)
+	s, _, _ := newBareSwitch(t)
+	a := NewAgent(AgentConfig{Client: l, Live: l.live, Keys: testKeys, Switch: s, LeaseTTL: 2 * time.Second,
+		RequestTimeout: time.Second, Name: "test"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		recv(t, "the agent's end", done)
+	})
+	waitUntil(t, func() bool { return serve(s, "PUT", "/v2/keys/a").Body.String() == "old" })
+
+	lostAt := len(l.callsSince(0))
+	l.set(false)
+	// Lost past the lease's life in the switch (its TTL less the safety):
+	// writes are refused.
+	waitUntil(t, func() bool { return refused(serve(s, "PUT", "/v2/keys/a"), "cannot renew its registration") })
+	if calls := l.callsSince(lostAt); len(calls) > 2 {
+		t.Errorf("while the session was lost the agent called %v; want at most the call that failed and a renewal due", calls)
+	}
+	upAt := len(l.callsSince(0))
+	l.set(true)
+	waitUntil(t, func() bool { return serve(s, "PUT", "/v2/keys/a").Body.String() == "old" })
+	if calls := l.callsSince(upAt); len(calls) == 0 || calls[0] != "KeepAliveOnce" {
+		t.Errorf("on the new session the agent called %v; want the kept lease's renewal first", calls)
+	}
+	f.mu.Lock()
+	leases := len(f.leases)
+	f.mu.Unlock()
+	if leases != 1 {
+		t.Errorf("%d leases after the new session; want the one kept", leases)
+	}
 }

@@ -122,3 +122,24 @@ func TestRetryLiveRunsOnlyWhileUp(t *testing.T) {
 		t.Fatalf("%d runs, reported %v; want 3 runs and only the failure while up", n, reported)
 	}
 }
+
+// TestRetryLiveTakesAChangeAsTheRunsEnd: a run during which the connection
+// changed (a new one, or a handover) ended with it: it is not reported.
+func TestRetryLiveTakesAChangeAsTheRunsEnd(t *testing.T) {
+	l := &testLive{up: true, changed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	var n int
+	var reported []error
+	RetryLive(ctx, l.live, func(context.Context) error {
+		n++
+		if n == 1 {
+			l.set(true) // handed over to another connection, up too
+			return errors.New("watch closed")
+		}
+		cancel()
+		return ctx.Err()
+	}, func(err error) { reported = append(reported, err) })
+	if n != 2 || len(reported) != 0 {
+		t.Fatalf("%d runs, reported %v; want 2 runs and nothing reported", n, reported)
+	}
+}

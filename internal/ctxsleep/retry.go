@@ -30,8 +30,9 @@ type Live func() (up bool, changed <-chan struct{})
 
 // RetryLive is Retry over a connection that live (nil: always up) tells
 // about: while it is down no run starts, and none counts as failed (the
-// connection's owner reports its loss); a run starts the moment it is up
-// again, and a back-off ends early when it changes.
+// connection's owner reports its loss), nor does one during which it
+// changed; a run starts the moment it is up again, and a back-off ends
+// early when it changes.
 func RetryLive(ctx context.Context, live Live, run func(context.Context) error, ended func(error)) {
 	if live == nil {
 		live = func() (bool, <-chan struct{}) { return true, nil }
@@ -55,6 +56,11 @@ func RetryLive(ctx context.Context, live Live, run func(context.Context) error, 
 		}
 		if time.Since(start) > retryFresh {
 			backoff = retryFirst
+		}
+		select {
+		case <-changed:
+			continue // the run ended with its connection (lost, or handed over): not a failure
+		default:
 		}
 		if up, _ := live(); !up {
 			continue // lost meanwhile: wait for the next connection

@@ -141,6 +141,13 @@ var auditMutations = []Mutation{
 		Test:    "go test -count=1 -run ^TestMembersOfTheSameKeySpaceInEveryMode$ ./integration/",
 	},
 	{
+		Name: "dual-mode-never-hands-over", File: "assemble/dual.go",
+		What:    "a dual-mode bridge's auth, member list and agent stay on the control client once its v3 side connects",
+		Find:    "\t\t\th.to(s.br.Backend.Conn())\n",
+		Replace: "",
+		Test:    "go test -count=1 -run ^TestDualModeMovesWithTheSession$/^from_the_v2_server$ ./integration/",
+	},
+	{
 		Name: "cmd-agent-without-serve-prefix", File: "assemble/dual.go",
 		What:    "a dual-mode bridge registers without its --serve-prefix",
 		Find:    "DataPrefix: cfg.Layout.DataPrefix, Prefix: cfg.ServePrefix,",

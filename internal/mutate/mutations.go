@@ -349,6 +349,18 @@ var mutations = []Mutation{
 		Test: "go test -short -count=1 -run ^TestSwitchEndsWatchesWhenTheSideChanges$ ./cutover/",
 	},
 	{
+		Name: "agent-ignores-liveness", File: "cutover/agent.go",
+		What: "the agent retries on a lost session on its own back-off instead of waiting for the next",
+		Find: "ctxsleep.RetryLive(ctx, a.cfg.Live, a.session,", Replace: "ctxsleep.RetryLive(ctx, nil, a.session,",
+		Test: "go test -short -count=1 -run ^TestAgentWaitsForTheSessionAndRenewsItsLeaseFirst$ ./cutover/",
+	},
+	{
+		Name: "agent-kept-lease-renewed-late", File: "cutover/agent.go",
+		What: "a new session of the agent renews the lease it kept only a quarter TTL later, leaving writes refused",
+		Find: "\tif a.lease != 0 {\n\t\t// The lease kept", Replace: "\tif false {\n\t\t// The lease kept",
+		Test: "go test -short -count=1 -run ^TestAgentWaitsForTheSessionAndRenewsItsLeaseFirst$ ./cutover/",
+	},
+	{
 		Name: "write-window-past-lease", File: "cutover/agent.go",
 		What: "writes are allowed past the registration lease's TTL instead of short of it",
 		Find: "time.Duration(a.renewedTTL)*time.Second - safety", Replace: "time.Duration(a.renewedTTL)*time.Second + safety",
