@@ -406,6 +406,15 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 			lease, exp, recorded = pl.id, pl.shown, pl.recorded
 			b.leases.put(int64(lease), exp)
 		}
+		var journalLease clientv3.LeaseID
+		if plan.NeedsRecord() {
+			jl, err := b.journalPool.acquire(ctx, s.cli, journalTTL, now)
+			if err != nil {
+				return nil, err
+			}
+			journalLease = jl.id
+			plan.SetJournalLease(int64(jl.id))
+		}
 		plan.Bind(int64(lease), exp, now, recorded)
 		w := newBatchWrite(plan, lease)
 		if plan.Batchable() && b.batch.max > 1 {
@@ -417,10 +426,11 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		} else {
 			b.batch.sendAlone(ctx, s, w)
 		}
-		if w.err != nil && lease != 0 && errors.Is(w.err, rpctypes.ErrLeaseNotFound) {
-			// The shared lease is gone (revoked by someone else): the
+		if w.err != nil && (lease != 0 || journalLease != 0) && errors.Is(w.err, rpctypes.ErrLeaseNotFound) {
+			// A shared lease is gone (revoked by someone else): the
 			// next attempt takes a new one.
 			b.pool.forget(plan.TTL, lease)
+			b.journalPool.forget(journalTTL, journalLease)
 			continue
 		}
 		if w.err != nil {
@@ -488,6 +498,8 @@ func toOps(ops []translate.Op, lease clientv3.LeaseID) []clientv3.Op {
 			out[i] = clientv3.OpDelete(o.Key)
 		case o.WithLease && lease != 0:
 			out[i] = clientv3.OpPut(o.Key, string(o.Value), clientv3.WithLease(lease))
+		case o.Lease != 0:
+			out[i] = clientv3.OpPut(o.Key, string(o.Value), clientv3.WithLease(clientv3.LeaseID(o.Lease)))
 		default:
 			out[i] = clientv3.OpPut(o.Key, string(o.Value))
 		}
