@@ -390,7 +390,13 @@ func TestEveryWriteDecodesToItsAnswer(t *testing.T) {
 			if verr != nil {
 				t.Fatal(verr)
 			}
+			p.SetJournalLease(7)
 			p.Bind(0, time.Time{}, now, false)
+			for _, o := range p.Ops {
+				if o.Key == l.RecordKey(req.Path) && o.Lease != 7 {
+					t.Errorf("the journal record is on lease %d, want the journal lease", o.Lease)
+				}
+			}
 			const rev = 21
 			evs := applyOps(c.state, p.Ops, rev)
 			hasJournal, hasRecord := false, false

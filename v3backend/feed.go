@@ -497,14 +497,14 @@ func (b *Backend) commitSweep(ctx context.Context, s *session, dir string) int64
 	var ops []translate.Op
 	err := rpctypes.ErrLeaseNotFound
 	for try := 0; try < 2 && errors.Is(err, rpctypes.ErrLeaseNotFound); try++ { // a journal lease revoked: take another
-		var jl pooledLease
-		if jl, err = b.journalPool.acquire(ctx, s.cli, journalTTL, time.Now()); err != nil {
+		var jl clientv3.LeaseID
+		if jl, err = b.journalLease(ctx, s); err != nil {
 			break
 		}
 		var cmps []translate.Cmp
-		cmps, ops = b.layout.SweepTxn(dir, int64(jl.id))
+		cmps, ops = b.layout.SweepTxn(dir, int64(jl))
 		if resp, err = s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit(); errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			b.journalPool.forget(journalTTL, jl.id)
+			b.journalPool.forget(journalTTL, jl)
 		}
 	}
 	if err != nil {

@@ -408,12 +408,11 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		}
 		var journalLease clientv3.LeaseID
 		if plan.NeedsRecord() {
-			jl, err := b.journalPool.acquire(ctx, s.cli, journalTTL, now)
-			if err != nil {
+			var err error
+			if journalLease, err = b.journalLease(ctx, s); err != nil {
 				return nil, err
 			}
-			journalLease = jl.id
-			plan.SetJournalLease(int64(jl.id))
+			plan.SetJournalLease(int64(journalLease))
 		}
 		plan.Bind(int64(lease), exp, now, recorded)
 		w := newBatchWrite(plan, lease)
@@ -450,6 +449,18 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		return plan.ResultAt(translate.EventIndex(w.rev, w.pos, w.n)), nil
 	}
 	return nil, errors.New("v2bridge: write gave up after too many conflicting concurrent writes")
+}
+
+// journalLease is the lease journal records go on now (journalPool).
+func (b *Backend) journalLease(ctx context.Context, s *session) (clientv3.LeaseID, error) {
+	jl, err := b.journalPool.acquire(ctx, s.cli, journalTTL, time.Now())
+	if err != nil {
+		return 0, err
+	}
+	if jl.fresh {
+		b.metrics.leaseGrants.Inc()
+	}
+	return jl.id, nil
 }
 
 // toCmps builds the v3 compares (as clientv3.Compare would, without boxing
