@@ -177,11 +177,11 @@ type Backend struct {
 	pool    *leasePool // the leases TTL writes share
 	// journalPool: the leases of journal records (journalTTL)
 	journalPool *leasePool
-	hub     *hub.Hub
-	cur     curRev // shares the current-revision reads of watch requests
-	quorum  curRev // shares the linearizable reads of quorum GETs
-	mirror  *mirror
-	batch   batcher // sends concurrent writes together, in one transaction
+	hub         *hub.Hub
+	cur         curRev // shares the current-revision reads of watch requests
+	quorum      curRev // shares the linearizable reads of quorum GETs
+	mirror      *mirror
+	batch       batcher // sends concurrent writes together, in one transaction
 	// shared is the shared feed now open (nil between feeds), for progress
 	// requests.
 	shared atomic.Pointer[feed]
