@@ -53,7 +53,7 @@ func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Tim
 			}
 		}
 	}
-	if place > 0 {
+	if place > 0 || records > 1 {
 		return l.decodeBatch(rev, evs, ls, now, l.isRecordKey, func(_ string, j *Journal) int { return j.Place })
 	}
 	jk := l.JournalKey()
