@@ -251,3 +251,42 @@ func shadowJSON(recs []shadow.Record, followed string, err error) *jsonShadow {
 	j.Bridges = append(j.Bridges, recs...)
 	return j
 }
+
+// OutputHelp is the part of command's usage text ("migrate", "verify",
+// "migrate cutover", "migrate rollback") that describes its --output json
+// object and exit status.
+func OutputHelp(command string) string {
+	switch command {
+	case "migrate":
+		return `
+--output json prints one object on stdout however the command ends (only
+command, ok and error if it fails before counting anything): command, ok,
+error (the message on stderr), source, prefix, target (endpoints,
+dataPrefix, metaPrefix), the tree counts, created, updated, unchanged,
+expired, extra, deleted, conflicts and failures (each path, kind, detail),
+complete, durationSeconds and, with --follow, follow.
+Exit status: 0 when everything was copied; 1 on any error, conflict or
+failed node, the reason on stderr. Progress and notes go to stderr.
+`
+	case "verify":
+		return `
+--output json prints one object on stdout however the command ends: command,
+ok, error (the message on stderr), source, prefix, target (endpoints,
+dataPrefix, metaPrefix), sourceNodes, bridgeNodes, every one of the
+differences (each path, kind, detail; --max-differences limits only the
+text), notCompared, and shadow: bridges (each record's name, host,
+advertiseURLs, prefix, sampleRate, started, updated, counts, recent,
+perSecond, pendingWrites, laggingWrites, followerIndex) and total.
+Exit status: 0 when nothing differs; 1 on any error or difference, the
+reason on stderr. Progress and notes go to stderr.
+`
+	}
+	return `
+--output json prints one object on stdout however the command ends, the
+steps going to stderr: command, ok, error (the message on stderr), changed,
+record, bridges, padded, v3Writes, discarded (a rollback's writes made
+through etcd v3 since the cutover, each node once as it is now), auth and
+durationSeconds.
+Exit status: 0 when done; 1 on any error, the reason on stderr.
+`
+}

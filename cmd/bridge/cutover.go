@@ -49,7 +49,7 @@ intact. Writes made through etcd v3 since the cutover are not copied back:
 it refuses when there are any, unless --force. Steps: fence writes and wait
 for the bridges; raise the v2 server's index past etcd v3's; switch.
 Already in passthrough mode: nothing to do.
-`
+` + migration.OutputHelp("migrate "+cmd)
 	if cmd == "cutover" {
 		intro = `Usage: v2bridge migrate cutover --v2-server URLS --endpoints URLS [flags]
 
@@ -63,7 +63,7 @@ Once fenced it copies the v2 server's users, roles and auth flag one last
 time; it refuses while auth is enabled there and some user's password is
 unknown to the bridges (see --allow-unknown-passwords).
 A failure before step 3 lifts the fence. Already in v3 mode: nothing to do.
-`
+` + migration.OutputHelp("migrate "+cmd)
 	}
 	setCommandUsage(fs, intro, "The v2 server and the command:", "The etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
 	return fs

@@ -199,7 +199,7 @@ password the bridges have not learned), and exits non-zero on any
 difference. Then it prints what
 bridges in passthrough mode report of their shadow comparison (their answers
 checked against etcd v3 as they serve), which does not change the exit status.
-`
+` + migration.OutputHelp(cmd)
 	if cmd == "migrate" {
 		intro = `Usage: v2bridge migrate --v2-server URLS --endpoints URLS [flags]
 
@@ -211,7 +211,7 @@ bridges from requests the v2 server accepts). Running it again changes
 nothing; nodes the bridge holds differently are reported as conflicts and
 left alone unless --overwrite.
 With --follow it keeps applying the v2 server's changes until interrupted.
-`
+` + migration.OutputHelp(cmd)
 	}
 	setCommandUsage(fs, intro, "The v2 server and behaviour:", "Target etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
 	return fs
