@@ -10,5 +10,9 @@
 // documented divergences of docs/compatibility.md (v2diff.Divergences);
 // anything else fails the suite. The suite is test code only: scripted
 // cases (one per v2 behaviour), watch cases, and seeded random operation
-// sequences, sent through the HTTP harness in client_test.go.
+// sequences, sent through the HTTP harness in client_test.go. Each run does
+// at least 10,000 random operations (a run that did fewer fails; make
+// conformance-long does more), watches and short TTLs expiring mid-sequence
+// included; a failure prints the seed, and CONFORMANCE_SEED or -seed replays
+// it.
 package conformance
