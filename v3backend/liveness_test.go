@@ -12,9 +12,12 @@ package v3backend
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
+	runtimemetrics "runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -455,5 +458,86 @@ func TestPacedMeterSeesTheProcessHeld(t *testing.T) {
 	// have been mid-step (up to its pace) when it did.
 	if late := <-got; late < held-50*time.Millisecond {
 		t.Fatalf("the meter saw the process %v late, held %v", late, held)
+	}
+}
+
+// TestPacedMeterSeesGoroutinesQueued: the meter reports how long a
+// goroutine of this process waited its turn to run while it waited (as
+// the scheduler's histogram of waits says), although its own wake-ups came
+// on time: a goroutine woken by a timer runs ahead of that queue, and the
+// goroutines that write a check to its connection and read the answer do
+// not.
+func TestPacedMeterSeesGoroutinesQueued(t *testing.T) {
+	before := &runtimemetrics.Float64Histogram{Counts: []uint64{0, 7, 0}, Buckets: []float64{0, 0.001, 0.3, 0.6}}
+	after := &runtimemetrics.Float64Histogram{Counts: []uint64{0, 9, 1}, Buckets: before.Buckets}
+	readings := []*runtimemetrics.Float64Histogram{before, after}
+	var mu sync.Mutex // guards readings
+	m := pacedMeter{pace: time.Hour, waits: func() *runtimemetrics.Float64Histogram {
+		mu.Lock()
+		defer mu.Unlock()
+		h := readings[0]
+		readings = readings[1:]
+		return h
+	}}
+	done := make(chan struct{})
+	close(done)
+	if late := m.wait(done); late != 300*time.Millisecond {
+		t.Fatalf("the meter saw the process %v late; a goroutine waited 300 ms to run", late)
+	}
+}
+
+// TestSchedWaitsSeesAQueue: on one processor, 200 goroutines with 2 ms
+// of work each, made runnable at once (as one event wakes a herd of
+// watchers): the last of them waits about 400 ms to run, and schedWaits
+// shows it.
+func TestSchedWaitsSeesAQueue(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	h0 := schedWaits()
+	if h0 == nil {
+		t.Fatalf("the runtime has no %s", schedWaitsMetric)
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var spins atomic.Int64 // the work
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for t0 := time.Now(); time.Since(t0) < 2*time.Millisecond; {
+				spins.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	// The runtime times one wake-up in eight: 25 of 200 goroutines that
+	// waited 0 to 400 ms each.
+	if got := longestWait(h0, schedWaits()); got < 100*time.Millisecond {
+		t.Fatalf("longest wait to run %v, with 200 goroutines queued for 2 ms each", got)
+	}
+}
+
+// TestLongestWait: the longest wait is the lower bound of the highest
+// bucket of the scheduler's histogram that grew between two readings.
+func TestLongestWait(t *testing.T) {
+	h := func(counts ...uint64) *runtimemetrics.Float64Histogram {
+		return &runtimemetrics.Float64Histogram{Counts: counts, Buckets: []float64{math.Inf(-1), 0, 0.001, 0.1, 0.5}}
+	}
+	for _, c := range []struct {
+		name          string
+		before, after *runtimemetrics.Float64Histogram
+		want          time.Duration
+	}{
+		{"the highest bucket that grew", h(1, 5, 2, 0), h(1, 9, 3, 0), time.Millisecond},
+		{"the top bucket grew", h(0, 0, 0, 0), h(0, 1, 0, 1), 100 * time.Millisecond},
+		{"nothing grew", h(0, 5, 2, 1), h(0, 5, 2, 1), 0},
+		{"only the unbounded bottom grew", h(0, 0, 0, 0), h(3, 0, 0, 0), 0},
+		{"no reading before", nil, h(0, 0, 0, 1), 0},
+		{"readings of different shapes", h(0, 0, 0), h(0, 0, 0, 1), 0},
+	} {
+		if got := longestWait(c.before, c.after); got != c.want {
+			t.Errorf("%s: longestWait = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	runtimemetrics "runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -674,17 +676,33 @@ type lagMeter interface {
 // meanwhile either; a silent member leaves the wake-ups on time. The
 // longest delay, not their sum: a process woken a few milliseconds late
 // each time, on a busy machine, still reads an answer within milliseconds.
-type pacedMeter struct{ pace time.Duration }
+//
+// It also keeps the longest any goroutine of this process waited to run
+// meanwhile (see longestWait): a woken timer runs next, ahead of the
+// queue, but the goroutines that write the check to its connection and
+// read the answer wait their turn behind every other runnable one. Ten
+// thousand watchers woken by one event hold the check as long as they
+// take to run, and the timers see only part of it.
+type pacedMeter struct {
+	pace time.Duration
+	// waits reads the scheduler's histogram of waits (nil: schedWaits).
+	waits func() *runtimemetrics.Float64Histogram
+}
 
 func (m pacedMeter) wait(done <-chan struct{}) time.Duration {
+	read := m.waits
+	if read == nil {
+		read = schedWaits
+	}
 	var late time.Duration
+	waits := read()
 	due := time.Now().Add(m.pace)
 	t := time.NewTimer(m.pace)
 	defer t.Stop()
 	for {
 		select {
 		case <-done:
-			return max(late, time.Since(due))
+			return max(late, time.Since(due), longestWait(waits, read()))
 		case <-t.C:
 			now := time.Now()
 			late = max(late, now.Sub(due))
@@ -692,6 +710,39 @@ func (m pacedMeter) wait(done <-chan struct{}) time.Duration {
 			t.Reset(m.pace)
 		}
 	}
+}
+
+// schedWaitsMetric is the runtime's histogram of the time goroutines
+// spent runnable before they ran, since the process started.
+const schedWaitsMetric = "/sched/latencies:seconds"
+
+// schedWaits reads schedWaitsMetric (nil if the runtime has none).
+func schedWaits() *runtimemetrics.Float64Histogram {
+	s := []runtimemetrics.Sample{{Name: schedWaitsMetric}}
+	runtimemetrics.Read(s)
+	if s[0].Value.Kind() != runtimemetrics.KindFloat64Histogram {
+		return nil
+	}
+	return s[0].Value.Float64Histogram()
+}
+
+// longestWait is the longest a goroutine waited to run between two
+// readings of schedWaits: the lower bound of the highest bucket whose
+// count grew (0 if none did, or a reading is missing).
+func longestWait(before, after *runtimemetrics.Float64Histogram) time.Duration {
+	if before == nil || after == nil || len(before.Counts) != len(after.Counts) {
+		return 0
+	}
+	for i := len(after.Counts) - 1; i >= 0; i-- {
+		if after.Counts[i] > before.Counts[i] {
+			lo := after.Buckets[i] // Buckets[i] is bucket i's lower bound
+			if math.IsInf(lo, -1) || lo < 0 {
+				return 0
+			}
+			return time.Duration(lo * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 // heartbeatPace is how often a pacedMeter wakes during a heartbeat of the

@@ -47,6 +47,7 @@ type config struct {
 	idleRate   map[int]float64
 	idleSteady map[int]time.Duration
 	sustainedN int
+	herd       *herdConfig // nil: no herd section
 	sustained  time.Duration
 	window     int
 	stallAfter time.Duration
@@ -83,7 +84,7 @@ func main() {
 	dur := fs.Duration("dur", 0, "override the measured time of each key-value load")
 	fs.DurationVar(&bridgeHeartbeatTimeout, "bridge-heartbeat-timeout", 0, "run the bridge with this --heartbeat-timeout (0: its default)")
 	fs.BoolVar(&bridgeWatchDetach, "bridge-watch-detach", true, "run the bridge with this --watch-detach (false: every watch waits inside net/http)")
-	only := fs.String("only", "", "run only these sections: kv, idle, sustained, history, shadow, shared, expiry (comma-separated)")
+	only := fs.String("only", "", "run only these sections: kv, idle, sustained, herd, history, shadow, shared, expiry (comma-separated)")
 	shadowRate := fs.Int("shadow-rate", 0, "override the write rate of the shadow section (writes/s)")
 	herdRate := fs.Float64("herd-rate", 0, "watch-idle-10000: the steady writer's rate (writes/s; 0.5: flannel's herd, a write every 2 s)")
 	herdFor := fs.Duration("herd-for", 0, "watch-idle-10000: how long the steady writer runs (5m: the herd's false-loss check)")
@@ -104,6 +105,7 @@ func main() {
 			minBurst: time.Second, settle: 10 * time.Second, walkEvents: 2000, walkFor: 10 * time.Second}
 		cfg.shadow = &shadowConfig{rate: 500, dur: 10 * time.Second, keys: 50, clients: 64, settle: 40 * time.Second}
 		cfg.shared = fullShared()
+		cfg.herd = &herdConfig{watchers: 10000, rate: 0.5, dur: 5 * time.Minute}
 		cfg.mdName, cfg.jsonlName = "RESULTS.md", "results.jsonl"
 	case "quick":
 		cfg.runs, cfg.warm, cfg.dur = 1, 200*time.Millisecond, 600*time.Millisecond
@@ -177,7 +179,10 @@ func main() {
 		if !sec["shared"] {
 			cfg.shared = nil
 		}
-		cfg.watch = cfg.watch && (sec["idle"] || sec["sustained"])
+		if !sec["herd"] {
+			cfg.herd = nil
+		}
+		cfg.watch = cfg.watch && (sec["idle"] || sec["sustained"] || sec["herd"])
 	}
 	if cfg.sustainedN == 0 {
 		cfg.sustainedN = 1000
@@ -397,7 +402,7 @@ func runWatch(cfg *config, res *results) {
 				if t == nil {
 					continue
 				}
-				watchIdle(cfg, res, t, n, cfg.idleRate[n], cfg.idleSteady[n], run)
+				watchIdle(cfg, res, t, fmt.Sprintf("watch-idle-%d", n), n, cfg.idleRate[n], cfg.idleSteady[n], run)
 				stop(t)
 			}
 		}
@@ -415,6 +420,28 @@ func runWatch(cfg *config, res *results) {
 			}
 		}
 	}
+	if h := cfg.herd; h != nil {
+		wl := fmt.Sprintf("watch-herd-%d", h.watchers)
+		for _, sys := range systems {
+			if sys != sysBridgeExt {
+				continue // the bridge as deployed only: one run, five minutes
+			}
+			if t := start(sys, wl); t != nil {
+				watchIdle(cfg, res, t, wl, h.watchers, h.rate, h.dur, 1)
+				stop(t)
+			}
+		}
+	}
+}
+
+// herdConfig is the herd section: flannel's herd of watchers on one
+// bridge, each re-arming on every event, with a write every 2 s for five
+// minutes, once, on the bridge as deployed. The bridge must declare no
+// loss of the member meanwhile.
+type herdConfig struct {
+	watchers int
+	rate     float64 // writes/s
+	dur      time.Duration
 }
 
 // profileBridge fetches a CPU profile and an allocation profile (what was
@@ -570,6 +597,14 @@ func header(cfg *config, elapsed time.Duration) string {
 			"server processes (bridge + its etcd; for v2bridge-ext the bridge process plus the etcd process; etcd for "+
 			"the others) over the phase ÷ events delivered.\n\n",
 			keyWatches, keyWatches, cfg.idleSteady[1000], cfg.idleSteady[10000], max(cfg.sustainedN, 1000), cfg.window, cfg.stallAfter, cfg.sustained, cfg.drain)
+		if h := cfg.herd; h != nil {
+			fmt.Fprintf(&b, "watch-herd-%d (v2bridge-ext only, one run): flannel's herd on the bridge as deployed, "+
+				"watch-idle-%[1]d's watchers with a write every %v for %v. The bridge must declare no loss of its member "+
+				"meanwhile: backend losses declared and heartbeats missed (not excused) are the bridge's own counters; "+
+				"the heartbeat p99 is that of the heartbeats answered in time (v2bridge_backend_heartbeat_seconds, "+
+				"interpolated within its bucket); watch answers that were errors are those the watchers got (error 300 "+
+				"after a loss).\n\n", h.watchers, time.Duration(float64(time.Second)/h.rate), h.dur)
+		}
 	}
 	if hc := cfg.hist; hc != nil {
 		fmt.Fprintf(&b, "History (%s, v2bridge only, one run): what stale waitIndexes cost a bridge just (re)started over a "+

@@ -3,9 +3,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"math"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -92,9 +96,8 @@ func (t *watchTarget) profile(cfg *config, name string, secs int) func() {
 // watchIdle: n idle watchers on the shared directory (plus keyWatches on
 // distinct keys), the server's RSS per watcher and v3 watches, then one
 // write (fan-out to all n) and a writer at a steady rate.
-func watchIdle(cfg *config, res *results, t *watchTarget, n int, rate float64, steady time.Duration, run int) {
+func watchIdle(cfg *config, res *results, t *watchTarget, wl string, n int, rate float64, steady time.Duration, run int) {
 	sys := t.sys
-	wl := fmt.Sprintf("watch-idle-%d", n)
 	logf("  %s %s run %d", wl, sys, run)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -118,6 +121,10 @@ func watchIdle(cfg *config, res *results, t *watchTarget, n int, rate float64, s
 	}
 
 	live0 := t.liveness()
+	var hb0 *histogram
+	if live0 != nil {
+		hb0, _ = heartbeatHist(t.in.v2URL)
+	}
 	t0 := time.Now()
 	f := t.fleet(n, keys)
 	stopped := false
@@ -186,8 +193,14 @@ func watchIdle(cfg *config, res *results, t *watchTarget, n int, rate float64, s
 	if live0 != nil {
 		if live1 := t.liveness(); live1 != nil {
 			res.add(wl, sys, "backend losses declared (a member that answered)", "losses", true, live1[0]-live0[0])
+			res.add(wl, sys, "heartbeats missed (not excused)", "heartbeats", true, live1[1]-live0[1])
 			logf("    %s %s: %.0f heartbeat misses, %.0f excused (the bridge ran late)", wl, sys,
 				live1[1]-live0[1], live1[2]-live0[2])
+		}
+		if h1, err := heartbeatHist(t.in.v2URL); err == nil && hb0 != nil {
+			if p, ok := h1.since(hb0).quantile(0.99); ok {
+				res.add(wl, sys, "heartbeat p99 (answered in time)", "ms", true, p*1e3)
+			}
 		}
 	}
 	vs, unexpected := judge(f, writes, 2)
@@ -208,7 +221,82 @@ func watchIdle(cfg *config, res *results, t *watchTarget, n int, rate float64, s
 	}
 	res.add(wl, sys, steadyName+"events lost", "events", true, float64(st.lost))
 	res.add(wl, sys, steadyName+"duplicates", "events", true, float64(st.dups+fan.dups))
+	_, errs, _, _ := answerCounts(f)
+	res.add(wl, sys, "watch answers that were errors", "answers", true, float64(errs))
 	noteAnswers(res, wl, sys, f, unexpected)
+}
+
+// histogram is a Prometheus histogram read from /metrics: each bucket's
+// upper bound and cumulative count.
+type histogram struct {
+	le     []float64
+	counts []float64
+}
+
+// heartbeatHist reads the bridge's v2bridge_backend_heartbeat_seconds.
+func heartbeatHist(url string) (*histogram, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	h := &histogram{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), `v2bridge_backend_heartbeat_seconds_bucket{le="`)
+		if !ok {
+			continue
+		}
+		le, count, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		b, err1 := strconv.ParseFloat(le, 64)
+		n, err2 := strconv.ParseFloat(strings.TrimSpace(count), 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("bad bucket line %q", sc.Text())
+		}
+		h.le, h.counts = append(h.le, b), append(h.counts, n)
+	}
+	if len(h.le) == 0 {
+		return nil, fmt.Errorf("no v2bridge_backend_heartbeat_seconds at %s", url)
+	}
+	return h, sc.Err()
+}
+
+// since is h less an earlier reading of the same histogram.
+func (h *histogram) since(old *histogram) *histogram {
+	d := &histogram{le: h.le, counts: make([]float64, len(h.counts))}
+	for i := range h.counts {
+		d.counts[i] = h.counts[i]
+		if i < len(old.counts) {
+			d.counts[i] -= old.counts[i]
+		}
+	}
+	return d
+}
+
+// quantile is the q-quantile, interpolated within its bucket as
+// Prometheus's histogram_quantile does (false: no observations).
+func (h *histogram) quantile(q float64) (float64, bool) {
+	total := h.counts[len(h.counts)-1]
+	if total <= 0 {
+		return 0, false
+	}
+	rank := q * total
+	lo, below := 0.0, 0.0
+	for i, c := range h.counts {
+		if c >= rank {
+			if math.IsInf(h.le[i], 1) {
+				return lo, true
+			}
+			return lo + (h.le[i]-lo)*(rank-below)/(c-below), true
+		}
+		lo, below = h.le[i], c
+	}
+	return lo, true
 }
 
 // watchSustained: n watchers on one directory, a writer as fast as the
