@@ -19,7 +19,7 @@ run: build
 	./bin/v2bridge $(ARGS)
 
 # The packages with unit tests (make unit, make cover).
-UNIT_PKGS := ./assemble/... ./auth/... ./translate/... ./v2diff/... ./internal/... ./detach/... ./v2api/... ./v3backend/... ./passthrough/... ./membership/... ./cutover/... ./shadow/... ./migrate/... ./cmd/... ./server/...
+UNIT_PKGS := ./bridge/modes/... ./bridge/auth/... ./translate/... ./migrate/v2diff/... ./bridge/ctxsleep/... ./proof/v2ref/... ./proof/doccheck/... ./proof/mutate/... ./bridge/detach/... ./v2api/... ./v3backend/... ./bridge/passthrough/... ./bridge/membership/... ./migrate/cutover/... ./migrate/shadow/... ./migrate/engine/... ./cmd/... ./bridge/core/...
 # RACE_SKIP: the tests that hold the bridge's heartbeat to never declaring a
 # busy member lost, with its production settings. The race detector slows
 # this process several times over, and on a loaded machine starves the
@@ -108,7 +108,7 @@ TestRealClientsThroughAScopedBridgeBesideAChurningRegistry)$$
 # from the reference module, which requires etcd 3.5 (the module proxy has
 # it; go install refuses etcd's module, for its replace directives).
 ETCD34 ?= /usr/bin/etcd
-ETCD35_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" { print $$2 }' reference/go.mod)
+ETCD35_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" { print $$2 }' proof/reference/go.mod)
 ETCD_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/v2bridge
 ETCD35 ?= $(ETCD_CACHE)/etcd-$(ETCD35_VERSION)
 # matrix_test runs MATRIX_RUN's tests of packages $(2) with members of etcd
@@ -122,7 +122,7 @@ matrix_test = @echo "V2BRIDGE_TEST_ETCD=$(1): $$($(1) --version | head -n 1)" &&
 # once): they mostly wait on etcd, under half a core each, and make prints
 # each one's output when it ends.
 test-matrix: $(ETCD35)
-	$(GO) test -count=1 -run '^$$' ./integration/ ./conformance/ >/dev/null
+	$(GO) test -count=1 -run '^$$' ./integration/ ./proof/conformance/ >/dev/null
 	@$(MAKE) --no-print-directory -j2 --output-sync=target matrix-etcd34 matrix-etcd35
 
 matrix-etcd34:
@@ -130,17 +130,17 @@ ifeq ($(ETCD34),)
 	@echo "make test-matrix: ETCD34 is empty: etcd 3.4 left out"
 else
 	@test -x "$(ETCD34)" || { echo "make test-matrix: no etcd at ETCD34=$(ETCD34) (Debian's etcd-server; ETCD34= leaves it out)" >&2; exit 1; }
-	$(call matrix_test,$(ETCD34),./integration/ ./conformance/,$(MATRIX_SKIP_ETCD34))
+	$(call matrix_test,$(ETCD34),./integration/ ./proof/conformance/,$(MATRIX_SKIP_ETCD34))
 endif
 
 matrix-etcd35: # test-matrix has built ETCD35
 	$(call matrix_test,$(ETCD35),./integration/,$(MATRIX_SKIP_ETCD35))
 
-# The same flags as internal/v2ref's build of the reference: the two share
+# The same flags as proof/v2ref's build of the reference: the two share
 # the build cache.
-$(ETCD35): reference/go.mod reference/go.sum reference/etcd/main.go
+$(ETCD35): proof/reference/go.mod proof/reference/go.sum proof/reference/etcd/main.go
 	mkdir -p $(dir $@)
-	cd reference && GOWORK=off $(GO) build -o $@.tmp ./etcd && mv $@.tmp $@
+	cd proof/reference && GOWORK=off $(GO) build -o $@.tmp ./etcd && mv $@.tmp $@
 
 ## fuzz: the HTTP layer's fuzz target for longer (FUZZTIME=2000000x make fuzz)
 # A count, not a duration: Go 1.26's fuzz coordinator can report its own
@@ -187,32 +187,32 @@ cover:
 
 ## conformance: the same v2 requests to the bridge and a real etcd v2 server, answers compared (~1 min; CONFORMANCE_SEED=n replays)
 conformance:
-	$(GO) test -count=1 ./conformance/...
+	$(GO) test -count=1 ./proof/conformance/...
 
 ## conformance-long: the same with many more random operations
 conformance-long:
-	CONFORMANCE_LONG=1 $(GO) test -count=1 -timeout 60m ./conformance/...
+	CONFORMANCE_LONG=1 $(GO) test -count=1 -timeout 60m ./proof/conformance/...
 
-## bench: v2bridge vs direct clientv3, etcd v2 and etcd's v2v3 side by side, the herd of 10,000 watchers for 5 min, then the shared cluster (about 20 min; bench/RESULTS.md, bench/results.jsonl)
+## bench: v2bridge vs direct clientv3, etcd v2 and etcd's v2v3 side by side, the herd of 10,000 watchers for 5 min, then the shared cluster (about 20 min; proof/bench/RESULTS.md, proof/bench/results.jsonl)
 bench:
-	$(GO) run ./bench/cmd/v2bench -mode full $(BENCHFLAGS)
+	$(GO) run ./proof/bench/cmd/v2bench -mode full $(BENCHFLAGS)
 
-## bench-quick: a reduced set, one run each (< 2 min; bench/RESULTS-quick.md)
+## bench-quick: a reduced set, one run each (< 2 min; proof/bench/RESULTS-quick.md)
 bench-quick:
-	$(GO) run ./bench/cmd/v2bench -mode quick $(BENCHFLAGS)
+	$(GO) run ./proof/bench/cmd/v2bench -mode quick $(BENCHFLAGS)
 
-## bench-watch: the watch section only (idle 1,000/10,000 watchers, sustained; bench/RESULTS-watch.md)
+## bench-watch: the watch section only (idle 1,000/10,000 watchers, sustained; proof/bench/RESULTS-watch.md)
 bench-watch:
-	$(GO) run ./bench/cmd/v2bench -mode watch $(BENCHFLAGS)
+	$(GO) run ./proof/bench/cmd/v2bench -mode watch $(BENCHFLAGS)
 
 ## bench-shared: the shared-cluster section only: a node's bridge unscoped and scoped on an etcd 3.5 holding a
-##               Kubernetes-like registry under churn, then 50 node bridges on one etcd (bench/RESULTS-shared.md)
+##               Kubernetes-like registry under churn, then 50 node bridges on one etcd (proof/bench/RESULTS-shared.md)
 bench-shared:
-	$(GO) run ./bench/cmd/v2bench -mode shared $(BENCHFLAGS)
+	$(GO) run ./proof/bench/cmd/v2bench -mode shared $(BENCHFLAGS)
 
-## bench-heartbeat-cost: what 50 idle node bridges, and each kind of call they make, cost one member (bench/FAILOVER.md)
+## bench-heartbeat-cost: what 50 idle node bridges, and each kind of call they make, cost one member (proof/bench/FAILOVER.md)
 bench-heartbeat-cost:
-	V2BRIDGE_BENCH_HEARTBEAT_COST=1 $(GO) test -count=1 -timeout 30m -run '^TestHeartbeat(Call)?Cost$$' -v ./bench/failover/
+	V2BRIDGE_BENCH_HEARTBEAT_COST=1 $(GO) test -count=1 -timeout 30m -run '^TestHeartbeat(Call)?Cost$$' -v ./proof/bench/failover/
 
 ## liveness-defrag: no member declared lost across a defrag of a database of DEFRAG_MB (1100) MB
 DEFRAG_MB ?= 1100
@@ -224,40 +224,40 @@ liveness-disk:
 	V2BRIDGE_TEST_DISK=1 $(GO) test -count=1 -timeout 10m -run '^TestLivenessFalsePositiveDiskSaturated$$' -v ./integration/
 
 ## bench-failover: time for v2 watchers to learn of a lost backend, the bridge vs the incident's TCP forwarder (< 10 min;
-##                 bench/FAILOVER.md, and bench/failover-timeline.png: one fault drawn from the bridge's metrics)
+##                 proof/bench/FAILOVER.md, and proof/bench/failover-timeline.png: one fault drawn from the bridge's metrics)
 bench-failover:
-	V2BRIDGE_BENCH_FAILOVER=1 $(GO) test -count=1 -timeout 30m -run TestFailoverBench -v ./bench/failover/
+	V2BRIDGE_BENCH_FAILOVER=1 $(GO) test -count=1 -timeout 30m -run TestFailoverBench -v ./proof/bench/failover/
 
 ## soak: a chaos soak for SOAK_DURATION (default 3m; SOAK_RACE=1: the soak and the bridge under the race detector):
 ##       v2 writers, v3 multi-key transactions and flannel-like watchers through the bridge binary while etcd members are
 ##       blackholed, frozen and lose leadership, and the bridge restarts; fails on any event lost or duplicated, a stuck
-##       watch or a leak. Summary on stdout and in soak/SOAK.md. Not part of make test; it ends itself by
+##       watch or a leak. Summary on stdout and in proof/soak/SOAK.md. Not part of make test; it ends itself by
 ##       SOAK_DURATION + 10 min whatever wedges (hence no go test timeout). The bridge gets V2BRIDGE_HEARTBEAT_*
 ##       from the environment (V2BRIDGE_HEARTBEAT_INTERVAL=1s make soak), no other V2BRIDGE_* variable.
 SOAK_DURATION ?= 3m
 SOAK_RACE ?=
 soak:
 	V2BRIDGE_TEST_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 $(if $(SOAK_RACE),-race) -timeout 0 \
-		-run '^TestSoak$$' -v ./soak/
+		-run '^TestSoak$$' -v ./proof/soak/
 
 ## robustness: clients through three bridges on a 3-member etcd cluster while bridges are killed and restarted,
 ##             members frozen and blackholed, the leader moved and history compacted; porcupine checks their history
 ##             for linearizability, and every watch event and plain GET is checked against it. 45 s of faults inside
-##             make test; ROBUSTNESS_DURATION=30m runs longer and writes robustness/ROBUSTNESS.md. It ends itself by
+##             make test; ROBUSTNESS_DURATION=30m runs longer and writes proof/robustness/ROBUSTNESS.md. It ends itself by
 ##             the duration + 10 min whatever wedges (hence no go test timeout).
 ROBUSTNESS_DURATION ?=
 .PHONY: robustness
 robustness:
 	$(if $(ROBUSTNESS_DURATION),V2BRIDGE_TEST_ROBUSTNESS_DURATION=$(ROBUSTNESS_DURATION)) $(GO) test -count=1 -timeout 0 \
-		-run '^TestRobustness$$' -v ./robustness/
+		-run '^TestRobustness$$' -v ./proof/robustness/
 
-## mutate: plant each bug of internal/mutate/mutations.go (one file swapped with go test -overlay, the tree untouched)
+## mutate: plant each bug of proof/mutate/mutations.go (one file swapped with go test -overlay, the tree untouched)
 ##         and run the tests that should catch it; fails if one survives. MUTATE=name runs one, MUTATE=regexp those matching (^shadow-); a full run writes
-##         internal/mutate/RESULTS.md
+##         proof/mutate/RESULTS.md
 MUTATE ?=
 .PHONY: mutate
 mutate:
-	GO=$(GO) $(GO) run ./internal/mutate $(if $(MUTATE),-run $(MUTATE),-results internal/mutate/RESULTS.md)
+	GO=$(GO) $(GO) run ./proof/mutate $(if $(MUTATE),-run $(MUTATE),-results proof/mutate/RESULTS.md)
 
 vet:
 	$(GO) vet ./...

@@ -18,7 +18,7 @@ import (
 
 	"go.etcd.io/etcd/client/v2"
 
-	"github.com/v2bridge/v2bridge/internal/v2ref"
+	"github.com/v2bridge/v2bridge/proof/v2ref"
 )
 
 // The v2 auth tests run every case against two servers: the reference

@@ -18,8 +18,8 @@ import (
 	"go.etcd.io/etcd/client/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/v2bridge/v2bridge/internal/ctxsleep"
-	"github.com/v2bridge/v2bridge/internal/v2ref"
+	"github.com/v2bridge/v2bridge/bridge/ctxsleep"
+	"github.com/v2bridge/v2bridge/proof/v2ref"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 

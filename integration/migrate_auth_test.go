@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/v2bridge/v2bridge/auth"
-	"github.com/v2bridge/v2bridge/internal/v2ref"
+	"github.com/v2bridge/v2bridge/bridge/auth"
+	"github.com/v2bridge/v2bridge/proof/v2ref"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 

@@ -29,8 +29,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/v2bridge/v2bridge/internal/v2ref"
-	"github.com/v2bridge/v2bridge/migrate"
+	"github.com/v2bridge/v2bridge/migrate/engine"
+	"github.com/v2bridge/v2bridge/proof/v2ref"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 	"github.com/v2bridge/v2bridge/v3backend"
@@ -400,16 +400,16 @@ func revision(t *testing.T, v3 *clientv3.Client) int64 {
 	return r.Header.Revision
 }
 
-func mustVerify(t *testing.T, ctx context.Context, o migrate.Options) *migrate.Report {
+func mustVerify(t *testing.T, ctx context.Context, o engine.Options) *engine.Report {
 	t.Helper()
-	rep, err := migrate.Verify(ctx, o)
+	rep, err := engine.Verify(ctx, o)
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}
 	return rep
 }
 
-func diffPaths(rep *migrate.Report) []string {
+func diffPaths(rep *engine.Report) []string {
 	var out []string
 	for _, d := range rep.Differences {
 		out = append(out, d.Kind+" "+d.Path)
@@ -418,7 +418,7 @@ func diffPaths(rep *migrate.Report) []string {
 }
 
 // waitVerified polls Verify until the bridge agrees with the v2 server.
-func waitVerified(t *testing.T, ctx context.Context, o migrate.Options, d time.Duration) {
+func waitVerified(t *testing.T, ctx context.Context, o engine.Options, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -455,23 +455,23 @@ func TestMigrateV2Reference(t *testing.T) {
 	buildSourceTree(t, ref.URL)
 
 	logs := &logLines{}
-	var progress []migrate.Progress
+	var progress []engine.Progress
 	conc := 0
 	if c := os.Getenv("MIGRATE_CONC"); c != "" {
 		if _, err := fmt.Sscan(c, &conc); err != nil {
 			t.Fatalf("MIGRATE_CONC=%q: %v", c, err)
 		}
 	}
-	o := migrate.Options{V2Server: []string{ref.URL}, Target: be, Hidden: namedHidden, Log: logs.add, Concurrency: conc,
-		Progress: func(p migrate.Progress) { progress = append(progress, p) }}
+	o := engine.Options{V2Server: []string{ref.URL}, Target: be, Hidden: namedHidden, Log: logs.add, Concurrency: conc,
+		Progress: func(p engine.Progress) { progress = append(progress, p) }}
 
 	// 1. The copy.
-	sum, err := migrate.Copy(ctx, o)
+	sum, err := engine.Copy(ctx, o)
 	if err != nil {
 		t.Fatalf("copy: %v\nlog:\n%s", err, logs)
 	}
 	t.Logf("migrated %d nodes (%d keys, %d directories, %s) in %v: %.0f nodes/s overall, %.0f nodes/s while writing",
-		sum.Nodes(), sum.Keys, sum.Dirs, migrate.Bytes(sum.Bytes), sum.Duration.Round(time.Millisecond), sum.Rate(),
+		sum.Nodes(), sum.Keys, sum.Dirs, engine.Bytes(sum.Bytes), sum.Duration.Round(time.Millisecond), sum.Rate(),
 		float64(sum.Nodes())/sum.WriteTime.Seconds())
 	if sum.Keys != srcKeys || sum.Dirs != srcDirs || sum.EmptyDirs != srcEmptyDirs || sum.TTLKeys != srcTTLNodes ||
 		sum.Hidden != srcHidden {
@@ -529,7 +529,7 @@ func TestMigrateV2Reference(t *testing.T) {
 
 	// 3. Copying again changes nothing: not one v3 revision.
 	rev := revision(t, v3)
-	again, err := migrate.Copy(ctx, o)
+	again, err := engine.Copy(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,7 +548,7 @@ func TestMigrateV2Reference(t *testing.T) {
 	do(t, "PUT", br.URL, "/v2/keys/empty/e0", form("value", "now-a-file"))
 	do(t, "PUT", br.URL, "/v2/keys/registry/d04/extra", form("value", "bridge-only"))
 	rev = revision(t, v3)
-	cs, err := migrate.Copy(ctx, o)
+	cs, err := engine.Copy(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +572,7 @@ func TestMigrateV2Reference(t *testing.T) {
 	// A dry run with --overwrite --prune says what it would do, and does nothing.
 	dry := o
 	dry.DryRun, dry.Overwrite, dry.Prune = true, true, true
-	ds, err := migrate.Copy(ctx, dry)
+	ds, err := engine.Copy(ctx, dry)
 	if err != nil || ds.Updated != 2 || ds.Deleted != 1 || len(ds.Conflicts) != 0 || !ds.DryRun {
 		t.Fatalf("dry run: %+v %v", ds, err)
 	}
@@ -581,7 +581,7 @@ func TestMigrateV2Reference(t *testing.T) {
 	}
 	over := o
 	over.Overwrite, over.Prune = true, true
-	os2, err := migrate.Copy(ctx, over)
+	os2, err := engine.Copy(ctx, over)
 	if err != nil || os2.Updated != 2 || os2.Deleted != 1 || len(os2.Conflicts) != 0 {
 		t.Fatalf("overwrite and prune: %+v %v", os2, err)
 	}
@@ -595,12 +595,12 @@ func TestMigrateV2Reference(t *testing.T) {
 	fo.Progress = nil
 	fctx, fcancel := context.WithCancel(ctx)
 	type followResult struct {
-		st  *migrate.FollowStats
+		st  *engine.FollowStats
 		err error
 	}
 	fdone := make(chan followResult, 1)
 	go func() {
-		st, err := migrate.Follow(fctx, fo, os2)
+		st, err := engine.Follow(fctx, fo, os2)
 		fdone <- followResult{st, err}
 	}()
 	l001 := getBridge(t, ref.URL, "/leases/l001").json(t)["node"].(map[string]any)["modifiedIndex"].(float64)
@@ -644,7 +644,7 @@ func TestMigrateV2Reference(t *testing.T) {
 
 	// 6. A follower that falls more than 1000 events behind gets 401 from
 	// the v2 server: it re-syncs with a full copy, says so, and goes on.
-	snap, err := migrate.Copy(ctx, poll)
+	snap, err := engine.Copy(ctx, poll)
 	if err != nil || snap.Unchanged != snap.Nodes() {
 		t.Fatalf("copy before the re-sync test: %+v %v", snap, err)
 	}
@@ -660,7 +660,7 @@ func TestMigrateV2Reference(t *testing.T) {
 	rctx, rcancel := context.WithCancel(ctx)
 	rdone := make(chan followResult, 1)
 	go func() {
-		st, err := migrate.Follow(rctx, ro, snap)
+		st, err := engine.Follow(rctx, ro, snap)
 		rdone <- followResult{st, err}
 	}()
 	waitFor(t, 60*time.Second, "the re-sync", func() bool { return logs2.has("re-synced from the v2 server") })
@@ -711,16 +711,16 @@ func TestMigrateFollowFlannelCutover(t *testing.T) {
 		q := r.URL.Query()
 		return r.Method == "GET" && q.Get("recursive") == "true" && q.Get("wait") != "true"
 	})
-	o := migrate.Options{V2Server: []string{src.URL}, V2ServerPrefix: "/coreos.com", Target: be, TTLResync: 500 * time.Millisecond, Log: logs.add}
-	sum, err := migrate.Copy(ctx, o)
+	o := engine.Options{V2Server: []string{src.URL}, V2ServerPrefix: "/coreos.com", Target: be, TTLResync: 500 * time.Millisecond, Log: logs.add}
+	sum, err := engine.Copy(ctx, o)
 	if err != nil || sum.Created != 6 {
 		t.Fatalf("copy: %+v %v", sum, err)
 	}
 	fctx, fcancel := context.WithCancel(ctx)
 	defer fcancel()
-	done := make(chan *migrate.FollowStats, 1)
+	done := make(chan *engine.FollowStats, 1)
 	go func() {
-		st, err := migrate.Follow(fctx, o, sum)
+		st, err := engine.Follow(fctx, o, sum)
 		if err != nil {
 			t.Errorf("follow: %v", err)
 		}
@@ -805,20 +805,20 @@ func TestMigrateErrors(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 
 	// Nothing listens there.
-	_, err := migrate.Copy(ctx, migrate.Options{V2Server: []string{v2bridgetest.FreeURL(t)}, Target: be})
-	if !errors.Is(err, migrate.ErrUnreachable) || !strings.Contains(err.Error(), "cannot reach the v2 server") {
+	_, err := engine.Copy(ctx, engine.Options{V2Server: []string{v2bridgetest.FreeURL(t)}, Target: be})
+	if !errors.Is(err, engine.ErrUnreachable) || !strings.Contains(err.Error(), "cannot reach the v2 server") {
 		t.Errorf("unreachable v2 server: %v", err)
 	}
 	// An etcd without the v2 API (3.6 answers /v2/keys with 404).
-	_, err = migrate.Copy(ctx, migrate.Options{V2Server: []string{cl.Endpoints()[0]}, Target: be})
-	if !errors.Is(err, migrate.ErrNoV2API) || !strings.Contains(err.Error(), "404") {
+	_, err = engine.Copy(ctx, engine.Options{V2Server: []string{cl.Endpoints()[0]}, Target: be})
+	if !errors.Is(err, engine.ErrNoV2API) || !strings.Contains(err.Error(), "404") {
 		t.Errorf("no v2 API: %v", err)
 	}
-	if _, err := migrate.Verify(ctx, migrate.Options{V2Server: []string{cl.Endpoints()[0]}, Target: be}); !errors.Is(err, migrate.ErrNoV2API) {
+	if _, err := engine.Verify(ctx, engine.Options{V2Server: []string{cl.Endpoints()[0]}, Target: be}); !errors.Is(err, engine.ErrNoV2API) {
 		t.Errorf("verify, no v2 API: %v", err)
 	}
 	// A prefix the v2 server does not have.
-	if _, err := migrate.Copy(ctx, migrate.Options{V2Server: []string{ref.URL}, V2ServerPrefix: "/nope", Target: be}); err == nil ||
+	if _, err := engine.Copy(ctx, engine.Options{V2Server: []string{ref.URL}, V2ServerPrefix: "/nope", Target: be}); err == nil ||
 		!strings.Contains(err.Error(), "has no key /nope") {
 		t.Errorf("missing prefix: %v", err)
 	}
@@ -830,9 +830,9 @@ func TestMigrateErrors(t *testing.T) {
 	v2do(t, ref.URL, "PUT", "/big/blob", "value", big)
 	v2do(t, ref.URL, "PUT", "/big/small", "value", "s")
 	v2do(t, ref.URL, "PUT", "/big/sub/x", "value", "x")
-	o := migrate.Options{V2Server: []string{ref.URL}, V2ServerPrefix: "/big", Target: be, NoHiddenDiscovery: true}
-	sum, err := migrate.Copy(ctx, o)
-	var ie *migrate.IncompleteError
+	o := engine.Options{V2Server: []string{ref.URL}, V2ServerPrefix: "/big", Target: be, NoHiddenDiscovery: true}
+	sum, err := engine.Copy(ctx, o)
+	var ie *engine.IncompleteError
 	if !errors.As(err, &ie) || ie.Stopped || sum == nil || sum.Complete || len(sum.Failures) != 1 ||
 		sum.Failures[0].Path != "/big/blob" || !strings.Contains(err.Error(), "request size limit") ||
 		!strings.Contains(err.Error(), "partial copy") {
@@ -853,7 +853,7 @@ func TestMigrateErrors(t *testing.T) {
 		return be.Health(ctx) != nil && errors.Is(be.Health(ctx), v3backend.ErrUnavailable)
 	})
 	o.V2ServerPrefix = "/big/sub"
-	if _, err := migrate.Copy(ctx, o); err == nil || !strings.Contains(err.Error(), "nothing was written") {
+	if _, err := engine.Copy(ctx, o); err == nil || !strings.Contains(err.Error(), "nothing was written") {
 		t.Errorf("backend lost: %v", err)
 	}
 }

@@ -24,7 +24,7 @@ import (
 
 	"go.etcd.io/etcd/client/v2"
 
-	"github.com/v2bridge/v2bridge/internal/v2ref"
+	"github.com/v2bridge/v2bridge/proof/v2ref"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/v2bridge/v2bridge/internal/v2ref"
+	"github.com/v2bridge/v2bridge/proof/v2ref"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 

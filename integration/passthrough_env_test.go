@@ -14,9 +14,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/v2bridge/v2bridge/internal/v2ref"
-	"github.com/v2bridge/v2bridge/passthrough"
-	"github.com/v2bridge/v2bridge/server"
+	"github.com/v2bridge/v2bridge/bridge/core"
+	"github.com/v2bridge/v2bridge/bridge/passthrough"
+	"github.com/v2bridge/v2bridge/proof/v2ref"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 
@@ -51,7 +51,7 @@ func newPassEnv(t *testing.T, cfg passthrough.Config) *passEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, dl := server.NewHTTPServer(ln, e.pass, server.HTTPLimits{}, nil)
+	srv, dl := core.NewHTTPServer(ln, e.pass, core.HTTPLimits{}, nil)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

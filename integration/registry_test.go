@@ -18,7 +18,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/v2bridge/v2bridge/cutover"
+	"github.com/v2bridge/v2bridge/migrate/cutover"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
 

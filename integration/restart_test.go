@@ -21,7 +21,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/v2bridge/v2bridge/internal/v2ref"
+	"github.com/v2bridge/v2bridge/proof/v2ref"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )

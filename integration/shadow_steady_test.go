@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/v2bridge/v2bridge/cutover"
-	"github.com/v2bridge/v2bridge/migrate"
-	"github.com/v2bridge/v2bridge/shadow"
+	"github.com/v2bridge/v2bridge/migrate/cutover"
+	"github.com/v2bridge/v2bridge/migrate/engine"
+	"github.com/v2bridge/v2bridge/migrate/shadow"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
@@ -40,9 +40,9 @@ func TestShadowComparesEveryWriteAtASteadyRate(t *testing.T) {
 	for i := range keys {
 		v2do(t, src, "PUT", fmt.Sprintf("/steady/k%d", i), "value", "start")
 	}
-	o := migrate.Options{V2Server: []string{src}, V2ServerPrefix: "/steady", Target: newTargetBackend(t, e.cl.Endpoints()),
+	o := engine.Options{V2Server: []string{src}, V2ServerPrefix: "/steady", Target: newTargetBackend(t, e.cl.Endpoints()),
 		NoHiddenDiscovery: true}
-	sum, err := migrate.Copy(ctx, o)
+	sum, err := engine.Copy(ctx, o)
 	if err != nil {
 		t.Fatalf("copy: %+v %v", sum, err)
 	}
@@ -58,7 +58,7 @@ func TestShadowComparesEveryWriteAtASteadyRate(t *testing.T) {
 	done := make(chan struct{}, 2)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if _, err := migrate.Follow(fctx, o, sum); err != nil {
+		if _, err := engine.Follow(fctx, o, sum); err != nil {
 			t.Errorf("follow: %v", err)
 		}
 	}()

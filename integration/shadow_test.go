@@ -14,10 +14,10 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/v2bridge/v2bridge/cutover"
-	"github.com/v2bridge/v2bridge/migrate"
-	"github.com/v2bridge/v2bridge/server"
-	"github.com/v2bridge/v2bridge/shadow"
+	"github.com/v2bridge/v2bridge/bridge/core"
+	"github.com/v2bridge/v2bridge/migrate/cutover"
+	"github.com/v2bridge/v2bridge/migrate/engine"
+	"github.com/v2bridge/v2bridge/migrate/shadow"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2bridgetest"
 )
@@ -38,8 +38,8 @@ func newShadowEnv(t *testing.T, endpoints func(*v2bridgetest.Cluster) []string,
 	bound(t)
 	cl := v2bridgetest.StartCluster(t, 1)
 	br := v2bridgetest.StartBridge(t, endpoints(cl), v2bridgetest.Options{})
-	core, logs := observer.New(zapcore.DebugLevel)
-	cfg := shadow.Config{Store: server.Store{B: br.Backend}, SampleRate: 1, Logger: zap.New(core), Name: "shadow-it"}
+	obsCore, logs := observer.New(zapcore.DebugLevel)
+	cfg := shadow.Config{Store: core.Store{B: br.Backend}, SampleRate: 1, Logger: zap.New(obsCore), Name: "shadow-it"}
 	if adjust != nil {
 		adjust(&cfg, cl)
 	}
@@ -95,8 +95,8 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	v2do(t, src, "PUT", "/app/empty", "dir", "true")
 	v2do(t, src, "PUT", "/app/a", "value", "1")
 	v2do(t, src, "PUT", "/app/deep/x/y", "value", "y")
-	o := migrate.Options{V2Server: []string{src}, Target: newTargetBackend(t, e.cl.Endpoints()), NoHiddenDiscovery: true}
-	sum, err := migrate.Copy(ctx, o)
+	o := engine.Options{V2Server: []string{src}, Target: newTargetBackend(t, e.cl.Endpoints()), NoHiddenDiscovery: true}
+	sum, err := engine.Copy(ctx, o)
 	if err != nil || sum.Created == 0 {
 		t.Fatalf("copy: %+v %v", sum, err)
 	}
@@ -113,7 +113,7 @@ func TestShadowComparesAMigratedCopy(t *testing.T) {
 	followed := make(chan struct{}, 2)
 	go func() {
 		defer func() { followed <- struct{}{} }()
-		if _, err := migrate.Follow(fctx, o, sum); err != nil {
+		if _, err := engine.Follow(fctx, o, sum); err != nil {
 			t.Errorf("follow: %v", err)
 		}
 	}()

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/bridge/auth"
 	"github.com/v2bridge/v2bridge/translate"
 )
 

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/bridge/auth"
 	"github.com/v2bridge/v2bridge/translate"
 )
 

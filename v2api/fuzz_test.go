@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/bridge/auth"
 	"github.com/v2bridge/v2bridge/translate"
 )
 

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/bridge/auth"
 	"github.com/v2bridge/v2bridge/translate"
 )
 

@@ -8,7 +8,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/v2bridge/v2bridge/auth"
+	"github.com/v2bridge/v2bridge/bridge/auth"
 )
 
 func TestServedOnlyRefusesKeysOutsideThem(t *testing.T) {

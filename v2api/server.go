@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
-	"github.com/v2bridge/v2bridge/detach"
+	"github.com/v2bridge/v2bridge/bridge/detach"
 	"github.com/v2bridge/v2bridge/translate"
 )
 

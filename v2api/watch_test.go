@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/v2bridge/v2bridge/detach"
+	"github.com/v2bridge/v2bridge/bridge/detach"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -57,7 +57,7 @@ func serveAsTheBridge(t *testing.T, h http.Handler) string {
 		t.Fatal(err)
 	}
 	dl := detach.NewListener(ln, 0)
-	// The header timeout of server.DefaultHTTPLimits.
+	// The header timeout of core.DefaultHTTPLimits.
 	srv := &http.Server{Handler: detach.Handler(h), ConnContext: dl.ConnContext, ConnState: dl.ConnState, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {

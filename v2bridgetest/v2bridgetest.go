@@ -54,8 +54,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/v2bridge/v2bridge/auth"
-	"github.com/v2bridge/v2bridge/server"
+	"github.com/v2bridge/v2bridge/bridge/auth"
+	"github.com/v2bridge/v2bridge/bridge/core"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v2api"
 	"github.com/v2bridge/v2bridge/v3backend"
@@ -469,7 +469,7 @@ type Bridge struct {
 	Backend  *v3backend.Backend
 	API      *v2api.Server
 	Registry *prometheus.Registry
-	bridge   *server.Bridge
+	bridge   *core.Bridge
 }
 
 // StartBridge starts a bridge over the given v3 endpoints on a free port;
@@ -484,7 +484,7 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 		t.Fatal(err)
 	}
 	layout = layout.WithServed(o.Served)
-	cfg := server.Config{Backend: v3backend.Config{Endpoints: endpoints, Layout: layout}, Logger: zap.NewNop(),
+	cfg := core.Config{Backend: v3backend.Config{Endpoints: endpoints, Layout: layout}, Logger: zap.NewNop(),
 		DetachWatches: true}
 	if tt, ok := t.(zaptest.TestingT); ok { // a *testing.T: warnings go to the test log
 		cfg.Logger = zaptest.NewLogger(tt, zaptest.Level(zap.WarnLevel))
@@ -507,7 +507,7 @@ func StartBridge(t TB, endpoints []string, o Options) *Bridge {
 	cfg.AdvertiseURLs = []string{u}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	br, err := server.New(ctx, cfg)
+	br, err := core.New(ctx, cfg)
 	if err != nil {
 		_ = ln.Close()
 		t.Fatalf("bridge: %v", err)

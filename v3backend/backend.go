@@ -64,7 +64,7 @@ type Config struct {
 	// The defaults (300 ms, 500 ms, 2) declare a silent member, or one cut
 	// off from its peers, lost 1 to 1.3 s after the fault: the first check
 	// after it starts within an interval, and it and the next, which
-	// follows at once, time out (bench/FAILOVER.md); a killed one, whose
+	// follows at once, time out (proof/bench/FAILOVER.md); a killed one, whose
 	// checks fail at once, within two intervals. They need a second
 	// without a quorum's answer, which heavy load does not cause, since
 	// etcd answers the check from memory; a member whose storage is behind

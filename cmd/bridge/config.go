@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/v2bridge/v2bridge/server"
-	"github.com/v2bridge/v2bridge/shadow"
+	"github.com/v2bridge/v2bridge/bridge/core"
+	"github.com/v2bridge/v2bridge/migrate/shadow"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v3backend"
 	"sigs.k8s.io/yaml"
@@ -151,7 +151,7 @@ func (b *optionalBool) IsBoolFlag() bool { return true }
 func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(progName, flag.ContinueOnError)
 	fs.SetOutput(out)
-	d, h := v3backend.Defaults, server.DefaultHTTPLimits
+	d, h := v3backend.Defaults, core.DefaultHTTPLimits
 	fs.StringVar(&c.listenClientURLs, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to serve the v2 API on (http://host:port)")
 	fs.StringVar(&c.advertiseClientURLs, "advertise-client-urls", "", "this bridge's URLs in /v2/members and /v2/machines (default: the listen URLs)")
 	fs.BoolVar(&c.advertiseOnlySelf, "advertise-only-self", false, "/v2/members and /v2/machines list this bridge alone, and no other bridge lists it: for a bridge per node whose clients must stay on their node (default: every live bridge of the same cluster and --data-prefix, from their registrations in etcd v3)")

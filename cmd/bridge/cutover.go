@@ -10,9 +10,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/v2bridge/v2bridge/cutover"
-	"github.com/v2bridge/v2bridge/migrate"
-	"github.com/v2bridge/v2bridge/migration"
+	"github.com/v2bridge/v2bridge/migrate/cutover"
+	"github.com/v2bridge/v2bridge/migrate/engine"
+	"github.com/v2bridge/v2bridge/migrate/steps"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -49,7 +49,7 @@ intact. Writes made through etcd v3 since the cutover are not copied back:
 it refuses when there are any, unless --force. Steps: fence writes and wait
 for the bridges; raise the v2 server's index past etcd v3's; switch.
 Already in passthrough mode: nothing to do.
-` + migration.OutputHelp("migrate "+cmd)
+` + steps.OutputHelp("migrate "+cmd)
 	if cmd == "cutover" {
 		intro = `Usage: v2bridge migrate cutover --v2-server URLS --endpoints URLS [flags]
 
@@ -63,7 +63,7 @@ Once fenced it copies the v2 server's users, roles and auth flag one last
 time; it refuses while auth is enabled there and some user's password is
 unknown to the bridges (see --allow-unknown-passwords).
 A failure before step 3 lifts the fence. Already in v3 mode: nothing to do.
-` + migration.OutputHelp("migrate "+cmd)
+` + steps.OutputHelp("migrate "+cmd)
 	}
 	setCommandUsage(fs, intro, "The v2 server and the command:", "The etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
 	return fs
@@ -88,9 +88,9 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if cf.output != "text" && cf.output != "json" {
 		return usageErrorf("migrate %s: --output must be text or json, not %q", cmd, cf.output)
 	}
-	sum := migration.Failed("migrate " + cmd)
+	sum := steps.Failed("migrate " + cmd)
 	if cf.output == "json" {
-		defer func() { migration.WriteJSON(stdout, sum, err) }()
+		defer func() { steps.WriteJSON(stdout, sum, err) }()
 	}
 	if err := applySources(fs, getenv); err != nil {
 		return err
@@ -130,10 +130,10 @@ func cutoverMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	sum, err = migration.Switch(ctx, cmd, migration.SwitchConfig{
+	sum, err = steps.Switch(ctx, cmd, steps.SwitchConfig{
 		Steps: cutover.Options{V2Server: src, AckTimeout: cf.ackTimeout, FollowTimeout: cf.followTimeout,
 			IndexMargin: cf.indexMargin, Force: cf.force, AllowUnknownPasswords: cf.allowUnknownPasswords},
-		Old:  migrate.Options{V2ServerPrefix: cf.v2ServerPrefix, V2ServerTLS: srcTLS, V2ServerUser: cf.v2ServerUser, V2ServerTimeout: cf.v2ServerTimeout},
+		Old:  engine.Options{V2ServerPrefix: cf.v2ServerPrefix, V2ServerTLS: srcTLS, V2ServerUser: cf.v2ServerUser, V2ServerTimeout: cf.v2ServerTimeout},
 		URLs: splitList(cf.v2Server), Backend: bcfg, ServePrefix: c.servePrefix, Logger: lg, JSON: cf.output == "json", Stdout: stdout, Stderr: stderr})
 	return err
 }

@@ -7,13 +7,13 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
-	"github.com/v2bridge/v2bridge/assemble"
-	"github.com/v2bridge/v2bridge/server"
+	"github.com/v2bridge/v2bridge/bridge/core"
+	"github.com/v2bridge/v2bridge/bridge/modes"
 )
 
 // listeners are the bridge's open listeners, before they serve.
 type listeners struct {
-	client, metrics []assemble.Listener
+	client, metrics []modes.Listener
 }
 
 // openListeners opens every listen URL, and checks that the embedded etcd's
@@ -22,14 +22,14 @@ type listeners struct {
 func openListeners(c *config) (*listeners, error) {
 	l := &listeners{}
 	tlsInfo := serverTLS(c)
-	open := func(urls string) ([]assemble.Listener, error) {
-		var out []assemble.Listener
+	open := func(urls string) ([]modes.Listener, error) {
+		var out []modes.Listener
 		for _, u := range splitList(urls) {
-			ln, err := server.Listen(u, tlsInfo)
+			ln, err := core.Listen(u, tlsInfo)
 			if err != nil {
 				return out, err
 			}
-			out = append(out, assemble.Listener{URL: u, Ln: ln})
+			out = append(out, modes.Listener{URL: u, Ln: ln})
 		}
 		return out, nil
 	}
@@ -38,7 +38,7 @@ func openListeners(c *config) (*listeners, error) {
 		l.metrics, err = open(c.listenMetricsURLs)
 	}
 	if err == nil && c.embeddedMode != "" {
-		err = server.CheckFree(c.embeddedClientURLs, c.embeddedPeerURLs)
+		err = core.CheckFree(c.embeddedClientURLs, c.embeddedPeerURLs)
 	}
 	if err != nil {
 		l.close()

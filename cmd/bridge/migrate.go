@@ -17,8 +17,8 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
-	"github.com/v2bridge/v2bridge/migrate"
-	"github.com/v2bridge/v2bridge/migration"
+	"github.com/v2bridge/v2bridge/migrate/engine"
+	"github.com/v2bridge/v2bridge/migrate/steps"
 	"github.com/v2bridge/v2bridge/translate"
 )
 
@@ -199,7 +199,7 @@ password the bridges have not learned), and exits non-zero on any
 difference. Then it prints what
 bridges in passthrough mode report of their shadow comparison (their answers
 checked against etcd v3 as they serve), which does not change the exit status.
-` + migration.OutputHelp(cmd)
+` + steps.OutputHelp(cmd)
 	if cmd == "migrate" {
 		intro = `Usage: v2bridge migrate --v2-server URLS --endpoints URLS [flags]
 
@@ -211,7 +211,7 @@ bridges from requests the v2 server accepts). Running it again changes
 nothing; nodes the bridge holds differently are reported as conflicts and
 left alone unless --overwrite.
 With --follow it keeps applying the v2 server's changes until interrupted.
-` + migration.OutputHelp(cmd)
+` + steps.OutputHelp(cmd)
 	}
 	setCommandUsage(fs, intro, "The v2 server and behaviour:", "Target etcd v3 cluster and key layout (as for the server; V2BRIDGE_* variables and --config-file apply):")
 	return fs
@@ -230,9 +230,9 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 	if help || err != nil {
 		return err
 	}
-	sum := migration.Failed(cmd)
+	sum := steps.Failed(cmd)
 	if mf.output == "json" {
-		defer func() { migration.WriteJSON(stdout, sum, err) }()
+		defer func() { steps.WriteJSON(stdout, sum, err) }()
 	}
 	if err := applySources(fs, getenv); err != nil {
 		return err
@@ -249,7 +249,7 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 		return usageError{err}
 	}
 	defer func() { _ = lg.Sync() }()
-	mc := migration.Config{ServePrefix: c.servePrefix, Follow: mf.follow, MaxDiffs: mf.maxDiffs, Logger: lg, JSON: mf.output == "json", Stdout: stdout, Stderr: stderr}
+	mc := steps.Config{ServePrefix: c.servePrefix, Follow: mf.follow, MaxDiffs: mf.maxDiffs, Logger: lg, JSON: mf.output == "json", Stdout: stdout, Stderr: stderr}
 	if mc.Options, err = v2ServerOptions(&mf); err != nil {
 		return err
 	}
@@ -263,10 +263,10 @@ func migrateMain(ctx context.Context, cmd string, args []string, getenv func(str
 		if mc.Served, err = cleanServePrefix(&c); err != nil {
 			return err
 		}
-		sum, err = migration.Verify(ctx, mc)
+		sum, err = steps.Verify(ctx, mc)
 		return err
 	}
-	sum, err = migration.Migrate(ctx, mc)
+	sum, err = steps.Migrate(ctx, mc)
 	return err
 }
 
@@ -324,8 +324,8 @@ func checkTarget(cmd string, mf *migrateFlags, c *config) ([]string, translate.L
 
 // v2ServerOptions are the migrate options from the flags: the source, how to
 // reach it, and what to do; the target and the output are set later.
-func v2ServerOptions(mf *migrateFlags) (migrate.Options, error) {
-	o := migrate.Options{
+func v2ServerOptions(mf *migrateFlags) (engine.Options, error) {
+	o := engine.Options{
 		V2Server: splitList(mf.v2Server), V2ServerPrefix: mf.v2ServerPrefix, V2ServerUser: mf.v2ServerUser, V2ServerTimeout: mf.v2ServerTimeout,
 		Hidden: splitList(mf.hidden), NoHiddenDiscovery: mf.noDiscovery,
 		DryRun: mf.dryRun, Overwrite: mf.overwrite, Prune: mf.prune, Concurrency: mf.concurrency,
@@ -341,8 +341,8 @@ func v2ServerOptions(mf *migrateFlags) (migrate.Options, error) {
 
 // newProgressPrinter is the progress output --progress asks for; nil for
 // none.
-func newProgressPrinter(mode string, stderr io.Writer, tty bool) (*migrate.ProgressPrinter, error) {
-	pp := &migrate.ProgressPrinter{W: stderr, TTY: tty, Interval: 10 * time.Second}
+func newProgressPrinter(mode string, stderr io.Writer, tty bool) (*engine.ProgressPrinter, error) {
+	pp := &engine.ProgressPrinter{W: stderr, TTY: tty, Interval: 10 * time.Second}
 	switch mode {
 	case "auto":
 	case "tty":

@@ -10,8 +10,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/srv"
 	"go.uber.org/zap"
 
-	"github.com/v2bridge/v2bridge/assemble"
-	"github.com/v2bridge/v2bridge/server"
+	"github.com/v2bridge/v2bridge/bridge/core"
+	"github.com/v2bridge/v2bridge/bridge/modes"
 	"github.com/v2bridge/v2bridge/translate"
 	"github.com/v2bridge/v2bridge/v3backend"
 )
@@ -34,9 +34,9 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 			"net/http reads every request; remove it")
 	}
 	ver, commit := buildVersion()
-	acfg := assemble.Config{Mode: assemble.V3, Logger: lg, Version: ver, Commit: commit,
+	acfg := modes.Config{Mode: modes.V3, Logger: lg, Version: ver, Commit: commit,
 		Client: lns.client, Metrics: lns.metrics,
-		HTTP: server.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
+		HTTP: core.HTTPLimits{IdleTimeout: c.httpIdleTimeout, BodyReadTimeout: c.httpBodyReadTimeout,
 			MaxConnections: c.maxConnections},
 		Name: c.name, AdvertiseURLs: splitList(c.advertiseClientURLs), EnablePprof: c.enablePprof,
 		Served: c.served, ServePrefix: c.servePrefix, ServePrefixSet: c.servePrefixSet,
@@ -48,11 +48,11 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		ClientCertAuth: c.clientCertAuth, WatchDetach: c.watchDetach,
 		ShadowSampleRate: c.shadowSampleRate, ShadowPrefix: c.shadowPrefix, ShadowQueue: c.shadowQueue}
 	if c.passthrough() {
-		acfg.Mode, acfg.V2Server = assemble.Passthrough, splitList(c.v2Server)
+		acfg.Mode, acfg.V2Server = modes.Passthrough, splitList(c.v2Server)
 	}
-	if acfg.Mode == assemble.V3 || c.dual() {
+	if acfg.Mode == modes.V3 || c.dual() {
 		if c.dual() {
-			acfg.Mode = assemble.Dual
+			acfg.Mode = modes.Dual
 		}
 		endpoints, err := backendEndpoints(c, lg)
 		if err != nil {
@@ -61,7 +61,7 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 		}
 		if c.embeddedMode != "" {
 			endpoints = []string{c.embeddedClientURLs}
-			acfg.Embedded = &assemble.Embedded{EmbeddedConfig: v3backend.EmbeddedConfig{
+			acfg.Embedded = &modes.Embedded{EmbeddedConfig: v3backend.EmbeddedConfig{
 				Name: c.name, Dir: c.dataDir, ClientURL: c.embeddedClientURLs, PeerURL: c.embeddedPeerURLs,
 				AutoCompaction: c.autoCompaction}, Implicit: c.embeddedMode == "implicit", InProcess: c.embeddedInProcess}
 		}
@@ -70,8 +70,8 @@ func serve(ctx context.Context, c *config, lg *zap.Logger) error {
 			return err
 		}
 	}
-	err = assemble.Run(ctx, acfg)
-	var ue assemble.UsageError
+	err = modes.Run(ctx, acfg)
+	var ue modes.UsageError
 	if errors.As(err, &ue) {
 		return usageError{err}
 	}

@@ -12,7 +12,7 @@ import (
 
 // maxMainLines bounds package main's production code: flags, configuration,
 // one call per command and its output. The steps of a command and the rules
-// it applies belong to the package that owns them (migration, assemble,
+// it applies belong to the package that owns them (steps, modes,
 // cutover, ...), where they are tested with fakes.
 const maxMainLines = 1800
 

@@ -1,9 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-
-//go:build !(linux || darwin || dragonfly || freebsd || netbsd || openbsd)
-
-package assemble
-
-// lockDataDir does nothing where the standard library has no flock: a
-// second bridge on the same --data-dir waits for etcd's database lock there.
-func lockDataDir(string) (release func(), err error) { return func() {}, nil }
