@@ -3,7 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.gitCommit=$(COMMIT)
-TESTTIME ?= 20m
+TESTTIME ?= 30m
 
 .PHONY: all build run test race fuzz unit integration cover conformance conformance-long bench bench-quick bench-watch bench-shared bench-heartbeat-cost liveness-defrag liveness-disk bench-failover soak test-matrix matrix-etcd34 matrix-etcd35 vet lint golangci-lint tidy clean
 
