@@ -37,38 +37,15 @@ type V3Event struct {
 // leaves one record per write at JournalSlotKey, each after that write's own
 // changes: the revision is decoded write by write, each part ending at its
 // record and checked against it alone.
-//
-// Bridges put each write's record at RecordKey, its place in the
-// transaction in it; those of the release before, at JournalKey or its
-// slots. A revision is decoded from the former when it has any.
 func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string, forged bool) {
-	var records int
-	place := 0
 	for i := range evs {
-		if l.isRecordKey(evs[i].KV.Key) && !evs[i].Delete {
-			records++
-			var j Journal
-			if decodeJournal(evs[i].KV.Value, &j) == nil {
-				place = max(place, j.Place)
-			}
+		if l.isJournalSlot(evs[i].KV.Key) {
+			return l.decodeBatch(rev, evs, ls, now)
 		}
-	}
-	if place > 0 || records > 1 {
-		return l.decodeBatch(rev, evs, ls, now, l.isRecordKey, func(_ string, j *Journal) int { return j.Place })
 	}
 	jk := l.JournalKey()
-	isRecord := func(key string) bool { return key == jk }
-	if records == 1 {
-		isRecord = l.isRecordKey
-	} else {
-		for i := range evs {
-			if l.isJournalSlot(evs[i].KV.Key) {
-				return l.decodeBatch(rev, evs, ls, now, l.isJournalSlot, func(key string, _ *Journal) int { return slotPlace(key) })
-			}
-		}
-	}
 	for i := range evs {
-		if !isRecord(evs[i].KV.Key) || evs[i].Delete {
+		if evs[i].KV.Key != jk || evs[i].Delete {
 			continue
 		}
 		j, use, f := l.readRecord(evs[i].KV.Value, evs)
@@ -115,39 +92,31 @@ func (l Layout) readRecord(value []byte, evs []V3Event) (j *Journal, use, forged
 // refresh record in a slot yields nothing; sweeps are never batched, so one
 // there is forged. The parts are found by key, not by the order of the
 // events, which a bridge watching several ranges does not see.
-//
-// isSlot tells the records' keys; place, a record's place.
-func (l Layout) decodeBatch(rev int64, evs []V3Event, ls Leases, now time.Time,
-	isSlot func(key string) bool, place func(key string, j *Journal) int) (out []*Event, sweeps []string, forged bool) {
+func (l Layout) decodeBatch(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string, forged bool) {
 	byRule := func(part []V3Event) {
 		o, sw := l.decodeByRule(rev, part, ls, now)
 		out, sweeps = append(out, o...), append(sweeps, sw...)
 	}
 	type slot struct {
-		rec   V3Event
-		j     *Journal
-		place int
-		part  []V3Event
+		rec  V3Event
+		j    *Journal
+		part []V3Event
 	}
 	var slots []*slot
 	for _, e := range evs {
-		if !isSlot(e.KV.Key) || e.Delete {
+		if !l.isJournalSlot(e.KV.Key) || e.Delete {
 			continue
 		}
 		j := &Journal{}
 		if decodeJournal(e.KV.Value, j) != nil || j.Node == nil {
 			j = nil
 		}
-		s := &slot{rec: e, j: j}
-		if j != nil {
-			s.place = place(e.KV.Key, j)
-		}
-		slots = append(slots, s)
+		slots = append(slots, &slot{rec: e, j: j})
 	}
-	slices.SortStableFunc(slots, func(a, b *slot) int { return cmp.Compare(a.place, b.place) })
+	slices.SortStableFunc(slots, func(a, b *slot) int { return cmp.Compare(slotPlace(a.rec.KV.Key), slotPlace(b.rec.KV.Key)) })
 	var rest []V3Event
 	for _, e := range evs {
-		if isSlot(e.KV.Key) {
+		if l.isJournalSlot(e.KV.Key) {
 			continue
 		}
 		i := slices.IndexFunc(slots, func(s *slot) bool { return s.j != nil && l.slotOf(s.j, e) })
@@ -204,7 +173,7 @@ func slotPlace(key string) int {
 func (l Layout) IsSweep(evs []V3Event) bool {
 	jk := l.JournalKey()
 	for i := range evs {
-		if (evs[i].KV.Key != jk && !l.isRecordKey(evs[i].KV.Key)) || evs[i].Delete {
+		if evs[i].KV.Key != jk || evs[i].Delete {
 			continue
 		}
 		var j Journal
