@@ -172,7 +172,7 @@ func (b *Backend) expireBefore(ctx context.Context, s *session, snap *translate.
 // last sweep's revision, or 0 when there was nothing to sweep.
 func (b *Backend) sweepExpiredDirs(ctx context.Context, s *session, snap *translate.Snapshot, swept map[string]int64) (int64, error) {
 	l := b.layout
-	lists, _, ok := b.mirror.read(l.TTLDirReads(snap.Path), false)
+	lists, _, ok := b.mirror.readWithTTLDirs(nil, func() []translate.Read { return l.TTLDirReads(snap.Path) })
 	if !ok {
 		return 0, nil
 	}

@@ -4,6 +4,8 @@ package v3backend
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +24,8 @@ import (
 // on a stale copy). v2 served its reads from the memory of the member that
 // answered; the mirror is the same thing one hop closer.
 type mirror struct {
-	layout translate.Layout
+	layout       translate.Layout
+	ttlDirPrefix string // layout.TTLDirPrefix(), built once
 
 	// mu guards everything below. Readers hold it shared while they read a
 	// whole snapshot, so what they see is one revision.
@@ -35,7 +38,7 @@ type mirror struct {
 }
 
 func newMirror(l translate.Layout) *mirror {
-	return &mirror{layout: l, kvs: newKVTree(), changed: make(chan struct{})}
+	return &mirror{layout: l, ttlDirPrefix: l.TTLDirPrefix(), kvs: newKVTree(), changed: make(chan struct{})}
 }
 
 func newKVTree() *btree.BTreeG[*translate.KV] {
@@ -336,6 +339,39 @@ func (m *mirror) read(reads []translate.Read, first bool) ([][]*translate.KV, in
 	if !m.valid || !m.holds(reads) {
 		return nil, 0, false
 	}
+	return m.readLocked(reads, first), m.rev, true
+}
+
+// readWithTTLDirs is read(append(reads, ttlDirs()...), false) at one
+// revision, except that while the mirror holds no TTL directory record it
+// neither builds nor answers ttlDirs' reads: the lists then stop at reads'
+// (a GET's reads of the TTL directory records around its path cost more
+// than the rest of it, and TTL directories are rare).
+func (m *mirror) readWithTTLDirs(reads []translate.Read, ttlDirs func() []translate.Read) ([][]*translate.KV, int64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.holdsTTLDirLocked() {
+		reads = append(slices.Clip(reads), ttlDirs()...)
+	}
+	if !m.valid || !m.holds(reads) {
+		return nil, 0, false
+	}
+	return m.readLocked(reads, false), m.rev, true
+}
+
+// holdsTTLDirLocked reports whether the mirror holds a TTL directory
+// record (they sort together, under the layout's TTLDirPrefix).
+func (m *mirror) holdsTTLDirLocked() bool {
+	found := false
+	m.kvs.AscendGreaterOrEqual(&translate.KV{Key: m.ttlDirPrefix}, func(kv *translate.KV) bool {
+		found = strings.HasPrefix(kv.Key, m.ttlDirPrefix)
+		return false
+	})
+	return found
+}
+
+// readLocked is read's work, with mu held.
+func (m *mirror) readLocked(reads []translate.Read, first bool) [][]*translate.KV {
 	out := make([][]*translate.KV, len(reads))
 	for i, r := range reads {
 		if r.End == "" {
@@ -349,7 +385,7 @@ func (m *mirror) read(reads []translate.Read, first bool) ([][]*translate.KV, in
 			return !first
 		})
 	}
-	return out, m.rev, true
+	return out
 }
 
 // firsts answers a write's snapshot reads (SnapshotReads) as read(reads,

@@ -143,16 +143,17 @@ func (b *Backend) get(ctx context.Context, s *session, r *translate.Request) (*t
 	// has taken the marker.
 	reads := append(l.GetReads(p), l.AncestorMarkerReads(p)...)
 	nr := len(reads)
-	reads = append(reads, l.TTLDirReads(p)...)
-	lists, rev, err := b.readMirrored(ctx, s, reads, r.Quorum)
+	lists, rev, err := b.readMirrored(ctx, s, reads, r.Quorum, func() []translate.Read { return l.TTLDirReads(p) })
 	if err != nil {
 		return nil, err
 	}
 	point := firsts(lists[:2])
 	file, marker := point[0], point[1]
 	above := firsts(lists[4:nr])
-	markers := slices.Concat(point[1:], above, lists[3])
-	gone := l.ExpiredDirs(slices.Concat(lists[nr:]...), markers)
+	var gone []string
+	if len(lists) > nr { // the mirror held TTL directory records
+		gone = l.ExpiredDirs(slices.Concat(lists[nr:]...), slices.Concat(point[1:], above, lists[3]))
+	}
 	ls := b.resolveLeases(ctx, s, translate.LeasesOf(lists[:nr]...))
 	now := time.Now()
 	var node *translate.Node
@@ -191,8 +192,10 @@ const mirrorWait = 100 * time.Millisecond
 // readMirrored answers reads from the mirror once it has every write this
 // bridge acknowledged (linearizable: every write committed before the read
 // began, learnt by one cheap linearizable read), and from the backend when
-// the mirror cannot say.
-func (b *Backend) readMirrored(ctx context.Context, s *session, reads []translate.Read, linearizable bool) ([][]*translate.KV, int64, error) {
+// the mirror cannot say. ttlDirs' reads follow reads' where a TTL
+// directory record may answer them: always on the backend, on the mirror
+// only while it holds one (readWithTTLDirs).
+func (b *Backend) readMirrored(ctx context.Context, s *session, reads []translate.Read, linearizable bool, ttlDirs func() []translate.Read) ([][]*translate.KV, int64, error) {
 	need := b.acked.Load()
 	if linearizable {
 		resp, err := b.quorum.get(ctx, b, s)
@@ -203,13 +206,13 @@ func (b *Backend) readMirrored(ctx context.Context, s *session, reads []translat
 		need = max(need, resp.Header.Revision)
 	}
 	if b.mirror.waitFor(ctx, need, mirrorWait, b.nudge) {
-		if lists, rev, ok := b.mirror.read(reads, false); ok {
+		if lists, rev, ok := b.mirror.readWithTTLDirs(reads, ttlDirs); ok {
 			b.metrics.mirrorReads.Inc()
 			return lists, rev, nil
 		}
 	}
 	b.metrics.backendReads.Inc()
-	return b.readBackend(ctx, s, reads, !linearizable, 0, false)
+	return b.readBackend(ctx, s, append(slices.Clip(reads), ttlDirs()...), !linearizable, 0, false)
 }
 
 // readBackend reads in one read-only transaction (at revision rev if > 0;

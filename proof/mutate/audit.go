@@ -53,6 +53,12 @@ var auditMutations = []Mutation{
 		Find: "b.goneLeaseRecords(ctx, s, gone, rev-1, out)", Replace: "b.goneLeaseRecords(ctx, s, gone, rev, out)",
 		Test: "go test -short -count=1 -run ^TestAnExpiredLeasesRecordIsReadAsOfTheRevisionBefore$ ./v3backend/",
 	},
+	{
+		Name: "mirror-ttl-dir-records-never-read", File: "v3backend/mirror.go",
+		What: "a GET reads the TTL directory records around its path only when the first key after their prefix is not one",
+		Find: "found = strings.HasPrefix(kv.Key, m.ttlDirPrefix)", Replace: "found = !strings.HasPrefix(kv.Key, m.ttlDirPrefix)",
+		Test: "go test -short -count=1 -run ^TestGetFromMirrorHidesAnExpiredTTLDirectorysRemains$ ./v3backend/",
+	},
 	// cutover: the member list's filters and the registrations they read.
 	{
 		Name: "members-other-serve-prefix-listed", File: "bridge/membership/members.go",
