@@ -261,9 +261,13 @@ func (r *liveRig) outage(name string, fault, undo func(int), bound time.Duration
 	deferred = metricValue(t, r.br.Registry, "v2bridge_backend_losses_deferred_total") - deferred0
 	undo(bad)
 	// The next outage strikes a cluster with a leader, not one in the
-	// election a healed member may force (onEtcd34).
+	// election a healed member may force (onEtcd34), which may begin after
+	// the member serves again.
 	if !r.c.WaitServes(bad, 20*time.Second) {
 		t.Fatalf("%s: member %d does not serve once the fault is lifted", name, bad)
+	}
+	if !r.c.WaitSettled(time.Second, 20*time.Second) {
+		t.Fatalf("%s: the members agree on no leader and term once the fault is lifted", name)
 	}
 	return deferred
 }
