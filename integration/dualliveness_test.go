@@ -48,7 +48,13 @@ func TestDualModeMovesWithTheSession(t *testing.T) {
 	})
 	t.Run("from etcd v3 after a cutover", func(t *testing.T) {
 		endpoints := strings.Join(c.Endpoints(), ",")
-		follower := startBridgeProcess(t, nil, "migrate", "--v2-server", ref.URL, "--endpoints", endpoints,
+		var follower *proc
+		t.Cleanup(func() { // after the follower stopped
+			if t.Failed() && follower != nil {
+				t.Logf("the follower's log:\n%s", follower.logs)
+			}
+		})
+		follower = startBridgeProcess(t, nil, "migrate", "--v2-server", ref.URL, "--endpoints", endpoints,
 			"--follow", "--progress", "none", "--ttl-resync", "0")
 		v3 := c.Client(t)
 		waitFor(t, 30*time.Second, "the follower's progress record", func() bool {
