@@ -399,6 +399,9 @@ func faultsCostOnlyDetection(t *testing.T, c *v2bridgetest.Cluster, p *v2bridget
 		}
 		if onEtcd34(c) && etcdExcuses(r, ok, down) {
 			byEtcd++
+			t.Logf("a write sent %v after the start took %v, of which etcd served no write for %v: %d %s",
+				r.start.Sub(reqs[0].start).Round(time.Millisecond), r.end.Sub(r.start).Round(time.Millisecond),
+				overlap(r.start, r.end, down).Round(time.Millisecond), r.status, strings.TrimSpace(r.body))
 			continue
 		}
 		bad++
