@@ -298,8 +298,8 @@ type livenessFault struct {
 // that every write succeeded within authLivenessBound (plus loadSlack),
 // except those answered by authLivenessBound after the bridge declared its
 // member lost, and on etcd 3.4 those within the bounds once the time etcd
-// itself served no write (etcdProbe, etcdExcuses) is taken off. v2 auth is turned on (root:rootpw) before the first fault
-// that asks for it.
+// itself served no write (etcdProbe, etcdExcuses) is taken off. v2 auth is
+// turned on (root:rootpw) before the first fault that asks for it.
 func faultsCostOnlyDetection(t *testing.T, c *v2bridgetest.Cluster, p *v2bridgetest.BridgeProcess, u string, faults []livenessFault) {
 	t.Helper()
 	losses := watchLosses(t, u)

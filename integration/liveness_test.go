@@ -203,8 +203,8 @@ func (r *liveRig) waitEvents(k int, within time.Duration) {
 // that every watch in flight ends within bound and that the bridge moves to
 // another member and delivers again while the writer keeps writing through
 // a healthy member, then lifts the fault and waits until the member serves
-// again (see onEtcd34). It returns the losses the bridge deferred from the
-// fault until it was lifted.
+// again and the members agree on a leader and term (see onEtcd34). It
+// returns the losses the bridge deferred from the fault until it was lifted.
 func (r *liveRig) outage(name string, fault, undo func(int), bound time.Duration) (deferred float64) {
 	t := r.t
 	t.Helper()
