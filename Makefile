@@ -77,7 +77,7 @@ TestDualModeMovesWithTheSession|TestScopedBridgeReceivesNothingOfOtherTenants|Te
 # - TestScopedBridgeRunsWithFlannelsKeysAlone: its role grants only the
 #   served subtrees, and on 3.4.23 a scoped bridge watches one range covering
 #   them (docs/compatibility.md): the watch is denied.
-# - TestLivenessPartition: now and then (1 run in 4) a loss is deferred
+# - TestLivenessPartition: now and then (1 run in 8) a loss is deferred
 #   during the leader's partition: cut off, a 3.4 leader steps down and
 #   raises its term (no pre-vote), so the bridge no longer knows it as the
 #   leader of its session's term, and polls the others, still electing.
