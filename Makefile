@@ -72,22 +72,21 @@ TestScopedAndWholeTreeBridgesShareTheData|TestScopedBridgeRunsWithFlannelsKeysAl
 TestRealClientsThroughAScopedBridgeBesideAChurningRegistry|TestConformance|$\
 TestFreshBridgeAnswersTheFirstEvent|TestFreshBridgeAnswersTheFirstEventAfterFailover|$\
 TestExpiredKeyGoneAfterFreeze|TestFreshBridgesReadBackTheirWrites|TestLivenessAuthMovesWithTheSession|$\
-TestDualModeMovesWithTheSession)$$
-# MATRIX_SKIP_ETCD34: what etcd 3.4.23 fails, for now (a -skip pattern; the
-# liveness tests of blackholes and partitions expect the election a healed
-# member forces there, with --pre-vote=false):
+TestDualModeMovesWithTheSession|TestNewSessionTakesNoMemberCutOffFromItsPeers)$$
+# MATRIX_SKIP_ETCD34: what etcd 3.4.23 fails, for now (a -skip pattern):
 # - TestScopedBridgeRunsWithFlannelsKeysAlone: its role grants only the
 #   served subtrees, and on 3.4.23 a scoped bridge watches one range covering
 #   them (docs/compatibility.md): the watch is denied.
-# - TestLivenessAuthMovesWithTheSession: a write during the election a healed
-#   member forces took 1.7 s, past its 1.5 s bound.
-# - TestDualModeMovesWithTheSession: the same (1.59 s); and in the election
-#   (logged: "no quorum, nor has any other member"), writes were refused as
-#   no leader could renew the agent's 3 s lease (3 of 3 runs).
-# - TestLivenessPartition: now and then a loss is deferred during the
-#   leader's partition, in an election the previous heal forced.
-MATRIX_SKIP_ETCD34 := ^(TestScopedBridgeRunsWithFlannelsKeysAlone|TestLivenessAuthMovesWithTheSession|$\
-TestDualModeMovesWithTheSession|TestLivenessPartition)$$
+# - TestLivenessPartition: now and then (1 run in 8) a loss is deferred
+#   during the leader's partition: cut off, a 3.4 leader steps down and
+#   raises its term (no pre-vote), so the bridge no longer knows it as the
+#   leader of its session's term, and polls the others, still electing.
+#   Detection took 1.96 s, within the bound.
+# The other liveness tests run on 3.4 as Debian starts it (--pre-vote=false),
+# where a healed member forces an election: they wait until the members
+# agree on a leader and term before the next fault, and take off a
+# request's wait the time a direct probe of etcd found no write served.
+MATRIX_SKIP_ETCD34 := ^(TestScopedBridgeRunsWithFlannelsKeysAlone|TestLivenessPartition)$$
 # MATRIX_SKIP_ETCD35: what 3.5 leaves to 3.4 and 3.6, for time. etcd
 # 3.5.35 has no bug the bridge knows of, and behaves as 3.6 does in all it
 # uses: on 3.5 each area keeps its tests of every version (history from a

@@ -87,3 +87,50 @@ func (c *Cluster) WaitServes(i int, d time.Duration) bool {
 	}
 	return false
 }
+
+// WaitSettled waits until every member reports the same leader and raft
+// term, without a change for settle, at most d; it reports whether they
+// did. On etcd 3.4 (--pre-vote false by default) a member back from a
+// blackhole or a partition forces an election once its messages reach the
+// leader, which may be after it already serves reads (WaitServes): a fault
+// struck before the cluster settled strikes that election too.
+func (c *Cluster) WaitSettled(settle, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	var since time.Time
+	var last [2]uint64 // the leader and term all members agreed on
+	for time.Now().Before(deadline) {
+		agreed, ok := c.agreedLeader()
+		switch {
+		case !ok:
+			since = time.Time{}
+		case since.IsZero() || agreed != last:
+			since, last = time.Now(), agreed
+		case time.Since(since) >= settle:
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
+}
+
+// agreedLeader is the leader's ID and the raft term, when every member
+// answers with the same, non-zero ones.
+func (c *Cluster) agreedLeader() (leaderTerm [2]uint64, ok bool) {
+	for i := range c.Members {
+		var got [2]uint64
+		err := c.withMember(i, func(ctx context.Context, cli *clientv3.Client) error {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			st, err := cli.Status(ctx, cli.Endpoints()[0])
+			if err == nil {
+				got = [2]uint64{st.Leader, st.RaftTerm}
+			}
+			return err
+		})
+		if err != nil || got[0] == 0 || (i > 0 && got != leaderTerm) {
+			return leaderTerm, false
+		}
+		leaderTerm = got
+	}
+	return leaderTerm, true
+}

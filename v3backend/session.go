@@ -369,9 +369,15 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	cctx, ccancel := context.WithTimeout(ctx, b.cfg.DialTimeout)
 	defer ccancel()
 	var progressBug, listFromMemory bool
-	_, term, err := b.quorumCheck(cctx, cli, 0, false)
-	if err == nil && b.cfg.Member == nil { // the member in this process is this build's etcd
+	if b.cfg.Member == nil { // the member in this process is this build's etcd
 		progressBug, listFromMemory, err = b.checkVersion(cctx, cli, ep)
+	}
+	// The release first: a member that answers its member list from
+	// memory (3.4) is checked by a read, as its heartbeat is, or a member
+	// just cut off from its peers, not yet aware of it, would be taken.
+	var term uint64
+	if err == nil {
+		_, term, err = b.quorumCheck(cctx, cli, 0, listFromMemory)
 	}
 	if err == nil {
 		var resp *clientv3.GetResponse
