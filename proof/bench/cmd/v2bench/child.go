@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -62,6 +63,7 @@ func serveBridge(args []string) error {
 	grpcHop := fs.String("grpc-hop", "", "run no bridge: forward etcd's KV and Lease gRPC services to this client URL")
 	shadowEndpoints := fs.String("shadow-endpoints", "", "with -v2-server: compare every forwarded write with the copy in this etcd v3")
 	follow := fs.String("follow", "", "run no bridge: copy this v2 server's "+shadowRoot+" into -endpoints and follow it")
+	logPath := fs.String("log", "", "append the bridge's log to this file, at debug level (empty: no log)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -152,7 +154,12 @@ func serveBridge(args []string) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	br, err := core.New(ctx, core.Config{Registry: reg, AdvertiseURLs: []string{u}, DetachWatches: *watchDetach,
+	lg, closeLog, err := childLogger(*logPath)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	br, err := core.New(ctx, core.Config{Registry: reg, Logger: lg, AdvertiseURLs: []string{u}, DetachWatches: *watchDetach,
 		Followers: followers, Backend: v3backend.Config{Endpoints: eps, Layout: layout, Member: member,
 			HeartbeatTimeout: *hbTimeout, HeartbeatFailures: *hbFailures}})
 	if err == nil {
@@ -178,6 +185,25 @@ func serveBridge(args []string) error {
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	return br.Close(sctx)
+}
+
+// childLogger is the bridge child's logger: JSON lines at debug level,
+// appended to path (a bench's several bridges share one file, each line
+// naming its pid), or none when path is empty. Debug shows every
+// heartbeat missed or excused, and why, beside the loss it leads to.
+func childLogger(path string) (*zap.Logger, func(), error) {
+	if path == "" {
+		return zap.NewNop(), func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	c := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(f), zapcore.DebugLevel)
+	lg := zap.New(c).With(zap.Int("pid", os.Getpid()))
+	return lg, func() { _ = lg.Sync(); _ = f.Close() }, nil
 }
 
 // servePassthrough runs the bridge in passthrough mode in front of the v2

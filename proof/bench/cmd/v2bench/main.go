@@ -84,6 +84,7 @@ func main() {
 	dur := fs.Duration("dur", 0, "override the measured time of each key-value load")
 	fs.DurationVar(&bridgeHeartbeatTimeout, "bridge-heartbeat-timeout", 0, "run the bridge with this --heartbeat-timeout (0: its default)")
 	fs.BoolVar(&bridgeWatchDetach, "bridge-watch-detach", true, "run the bridge with this --watch-detach (false: every watch waits inside net/http)")
+	fs.StringVar(&bridgeLog, "bridge-log", "", "append the log of each bridge child (v2bridge, v2bridge-ext) to this file, at debug level (empty: none)")
 	only := fs.String("only", "", "run only these sections: kv, idle, sustained, herd, history, shadow, shared, expiry (comma-separated)")
 	shadowRate := fs.Int("shadow-rate", 0, "override the write rate of the shadow section (writes/s)")
 	herdRate := fs.Float64("herd-rate", 0, "watch-idle-10000: the steady writer's rate (writes/s; 0.5: flannel's herd, a write every 2 s)")

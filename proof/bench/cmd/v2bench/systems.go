@@ -211,6 +211,9 @@ var bridgeHeartbeatTimeout time.Duration
 // bridgeWatchDetach is the bridge's --watch-detach.
 var bridgeWatchDetach = true
 
+// bridgeLog, if set, is the file each bridge child appends its log to.
+var bridgeLog string
+
 // startBridgeChild re-executes this binary as the bridge under test: over
 // an embedded etcd member, or with endpoints in front of that etcd.
 func startBridgeChild(endpoints string) (*instance, error) {
@@ -220,6 +223,9 @@ func startBridgeChild(endpoints string) (*instance, error) {
 	}
 	if bridgeHeartbeatTimeout > 0 {
 		args = append(args, "-heartbeat-timeout", bridgeHeartbeatTimeout.String())
+	}
+	if bridgeLog != "" {
+		args = append(args, "-log", bridgeLog)
 	}
 	if endpoints != "" {
 		args = append(args, "-endpoints", endpoints)
