@@ -72,6 +72,7 @@ type fakeMember struct {
 	mu        sync.Mutex
 	mode      memberMode
 	failNext  int             // checks still to fail (as a broken member) before mode applies again
+	delay     time.Duration   // how long a serving member takes to answer a check
 	served    int             // checks answered
 	checks    int             // checks received
 	statuses  int             // status requests received
@@ -128,10 +129,20 @@ func (f *fakeMember) MemberList(ctx context.Context, r *etcdserverpb.MemberListR
 		}
 		f.deadlines = append(f.deadlines, left)
 	}
-	if mode == serving {
-		f.served++
-	}
+	delay := f.delay
 	f.mu.Unlock()
+	if mode == serving && delay > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+	if mode == serving {
+		f.mu.Lock()
+		f.served++
+		f.mu.Unlock()
+	}
 	switch mode {
 	case hanging, cutOff, cutOffLeader, newLeader, behind, stalled:
 		<-ctx.Done()
@@ -431,6 +442,63 @@ func TestExcusesEndAfterTenHeartbeatsOfSilence(t *testing.T) {
 	}
 	if got := counterValue(t, b.metrics.excused); got < 1 {
 		t.Fatalf("%v misses excused, want some", got)
+	}
+}
+
+// TestALateBridgeReadsALateAnswer: a bridge held for longer than its
+// heartbeat timeout at every check (a herd of watchers ahead of the
+// goroutine that reads the answer) gives each check the time it was held,
+// so a member that answers, although the answer is read late, is never
+// declared lost; excuses alone would end after ten heartbeats of silence.
+func TestALateBridgeReadsALateAnswer(t *testing.T) {
+	const interval, timeout = 10 * time.Millisecond, 100 * time.Millisecond
+	m := startFakeMember(t, serving)
+	lag := &fakeLag{}
+	lag.late.Store(int64(time.Second))
+	b := newMonitoredLag(t, Config{HeartbeatInterval: interval, HeartbeatTimeout: timeout, HeartbeatFailures: 2},
+		lag, m.ep)
+
+	m.mu.Lock()
+	m.delay = 3 * timeout // read after the timeout, within the time the bridge was held
+	m.mu.Unlock()
+	served, _ := m.stats()
+	// Three times as long as excuses last (ten heartbeats: 1.1 s).
+	deadline := time.Now().Add(3 * excuseLimit * (interval + timeout))
+	for time.Now().Before(deadline) {
+		if got := counterValue(t, b.metrics.losses); got != 0 || !b.Up() {
+			t.Fatalf("a member answering within the time the bridge was held: %v losses, up %v", got, b.Up())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, _ := m.stats(); n < served+3 {
+		t.Fatalf("%d checks answered while the bridge ran late, want 3 at least", n-served)
+	}
+	if got := counterValue(t, b.metrics.heartbeatMisses); got != 0 {
+		t.Fatalf("%v heartbeat misses counted, want 0", got)
+	}
+}
+
+// TestCheckTimeout: a check gets the time this process was held during
+// the last check on top of the heartbeat timeout when that was more than
+// a quarter of it, and never beyond the end of the excuses (nor less than
+// the timeout).
+func TestCheckTimeout(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	for _, c := range []struct {
+		held, left, want time.Duration
+	}{
+		{0, 8 * time.Second, timeout},                                           // on time
+		{timeout / 4, 8 * time.Second, timeout},                                 // a quarter: on time enough
+		{timeout/4 + time.Millisecond, 8 * time.Second, 626 * time.Millisecond}, // held: the time it was held more
+		{2 * time.Second, 8 * time.Second, 2500 * time.Millisecond},             //
+		{2 * time.Second, time.Second, time.Second},                             // no further than the excuses last
+		{2 * time.Second, 100 * time.Millisecond, timeout},                      // excuses (nearly) over: the timeout
+		{2 * time.Second, -time.Second, timeout},                                //
+		{0, -time.Second, timeout},                                              //
+	} {
+		if got := checkTimeout(timeout, c.held, c.left); got != c.want {
+			t.Errorf("checkTimeout(%v, held %v, left %v) = %v, want %v", timeout, c.held, c.left, got, c.want)
+		}
 	}
 }
 

@@ -516,9 +516,10 @@ func (b *Backend) monitor() {
 	defer t.Stop()
 	var last *session
 	misses := 0
-	deferring := false // a loss is deferred: no other member had a quorum
-	quorumSeen := 0    // checks in a row at whose miss another member had a quorum
-	elsewhere := ""    // the last such member
+	deferring := false     // a loss is deferred: no other member had a quorum
+	quorumSeen := 0        // checks in a row at whose miss another member had a quorum
+	elsewhere := ""        // the last such member
+	var held time.Duration // the longest this process was held during the last check
 	for {
 		s, changed := b.sessionChanged()
 		if s == nil {
@@ -528,7 +529,7 @@ func (b *Backend) monitor() {
 			continue
 		}
 		if s != last {
-			last, misses, deferring, quorumSeen = s, 0, false, 0
+			last, misses, deferring, quorumSeen, held = s, 0, false, 0, 0
 		}
 		select {
 		case <-b.closeCh:
@@ -538,7 +539,8 @@ func (b *Backend) monitor() {
 		case <-t.C:
 		}
 		start := time.Now()
-		late, v, err := b.check(s)
+		late, v, err := b.check(s, checkTimeout(b.cfg.HeartbeatTimeout, held, b.excuseLeft(s)))
+		held = late
 		if v == quorate {
 			b.metrics.heartbeat.Observe(time.Since(start).Seconds())
 			s.lastOK.Store(time.Now().UnixNano())
@@ -576,7 +578,7 @@ func (b *Backend) monitor() {
 		misses++
 		b.metrics.heartbeatMisses.Inc()
 		b.lg.Debug("heartbeat missed", zap.String("endpoint", s.endpoint), zap.Int("misses", misses),
-			zap.Duration("late", late), zap.Error(err))
+			zap.Duration("late", late), zap.Duration("silent", b.silentFor(s)), zap.Error(err))
 		polled := v == noQuorum && b.cfg.Member == nil
 		if polled {
 			if ep := b.quorumElsewhere(s); ep != "" {
@@ -589,7 +591,8 @@ func (b *Backend) monitor() {
 		if misses < b.cfg.HeartbeatFailures {
 			continue
 		}
-		reason := fmt.Sprintf("%d heartbeats missed: %v", misses, err)
+		reason := fmt.Sprintf("%d heartbeats missed: %v (the bridge held up to %v, silent for %v)", misses, err,
+			late.Round(time.Millisecond), b.silentFor(s).Round(time.Millisecond))
 		if polled {
 			switch {
 			case quorumSeen >= min(2, b.cfg.HeartbeatFailures):
@@ -617,7 +620,32 @@ func (b *Backend) monitor() {
 // elect a leader: s has been without a good heartbeat for fewer than
 // excuseLimit heartbeats.
 func (b *Backend) mayDefer(s *session) bool {
-	return b.silentFor(s) < excuseLimit*(b.cfg.HeartbeatInterval+b.cfg.HeartbeatTimeout)
+	return b.excuseLeft(s) > 0
+}
+
+// excuseLeft is how long s may still go without a good heartbeat before
+// excuses end: excuseLimit heartbeats of silence, less the silence so far.
+func (b *Backend) excuseLeft(s *session) time.Duration {
+	return excuseLimit*(b.cfg.HeartbeatInterval+b.cfg.HeartbeatTimeout) - b.silentFor(s)
+}
+
+// checkTimeout is the deadline of a check, given the heartbeat timeout,
+// how long this process was held during the last check (held), and how
+// long excuses still last (left). A process held for more than a quarter
+// of the timeout (see lagMeter) reads a member's answer that much later:
+// ten thousand watchers woken by one event keep the goroutine that reads
+// it waiting its turn to run for a second or more, on a busy machine,
+// while the member answered in a millisecond. Such a check gets the time
+// the process was held on top of the timeout, so that the answer can be
+// read; without it every check times out, each excused, until excuses
+// end and a member that answers is declared lost. The extra time ends
+// when excuses do: a silent member is declared lost within the same
+// bounds as before, and a bridge that runs on time gets the timeout.
+func checkTimeout(timeout, held, left time.Duration) time.Duration {
+	if held <= timeout/lateShare {
+		return timeout
+	}
+	return max(timeout, min(timeout+held, left))
 }
 
 // silentFor is how long s has gone without a good heartbeat.
@@ -646,10 +674,10 @@ func (b *Backend) excused(s *session, late time.Duration) bool {
 	return late > b.cfg.HeartbeatTimeout/lateShare && b.mayDefer(s)
 }
 
-// check runs one heartbeat on s, bounded by the heartbeat timeout, and
-// reports the longest this process was held while it was in flight.
-func (b *Backend) check(s *session) (time.Duration, verdict, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.HeartbeatTimeout)
+// check runs one heartbeat on s, bounded by timeout, and reports the
+// longest this process was held while it was in flight.
+func (b *Backend) check(s *session, timeout time.Duration) (time.Duration, verdict, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, timeout)
 	defer cancel()
 	var (
 		v    verdict
