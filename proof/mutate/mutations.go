@@ -280,6 +280,18 @@ var mutations = []Mutation{
 		Test:    "go test -count=1 -run ^TestPacedMeterSeesGoroutinesQueued$ ./v3backend/",
 	},
 	{
+		Name: "held-check-gets-no-extra-time", File: "v3backend/session.go",
+		What: "a check on a bridge held longer than the timeout gets only the timeout, so its answer is never read in time",
+		Find: "\treturn max(timeout, min(timeout+held, left))\n", Replace: "\treturn timeout\n",
+		Test: "go test -count=1 -run ^TestALateBridgeReadsALateAnswer$ ./v3backend/",
+	},
+	{
+		Name: "held-check-outlasts-excuses", File: "v3backend/session.go",
+		What: "a check on a held bridge gets extra time beyond the end of the excuses",
+		Find: "\treturn max(timeout, min(timeout+held, left))\n", Replace: "\treturn timeout + held\n",
+		Test: "go test -count=1 -run ^TestCheckTimeout$ ./v3backend/",
+	},
+	{
 		Name: "lose-does-not-cancel", File: "v3backend/session.go",
 		What: "a lost session's requests and watches are not cancelled",
 		Find: "\ts.cancel()\n\tb.wg.Add(1)\n", Replace: "\tb.wg.Add(1)\n",
