@@ -195,7 +195,7 @@ func childLogger(path string) (*zap.Logger, func(), error) {
 	if path == "" {
 		return zap.NewNop(), func() {}, nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, nil, err
 	}
