@@ -341,8 +341,10 @@ func TestAHungHeartbeatIsAMissAfterItsTimeout(t *testing.T) {
 	// before the member answers, and count misses the test did not cause.
 	const timeout = time.Second
 	m1, m2 := startFakeMember(t, serving), startFakeMember(t, notServing)
-	b := newMonitored(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
-		HeartbeatFailures: 2, DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
+	// A bridge that runs on time (a held one gives a check more time; see
+	// TestALateBridgeReadsALateAnswer).
+	b := newMonitoredLag(t, Config{HeartbeatInterval: 10 * time.Millisecond, HeartbeatTimeout: timeout,
+		HeartbeatFailures: 2, DialTimeout: 2 * time.Second}, &fakeLag{}, m1.ep, m2.ep)
 	if b.Endpoint() != m1.ep {
 		t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
 	}
