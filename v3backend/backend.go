@@ -199,6 +199,10 @@ type Backend struct {
 	// bugsLogged holds the members ("endpoint version") whose known bug
 	// was logged (checkVersion), so each is logged once.
 	bugsLogged sync.Map
+	// listsFromMemory holds, by endpoint, whether the member's release
+	// answers a linearizable member list from memory, as last read
+	// (checkVersion): quorumCheck decides its question by it.
+	listsFromMemory sync.Map
 
 	// mu guards the fields below it. It is never held while another lock
 	// is taken, nor across a backend call.

@@ -6,7 +6,8 @@ package v3backend
 // answer the calls a session makes of a member (the heartbeat's member
 // list and status, and the count-only read that admits it) and can be told
 // to fail, to hang, or to answer as a member cut off from its peers or
-// behind in applying.
+// behind in applying. A member of etcd 3.4 answers its member list from
+// memory, and its heartbeat is a linearizable read.
 // No etcd member runs, so these run in make unit.
 
 import (
@@ -18,6 +19,7 @@ import (
 	"os/exec"
 	"runtime"
 	runtimemetrics "runtime/metrics"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,28 +68,41 @@ type fakeMember struct {
 	etcdserverpb.UnimplementedClusterServer
 	etcdserverpb.UnimplementedMaintenanceServer
 	etcdserverpb.UnimplementedKVServer
-	ep string
+	ep      string
+	version string // the release its status claims ("": none); "3.4.x" answers its member list from memory
 
 	// mu guards the fields below.
-	mu        sync.Mutex
-	mode      memberMode
-	failNext  int             // checks still to fail (as a broken member) before mode applies again
-	delay     time.Duration   // how long a serving member takes to answer a check
-	served    int             // checks answered
-	checks    int             // checks received
-	statuses  int             // status requests received
-	deadlines []time.Duration // time left to each hung check when it arrived
+	mu       sync.Mutex
+	mode     memberMode
+	failNext int           // checks still to fail (as a broken member) before mode applies again
+	delay    time.Duration // how long a serving member takes to answer a check
+	thenAt   int           // the check (by count) from which then applies (0: none)
+	then     memberMode
+	// unknownNext: hung checks still to end with etcd 3.4's own answer to
+	// a passed deadline (codes.Unknown), just before the caller's.
+	unknownNext int
+	served      int             // checks answered
+	checks      int             // checks received
+	statuses    int             // status requests received
+	deadlines   []time.Duration // time left to each hung check when it arrived
 }
 
 // startFakeMember serves a fake member on a loopback port until the test
 // ends.
 func startFakeMember(t *testing.T, mode memberMode) *fakeMember {
 	t.Helper()
+	return startFakeRelease(t, mode, "")
+}
+
+// startFakeRelease is startFakeMember of a member whose status claims etcd
+// release version.
+func startFakeRelease(t *testing.T, mode memberMode, version string) *fakeMember {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeMember{ep: "http://" + ln.Addr().String(), mode: mode}
+	f := &fakeMember{ep: "http://" + ln.Addr().String(), mode: mode, version: version}
 	srv := grpc.NewServer()
 	healthpb.RegisterHealthServer(srv, f)
 	etcdserverpb.RegisterClusterServer(srv, f)
@@ -105,22 +120,51 @@ func startFakeMember(t *testing.T, mode memberMode) *fakeMember {
 	return f
 }
 
+// listFromMemory tells a member of etcd 3.4, which answers a linearizable
+// member list from memory: its heartbeat is a linearizable read.
+func (f *fakeMember) listFromMemory() bool { return strings.HasPrefix(f.version, "3.4.") }
+
 // MemberList is the heartbeat: it must ask for a linearizable answer from
-// a member that has a leader.
+// a member that has a leader. A member of etcd 3.4 answers from memory
+// whatever its quorum, unless it does not answer at all.
 func (f *fakeMember) MemberList(ctx context.Context, r *etcdserverpb.MemberListRequest) (*etcdserverpb.MemberListResponse, error) {
+	if f.listFromMemory() {
+		f.mu.Lock()
+		mode := f.mode
+		f.mu.Unlock()
+		if mode == hanging {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return &etcdserverpb.MemberListResponse{Header: &etcdserverpb.ResponseHeader{ClusterId: 1, MemberId: 2,
+			RaftTerm: 3}}, nil
+	}
+	if !r.Linearizable {
+		return nil, fmt.Errorf("heartbeat: linearizable %v", r.Linearizable)
+	}
+	return check(ctx, f, &etcdserverpb.MemberListResponse{Header: &etcdserverpb.ResponseHeader{ClusterId: 1,
+		MemberId: 2, RaftTerm: 3}})
+}
+
+// check answers a heartbeat, which must require a leader, as the member's
+// mode says, with ok when it serves.
+func check[R any](ctx context.Context, f *fakeMember, ok *R) (*R, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if !r.Linearizable || len(md.Get(rpctypes.MetadataRequireLeaderKey)) == 0 {
-		return nil, fmt.Errorf("heartbeat: linearizable %v, require-leader %q", r.Linearizable,
-			md.Get(rpctypes.MetadataRequireLeaderKey))
+	if len(md.Get(rpctypes.MetadataRequireLeaderKey)) == 0 {
+		return nil, fmt.Errorf("heartbeat: require-leader %q", md.Get(rpctypes.MetadataRequireLeaderKey))
 	}
 	f.mu.Lock()
 	f.checks++
+	if f.thenAt > 0 && f.checks >= f.thenAt {
+		f.mode, f.thenAt = f.then, 0
+	}
 	mode := f.mode
 	if f.failNext > 0 {
 		f.failNext--
 		f.mu.Unlock()
 		return nil, status.Error(codes.Internal, "a broken member")
 	}
+	unknown := false
 	if mode == hanging || mode == cutOff || mode == cutOffLeader || mode == newLeader || mode == behind ||
 		mode == stalled {
 		left := time.Duration(-1)
@@ -128,6 +172,10 @@ func (f *fakeMember) MemberList(ctx context.Context, r *etcdserverpb.MemberListR
 			left = time.Until(d)
 		}
 		f.deadlines = append(f.deadlines, left)
+		unknown = f.unknownNext > 0
+		if unknown {
+			f.unknownNext--
+		}
 	}
 	delay := f.delay
 	f.mu.Unlock()
@@ -145,13 +193,19 @@ func (f *fakeMember) MemberList(ctx context.Context, r *etcdserverpb.MemberListR
 	}
 	switch mode {
 	case hanging, cutOff, cutOffLeader, newLeader, behind, stalled:
+		if d, has := ctx.Deadline(); unknown && has {
+			select { // the member's own timer, a moment ahead of the caller's
+			case <-ctx.Done():
+			case <-time.After(time.Until(d) - 20*time.Millisecond):
+			}
+			return nil, status.Error(codes.Unknown, context.DeadlineExceeded.Error())
+		}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	case notServing:
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
-	return &etcdserverpb.MemberListResponse{Header: &etcdserverpb.ResponseHeader{ClusterId: 1, MemberId: 2, RaftTerm: 3}},
-		nil
+	return ok, nil
 }
 
 func (f *fakeMember) Status(ctx context.Context, _ *etcdserverpb.StatusRequest) (*etcdserverpb.StatusResponse, error) {
@@ -159,6 +213,14 @@ func (f *fakeMember) Status(ctx context.Context, _ *etcdserverpb.StatusRequest) 
 	f.statuses++
 	mode := f.mode
 	f.mu.Unlock()
+	st, err := f.status(ctx, mode)
+	if st != nil {
+		st.Version = f.version
+	}
+	return st, err
+}
+
+func (f *fakeMember) status(ctx context.Context, mode memberMode) (*etcdserverpb.StatusResponse, error) {
 	switch mode {
 	case cutOff:
 		return &etcdserverpb.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: 2}, Leader: 7, RaftIndex: 40,
@@ -196,14 +258,36 @@ func (f *fakeMember) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) 
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
-func (f *fakeMember) Range(context.Context, *etcdserverpb.RangeRequest) (*etcdserverpb.RangeResponse, error) {
-	return &etcdserverpb.RangeResponse{Header: &etcdserverpb.ResponseHeader{ClusterId: 1, MemberId: 2, RaftTerm: 3}}, nil
+// Range answers a serializable read (the one that admits a member) from
+// memory; a linearizable one is the heartbeat of a member of etcd 3.4.
+func (f *fakeMember) Range(ctx context.Context, r *etcdserverpb.RangeRequest) (*etcdserverpb.RangeResponse, error) {
+	ok := &etcdserverpb.RangeResponse{Header: &etcdserverpb.ResponseHeader{ClusterId: 1, MemberId: 2, RaftTerm: 3}}
+	if r.Serializable || !f.listFromMemory() {
+		return ok, nil
+	}
+	return check(ctx, f, ok)
 }
 
 func (f *fakeMember) set(mode memberMode, failNext int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.mode, f.failNext = mode, failNext
+	f.mode, f.failNext, f.thenAt = mode, failNext, 0
+}
+
+// setThen puts the member in mode for its next n checks (and the status
+// asked meanwhile), then in then.
+func (f *fakeMember) setThen(mode memberMode, n int, then memberMode) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mode, f.failNext, f.thenAt, f.then = mode, 0, f.checks+n+1, then
+}
+
+// answerUnknown makes the next n hung checks end as etcd 3.4 ends a read
+// whose deadline passed.
+func (f *fakeMember) answerUnknown(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unknownNext = n
 }
 
 func (f *fakeMember) stats() (served int, deadlines []time.Duration) {

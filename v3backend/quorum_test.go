@@ -67,6 +67,43 @@ func TestACutOffLeaderIsLeftAtOnce(t *testing.T) {
 	waitUntil(t, "the bridge moved to the member with a quorum", func() bool { return b.Endpoint() == m2.ep })
 }
 
+// TestAnOldMemberCutOffHasNoQuorumElsewhere: polled while the bridge's
+// member has no leader, a member of etcd 3.4 cut off from its peers, which
+// answers its member list from memory, is asked a read, which no quorum
+// confirms: no member has a quorum, and the loss is deferred. So with its
+// release read at connect, and with the member added to the endpoints
+// later (by auto-sync), its release read when first polled.
+func TestAnOldMemberCutOffHasNoQuorumElsewhere(t *testing.T) {
+	for _, later := range []bool{false, true} {
+		t.Run(map[bool]string{false: "read at connect", true: "added later"}[later], func(t *testing.T) {
+			const interval, timeout = 10 * time.Millisecond, 300 * time.Millisecond
+			m1, m2 := startFakeMember(t, serving), startFakeRelease(t, cutOff, "3.4.23")
+			eps := []string{m1.ep, m2.ep}
+			if later {
+				eps = eps[:1]
+			}
+			b := newMonitored(t, Config{HeartbeatInterval: interval, HeartbeatTimeout: timeout, HeartbeatFailures: 2,
+				DialTimeout: 2 * time.Second}, eps...)
+			if b.Endpoint() != m1.ep {
+				t.Fatalf("connected to %q, want the serving %q", b.Endpoint(), m1.ep)
+			}
+			if later {
+				b.mu.Lock()
+				b.eps = []string{m1.ep, m2.ep}
+				b.mu.Unlock()
+			}
+			m1.set(notServing, 0)
+			waitUntil(t, "a loss deferred, and three misses past it (or a loss)", func() bool {
+				return counterValue(t, b.metrics.losses) > 0 ||
+					counterValue(t, b.metrics.deferred) == 1 && counterValue(t, b.metrics.heartbeatMisses) >= 5
+			})
+			if losses := counterValue(t, b.metrics.losses); losses != 0 || b.Endpoint() != m1.ep {
+				t.Fatalf("while no member had a quorum: %v losses, on %q; want 0, on %q", losses, b.Endpoint(), m1.ep)
+			}
+		})
+	}
+}
+
 // TestANewLeaderIsNotDeposed: a member just elected leader, in a new term,
 // that has not confirmed a read yet, is a member without a quorum like
 // any other: kept while no other member has a quorum.
@@ -228,7 +265,15 @@ func TestConnectDoesNotWaitForASilentEndpoint(t *testing.T) {
 // member), connected to the first.
 func onTheFirstOfTwo(t *testing.T, interval, timeout time.Duration) (m1, m2 *fakeMember, b *Backend) {
 	t.Helper()
-	m1, m2 = startFakeMember(t, serving), startFakeMember(t, notServing)
+	return onTheFirstOfTwoReleases(t, interval, timeout, "", "")
+}
+
+// onTheFirstOfTwoReleases is onTheFirstOfTwo with members whose status
+// claims releases v1 and v2.
+func onTheFirstOfTwoReleases(t *testing.T, interval, timeout time.Duration, v1, v2 string) (m1, m2 *fakeMember,
+	b *Backend) {
+	t.Helper()
+	m1, m2 = startFakeRelease(t, serving, v1), startFakeRelease(t, notServing, v2)
 	b = newMonitored(t, Config{HeartbeatInterval: interval, HeartbeatTimeout: timeout, HeartbeatFailures: 2,
 		DialTimeout: 2 * time.Second}, m1.ep, m2.ep)
 	if b.Endpoint() != m1.ep {

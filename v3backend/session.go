@@ -38,9 +38,6 @@ type session struct {
 	// progressBug: the member answers watch progress requests early
 	// (checkVersion); its feeds never ask.
 	progressBug bool
-	// listFromMemory: the member answers a linearizable member list from
-	// memory (checkVersion); its heartbeat reads a key instead.
-	listFromMemory bool
 }
 
 func (s *session) end() {
@@ -105,8 +102,8 @@ const (
 // It carries the require-leader mark, so a member that knows it has no
 // leader fails it at once; a member cut off from its peers, which has not
 // noticed yet, gets no read index confirmed and times out. An etcd older
-// than 3.5 ignores the linearizable field and answers from memory: its
-// session's check reads a key instead (byRead).
+// than 3.5 ignores the linearizable field and answers from memory: the
+// check of such a member reads a key instead (see listFromMemory).
 //
 // A check still unanswered at half its deadline (rare: it takes a
 // millisecond) asks two more questions, so that a timeout tells a member
@@ -123,13 +120,15 @@ const (
 //
 // In the common case it is one call.
 //
-// term is the member's raft term at its last good heartbeat (0: none); the
-// term it answers with is returned. byRead: the member is one that answers
-// the member list from memory (before 3.5), so the check is a linearizable
-// count-only read of the journal key instead, which a quorum confirms on
-// every release: a leader cut off then fails it as a silent one does, not
-// only once it steps down (an election timeout or two later).
-func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client, term uint64, byRead bool) (verdict, uint64, error) {
+// ep is the member's endpoint; term is its raft term at its last good
+// heartbeat (0: none); the term it answers with is returned. A member that
+// answers the member list from memory (before 3.5) is asked a
+// linearizable count-only read of the journal key instead, which a quorum
+// confirms on every release: a leader cut off then fails it as a silent
+// one does, not only once it steps down (an election timeout or two
+// later). The release decides, not the caller: the heartbeat, connect and
+// the poll of the other members ask the same question of the same member.
+func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client, ep string, term uint64) (verdict, uint64, error) {
 	if m := b.cfg.Member; m != nil {
 		select {
 		case <-m.StopNotify():
@@ -144,6 +143,10 @@ func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client, term ui
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return silent, 0, errors.New("v3backend: a heartbeat without a deadline")
+	}
+	byRead, err := b.listFromMemory(ctx, cli, ep)
+	if err != nil {
+		return silent, 0, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -242,6 +245,22 @@ func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client, term ui
 	}
 }
 
+// listFromMemory reports whether the member at ep answers a linearizable
+// member list from memory, as checkVersion last read it; a member never
+// read (one polled by quorumElsewhere before any connect read it) is read
+// now.
+func (b *Backend) listFromMemory(ctx context.Context, cli *clientv3.Client, ep string) (bool, error) {
+	if v, ok := b.listsFromMemory.Load(ep); ok {
+		return v.(bool), nil
+	}
+	if _, err := b.checkVersion(ctx, cli, ep); err != nil {
+		return false, err
+	}
+	v, _ := b.listsFromMemory.Load(ep) // stored by checkVersion
+	fromMemory, _ := v.(bool)
+	return fromMemory, nil
+}
+
 // quorumError reports whether err is etcd's answer that it has no quorum
 // to serve a linearizable request: no leader, a leader change, a timeout.
 func quorumError(err error) bool {
@@ -278,7 +297,7 @@ func (b *Backend) quorumElsewhere(s *session) string {
 				return
 			}
 			defer func() { _ = cli.Close() }()
-			if v, _, _ := b.quorumCheck(ctx, cli, 0, false); v == quorate {
+			if v, _, _ := b.quorumCheck(ctx, cli, ep, 0); v == quorate {
 				found <- ep
 				return
 			}
@@ -368,16 +387,16 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 	}
 	cctx, ccancel := context.WithTimeout(ctx, b.cfg.DialTimeout)
 	defer ccancel()
-	var progressBug, listFromMemory bool
+	var progressBug bool
 	if b.cfg.Member == nil { // the member in this process is this build's etcd
-		progressBug, listFromMemory, err = b.checkVersion(cctx, cli, ep)
+		progressBug, err = b.checkVersion(cctx, cli, ep)
 	}
-	// The release first: a member that answers its member list from
-	// memory (3.4) is checked by a read, as its heartbeat is, or a member
-	// just cut off from its peers, not yet aware of it, would be taken.
+	// The release first: it decides the quorum check's question (a member
+	// that answers its member list from memory, 3.4, would otherwise look
+	// quorate just cut off from its peers, not yet aware of it).
 	var term uint64
 	if err == nil {
-		_, term, err = b.quorumCheck(cctx, cli, 0, listFromMemory)
+		_, term, err = b.quorumCheck(cctx, cli, ep, 0)
 	}
 	if err == nil {
 		var resp *clientv3.GetResponse
@@ -395,7 +414,7 @@ func (b *Backend) tryEndpoint(ctx context.Context, ep string, idx int) (*session
 		return nil, err
 	}
 	s := &session{cli: cli, ctx: sctx, cancel: cancel, endpoint: ep, index: idx, started: time.Now(),
-		progressBug: progressBug, listFromMemory: listFromMemory}
+		progressBug: progressBug}
 	s.lastOK.Store(time.Now().UnixNano())
 	s.term.Store(term)
 	return s, nil
@@ -687,7 +706,7 @@ func (b *Backend) check(s *session, timeout time.Duration) (time.Duration, verdi
 	done := make(chan struct{})
 	go func() { // waited for below; the deadline bounds it
 		defer close(done)
-		v, term, err = b.quorumCheck(ctx, s.cli, s.term.Load(), s.listFromMemory)
+		v, term, err = b.quorumCheck(ctx, s.cli, s.endpoint, s.term.Load())
 	}()
 	late := b.lag.wait(done)
 	if v == quorate {

@@ -32,15 +32,15 @@ var progressBugFixed = map[[2]int]int{{3, 4}: 25, {3, 5}: 8}
 
 // checkVersion reads the member's release (Maintenance Status) and refuses
 // one older than MinVersion. It reports whether the member answers progress
-// requests early (progressBugFixed): its feeds then never ask; and whether
-// it answers a linearizable member list from memory (before 3.5): its
-// heartbeat then reads a key (quorumCheck). The first
+// requests early (progressBugFixed): its feeds then never ask. It notes
+// whether the member answers a linearizable member list from memory
+// (before 3.5), which quorumCheck then asks by a read of a key. The first
 // time it sees a member whose known bug the bridge works around, it says so
 // at info.
-func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep string) (progressBug, listFromMemory bool, err error) {
+func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep string) (progressBug bool, err error) {
 	st, err := etcdserverpb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &etcdserverpb.StatusRequest{})
 	if err != nil {
-		return false, false, fmt.Errorf("reading the member's version: %w", err)
+		return false, fmt.Errorf("reading the member's version: %w", err)
 	}
 	v, err := parseVersion(st.Version)
 	if err != nil {
@@ -51,12 +51,14 @@ func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep str
 			b.lg.Warn("the member's etcd release is unknown; the bridge works around the known bugs of older releases",
 				zap.String("endpoint", ep), zap.Error(err))
 		}
-		return true, false, nil
+		b.listsFromMemory.Store(ep, false)
+		return true, nil
 	}
 	if minV, _ := parseVersion(MinVersion); v.less(minV) {
-		return false, false, fmt.Errorf("%w: the member runs etcd %s; the oldest supported is %s",
+		return false, fmt.Errorf("%w: the member runs etcd %s; the oldest supported is %s",
 			ErrUnsupportedVersion, st.Version, MinVersion)
 	}
+	b.listsFromMemory.Store(ep, v.less(release{3, 5, 0}))
 	if v.hasProgressBug() {
 		if _, seen := b.bugsLogged.LoadOrStore(ep+" "+st.Version, true); !seen {
 			b.lg.Info("this etcd release answers watch progress requests before its watches catch up "+
@@ -65,7 +67,7 @@ func (b *Backend) checkVersion(ctx context.Context, cli *clientv3.Client, ep str
 				zap.String("endpoint", ep), zap.String("version", st.Version))
 		}
 	}
-	return v.hasProgressBug(), v.less(release{3, 5, 0}), nil
+	return v.hasProgressBug(), nil
 }
 
 // release is a release number, major.minor.patch.
