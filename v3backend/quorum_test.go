@@ -67,6 +67,26 @@ func TestACutOffLeaderIsLeftAtOnce(t *testing.T) {
 	waitUntil(t, "the bridge moved to the member with a quorum", func() bool { return b.Endpoint() == m2.ep })
 }
 
+// TestAMembersOwnTimeoutIsATimeout: a cut-off member of etcd 3.4 may end a
+// check whose deadline passed itself, with codes.Unknown, before the
+// bridge's own deadline does: that check is a timeout all the same, whose
+// status tells a member without a quorum, so the other member is asked at
+// each of the two misses and the member is left at the second, with no
+// loss deferred.
+func TestAMembersOwnTimeoutIsATimeout(t *testing.T) {
+	const timeout = time.Second
+	m1, m2, b := onTheFirstOfTwoReleases(t, 10*time.Millisecond, timeout, "3.4.23", "3.4.23")
+	m2.set(serving, 0)
+	m1.answerUnknown(1)
+	m1.set(cutOff, 0)
+	waitUntil(t, "the cut-off member is declared lost", func() bool { return counterValue(t, b.metrics.losses) == 1 })
+	if misses, deferred := counterValue(t, b.metrics.heartbeatMisses), counterValue(t, b.metrics.deferred); misses != 2 ||
+		deferred != 0 {
+		t.Fatalf("%v misses, %v losses deferred; want 2, 0", misses, deferred)
+	}
+	waitUntil(t, "the bridge moved to the member with a quorum", func() bool { return b.Endpoint() == m2.ep })
+}
+
 // TestAnOldMemberCutOffHasNoQuorumElsewhere: polled while the bridge's
 // member has no leader, a member of etcd 3.4 cut off from its peers, which
 // answers its member list from memory, is asked a read, which no quorum

@@ -217,6 +217,9 @@ func (b *Backend) quorumCheck(ctx context.Context, cli *clientv3.Client, ep stri
 			if err == nil {
 				return quorate, a.term, nil
 			}
+			if deadlinePassed(err) {
+				err = status.Error(codes.DeadlineExceeded, "context deadline exceeded (the member's answer)")
+			}
 			if quorumError(err) {
 				return noQuorum, 0, err
 			}
@@ -259,6 +262,16 @@ func (b *Backend) listFromMemory(ctx context.Context, cli *clientv3.Client, ep s
 	v, _ := b.listsFromMemory.Load(ep) // stored by checkVersion
 	fromMemory, _ := v.(bool)
 	return fromMemory, nil
+}
+
+// deadlinePassed reports whether err is a member's own answer that the
+// request's deadline passed: etcd 3.4's gRPC server answers a context
+// error with codes.Unknown. The deadline is the caller's, passed on with
+// the request, so the member's timer and the caller's end it at the same
+// moment, and either answer may come first: both are a timeout.
+func deadlinePassed(err error) bool {
+	st := status.Convert(err)
+	return st.Code() == codes.Unknown && st.Message() == context.DeadlineExceeded.Error()
 }
 
 // quorumError reports whether err is etcd's answer that it has no quorum
