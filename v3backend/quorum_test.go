@@ -67,6 +67,23 @@ func TestACutOffLeaderIsLeftAtOnce(t *testing.T) {
 	waitUntil(t, "the bridge moved to the member with a quorum", func() bool { return b.Endpoint() == m2.ep })
 }
 
+// TestACutOffLeaderThatStepsDownIsLeft: a leader that no quorum confirms
+// at one check, and that has stepped down by the next (cut off, it has no
+// leader), is still the member cut off: left after its misses, without
+// waiting for the majority to elect a leader.
+func TestACutOffLeaderThatStepsDownIsLeft(t *testing.T) {
+	const timeout = time.Second
+	m1, m2, b := onTheFirstOfTwo(t, 10*time.Millisecond, timeout)
+	m1.setThen(cutOffLeader, 1, notServing)
+	waitUntil(t, "the cut-off leader is declared lost", func() bool { return counterValue(t, b.metrics.losses) == 1 })
+	if misses, deferred := counterValue(t, b.metrics.heartbeatMisses), counterValue(t, b.metrics.deferred); misses != 2 ||
+		deferred != 0 {
+		t.Fatalf("%v misses, %v losses deferred; want 2, 0", misses, deferred)
+	}
+	m2.set(serving, 0)
+	waitUntil(t, "the bridge moved to the member with a quorum", func() bool { return b.Endpoint() == m2.ep })
+}
+
 // TestAMembersOwnTimeoutIsATimeout: a cut-off member of etcd 3.4 may end a
 // check whose deadline passed itself, with codes.Unknown, before the
 // bridge's own deadline does: that check is a timeout all the same, whose

@@ -541,7 +541,11 @@ func (b *Backend) Endpoint() string {
 // silence at most. Two misses, not one: the other members may be asked
 // just as one of them wins the election, a moment before the bridge's
 // member hears of it. A leader without a quorum is left after its misses:
-// it is cut off, and the majority elects another.
+// it is cut off, and the majority elects another. So is a member found so
+// at an earlier miss of the same run: cut off, a leader steps down an
+// election timeout or two later, and then has no leader (on etcd 3.4,
+// without pre-vote, it campaigns in ever higher terms), but it is still
+// the member cut off, while the majority elects another.
 func (b *Backend) monitor() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.cfg.HeartbeatInterval)
@@ -549,6 +553,7 @@ func (b *Backend) monitor() {
 	var last *session
 	misses := 0
 	deferring := false     // a loss is deferred: no other member had a quorum
+	deposedSeen := false   // a miss since the last good check was deposed
 	quorumSeen := 0        // checks in a row at whose miss another member had a quorum
 	elsewhere := ""        // the last such member
 	var held time.Duration // the longest this process was held during the last check
@@ -561,7 +566,7 @@ func (b *Backend) monitor() {
 			continue
 		}
 		if s != last {
-			last, misses, deferring, quorumSeen, held = s, 0, false, 0, 0
+			last, misses, deferring, deposedSeen, quorumSeen, held = s, 0, false, false, 0, 0
 		}
 		select {
 		case <-b.closeCh:
@@ -576,7 +581,7 @@ func (b *Backend) monitor() {
 		if v == quorate {
 			b.metrics.heartbeat.Observe(time.Since(start).Seconds())
 			s.lastOK.Store(time.Now().UnixNano())
-			misses, quorumSeen = 0, 0
+			misses, deposedSeen, quorumSeen = 0, false, 0
 			if deferring {
 				deferring = false
 				b.lg.Info("etcd v3 backend has a quorum again", zap.String("endpoint", s.endpoint))
@@ -611,7 +616,8 @@ func (b *Backend) monitor() {
 		b.metrics.heartbeatMisses.Inc()
 		b.lg.Debug("heartbeat missed", zap.String("endpoint", s.endpoint), zap.Int("misses", misses),
 			zap.Duration("late", late), zap.Duration("silent", b.silentFor(s)), zap.Error(err))
-		polled := v == noQuorum && b.cfg.Member == nil
+		deposedSeen = deposedSeen || v == deposed
+		polled := v == noQuorum && !deposedSeen && b.cfg.Member == nil
 		if polled {
 			if ep := b.quorumElsewhere(s); ep != "" {
 				quorumSeen++
@@ -625,6 +631,9 @@ func (b *Backend) monitor() {
 		}
 		reason := fmt.Sprintf("%d heartbeats missed: %v (the bridge held up to %v, silent for %v)", misses, err,
 			late.Round(time.Millisecond), b.silentFor(s).Round(time.Millisecond))
+		if deposedSeen && v != deposed {
+			reason += "; an earlier miss found it the leader of its term without a quorum"
+		}
 		if polled {
 			switch {
 			case quorumSeen >= min(2, b.cfg.HeartbeatFailures):
