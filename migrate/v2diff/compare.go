@@ -91,6 +91,10 @@ type Session struct {
 	watches map[*Request]*watchState
 	// Tolerated counts the differences excused, per divergence id.
 	Tolerated map[string]int
+	// apart is how far apart in time the two answers Compare is judging
+	// may have been made (0: unknown, or a few milliseconds): each server
+	// computes an expiration from its own moment.
+	apart time.Duration
 }
 
 // life is one file at a key, from the write that created it to its removal:
@@ -447,6 +451,8 @@ var clearedIndexes = regexp.MustCompile(`\[(\d+)/(\d+)\]`)
 func (s *Session) Compare(x *Exchange, sortedListing bool) []Diff {
 	var out []Diff
 	r, b := x.Resp[Ref], x.Resp[Bridge]
+	s.apart = answersApart(r, b)
+	defer func() { s.apart = 0 }()
 	if r.Status != b.Status {
 		out = append(out, Diff{Where: "status", Field: "status", Ref: r.Status, Bridge: b.Status})
 	}
@@ -566,7 +572,7 @@ func (s *Session) diffValue(where, field, nodeKey string, r, b any, code int, so
 			return s.diffIndex(where, field, nodeKey, r, b, false)
 		}
 	case "expiration":
-		return diffExpiration(where, nodeKey, r, b)
+		return diffExpiration(where, nodeKey, r, b, s.apart)
 	case "ttl":
 		return diffTTL(where, nodeKey, r, b)
 	case "key":
@@ -717,7 +723,20 @@ func (s *Session) diffIndex(where, field, nodeKey string, r, b any, exact bool) 
 	return nil
 }
 
-func diffExpiration(where, nodeKey string, r, b any) []Diff {
+// answersApart is the longest time that can lie between the moments two
+// servers made their answers: from the first one's sending to the other's
+// receipt (0 when a time is unknown). Under a slow machine a client that
+// asks one server and then the other gets expirations that far apart.
+func answersApart(r, b *Response) time.Duration {
+	if r == nil || b == nil || r.Sent.IsZero() || r.At.IsZero() || b.Sent.IsZero() || b.At.IsZero() {
+		return 0
+	}
+	return max(b.At.Sub(r.Sent), r.At.Sub(b.Sent), 0)
+}
+
+// diffExpiration compares two expirations: within expirationTolerance of
+// each other, and apart more (see answersApart).
+func diffExpiration(where, nodeKey string, r, b any, apart time.Duration) []Diff {
 	if r == nil && b == nil {
 		return nil
 	}
@@ -731,7 +750,7 @@ func diffExpiration(where, nodeKey string, r, b any) []Diff {
 	if er != nil || eb != nil || !strings.HasSuffix(bs, "Z") || !strings.HasSuffix(rs, "Z") {
 		return []Diff{{Where: where, Field: "expiration", NodeKey: nodeKey, Ref: r, Bridge: b, Note: "format"}}
 	}
-	if d := rt.Sub(bt); math.Abs(float64(d)) > float64(expirationTolerance) {
+	if d := rt.Sub(bt); math.Abs(float64(d)) > float64(expirationTolerance+apart) {
 		return []Diff{{Where: where, Field: "expiration", NodeKey: nodeKey, Ref: r, Bridge: b,
 			Note: fmt.Sprintf("%v apart", d)}}
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCompare checks the normalisation on hand-made answers, without servers.
@@ -88,6 +89,54 @@ func TestCompare(t *testing.T) {
 				{Status: 200, Header: hdr(c.bX), Body: []byte(c.br + "\n")}})
 			var got []string
 			for _, d := range s.Compare(x, c.req.BoolParam("sorted")) {
+				got = append(got, d.Where)
+			}
+			if strings.Join(got, "|") != strings.Join(c.want, "|") {
+				t.Errorf("differences %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// TestExpirationsOfAnswersMadeApart: each server computes an expiration
+// from the moment it made its answer, so answers made up to 900 ms apart
+// (a slow machine: the reference asked first, then the bridge) may differ
+// by that much more than the tolerance, and answers made together may not.
+func TestExpirationsOfAnswersMadeApart(t *testing.T) {
+	req := &Request{Method: "PUT", Path: "/v2/keys/d?value=v&ttl=3600"}
+	body := func(exp string) []byte {
+		return []byte(`{"action":"set","node":{"key":"/d","value":"v","expiration":"` + exp +
+			`","ttl":3600,"modifiedIndex":4,"createdIndex":4}}` + "\n")
+	}
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, c := range []struct {
+		name                       string
+		refSent, refAt, bSent, bAt int // ms
+		bridgeExp                  string
+		want                       []string
+	}{
+		// The reference's expiration is 01:00:00.5 in every case.
+		{"827 ms apart, answers made 900 ms apart", 0, 300, 400, 900, "2030-01-01T01:00:01.327Z", nil},
+		{"827 ms apart, answers made together", 0, 5, 5, 10, "2030-01-01T01:00:01.327Z",
+			[]string{"body.node.expiration"}},
+		{"1.5 s apart, answers made 900 ms apart", 0, 300, 400, 900, "2030-01-01T01:00:02Z",
+			[]string{"body.node.expiration"}},
+		{"827 ms apart, times unknown", 0, 0, 0, 0, "2030-01-01T01:00:01.327Z", []string{"body.node.expiration"}},
+		{"450 ms apart, times unknown", 0, 0, 0, 0, "2030-01-01T01:00:00.95Z", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewSession()
+			s.Idx[Ref].Add(4)
+			s.Idx[Bridge].Add(4)
+			hdr := http.Header{"Content-Type": {"application/json"}, "X-Etcd-Index": {"4"}}
+			r := &Response{Status: 201, Header: hdr, Body: body("2030-01-01T01:00:00.5Z")}
+			b := &Response{Status: 201, Header: hdr, Body: body(c.bridgeExp)}
+			if c.refAt != 0 {
+				r.Sent, r.At, b.Sent, b.At = at(c.refSent), at(c.refAt), at(c.bSent), at(c.bAt)
+			}
+			var got []string
+			for _, d := range s.Compare(NewExchange([2]*Request{req, req}, [2]*Response{r, b}), false) {
 				got = append(got, d.Where)
 			}
 			if strings.Join(got, "|") != strings.Join(c.want, "|") {

@@ -374,7 +374,7 @@ func sameNode(where string, want, got map[string]any, partial bool) string {
 		case "ttl":
 			same = len(diffTTL("", "", w, g)) == 0
 		case "expiration":
-			same = len(diffExpiration("", "", w, g)) == 0
+			same = len(diffExpiration("", "", w, g, 0)) == 0
 		case "modifiedIndex", "createdIndex":
 			wi, _ := NumField(want, f)
 			gi, _ := NumField(got, f)
