@@ -9,6 +9,7 @@ package v3backend
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -365,6 +366,55 @@ func TestReadsAndWritesWhenTheMirrorCannotSay(t *testing.T) {
 	}
 	if _, valid := b.mirror.Rev(); valid {
 		t.Fatal("the mirror became valid again during the test")
+	}
+}
+
+// TestABackendReadShowsTheMirrorsEventIndexes: keys a v3 transaction
+// wrote in one revision each have an event index of their own, and a read
+// the mirror cannot answer (here: it is not valid) shows them as the mirror
+// does, not as the revision's index.
+func TestABackendReadShowsTheMirrorsEventIndexes(t *testing.T) {
+	b := newBackend(t, startMember(t, nil), nil)
+	ctx := context.Background()
+	s, err := b.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpPut(b.layout.DataKey("/m/a"), "1"),
+		clientv3.OpPut(b.layout.DataKey("/m/b"), "2")).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := resp.Header.Revision
+	if !b.mirror.waitFor(ctx, rev, 10*time.Second, b.nudge) {
+		t.Fatalf("the mirror did not reach revision %d", rev)
+	}
+	get := func() string {
+		t.Helper()
+		ev, _, err := b.Get(ctx, request(t, "GET", "/m", url.Values{"recursive": {"true"}, "sorted": {"true"}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := json.Marshal(ev.Node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(j)
+	}
+	idx := uint64(translate.Index(rev))
+	want := fmt.Sprintf(`{"key":"/m","dir":true,"nodes":[`+
+		`{"key":"/m/a","value":"1","modifiedIndex":%d,"createdIndex":%d},`+
+		`{"key":"/m/b","value":"2","modifiedIndex":%d,"createdIndex":%d}]}`, idx-1, idx-1, idx, idx)
+	if got := get(); got != want {
+		t.Fatalf("from the mirror:\n%s\nwant\n%s", got, want)
+	}
+	b.mirror.invalidate()
+	reads := counterValue(t, b.metrics.backendReads)
+	if got := get(); got != want {
+		t.Errorf("from the backend:\n%s\nwant the mirror's indexes\n%s", got, want)
+	}
+	if counterValue(t, b.metrics.backendReads) == reads {
+		t.Error("the read was not answered by the backend")
 	}
 }
 

@@ -77,15 +77,23 @@ func getOpts(serializable bool, rev int64, opts ...clientv3.OpOption) []clientv3
 
 // readSnapshot reads a write's snapshot of p at revision rev (0: now) from
 // the backend, in one transaction. Its keys take the event indexes the
-// mirror keeps for them (mirror.fillIndexes), once the mirror has their
-// versions (a moment at most, when it is valid): a write decided on it
-// answers with the prevNode and createdIndex its watchers see, which are
-// decoded on the mirror.
+// mirror keeps for them (fillIndexes): a write decided on it answers with
+// the prevNode and createdIndex its watchers see, which are decoded on the
+// mirror.
 func (b *Backend) readSnapshot(ctx context.Context, s *session, p string, withSeq bool, rev int64) (*translate.Snapshot, error) {
 	lists, at, err := b.readBackend(ctx, s, b.layout.SnapshotReads(p, withSeq), true, rev, true)
 	if err != nil {
 		return nil, err
 	}
+	b.fillIndexes(ctx, lists)
+	return b.layout.NewSnapshot(p, at, withSeq, firsts(lists)), nil
+}
+
+// fillIndexes gives the keys of lists, read from the backend, the event
+// indexes the mirror keeps for them (mirror.fillIndexes), once the mirror
+// has their versions: it waits mirrorWait at most for that, when the
+// mirror is valid.
+func (b *Backend) fillIndexes(ctx context.Context, lists [][]*translate.KV) {
 	var newest int64
 	for _, l := range lists {
 		for _, kv := range l {
@@ -96,7 +104,6 @@ func (b *Backend) readSnapshot(ctx context.Context, s *session, p string, withSe
 		b.mirror.waitFor(ctx, newest, mirrorWait, b.nudge)
 	}
 	b.mirror.fillIndexes(lists)
-	return b.layout.NewSnapshot(p, at, withSeq, firsts(lists)), nil
 }
 
 // mirroredSnapshot takes a write's snapshot of p from the mirror once it has
@@ -192,7 +199,8 @@ const mirrorWait = 100 * time.Millisecond
 // readMirrored answers reads from the mirror once it has every write this
 // bridge acknowledged (linearizable: every write committed before the read
 // began, learnt by one cheap linearizable read), and from the backend when
-// the mirror cannot say. ttlDirs' reads follow reads' where a TTL
+// the mirror cannot say, its keys given the mirror's event indexes
+// (fillIndexes). ttlDirs' reads follow reads' where a TTL
 // directory record may answer them: always on the backend, on the mirror
 // only while it holds one (readWithTTLDirs).
 func (b *Backend) readMirrored(ctx context.Context, s *session, reads []translate.Read, linearizable bool, ttlDirs func() []translate.Read) ([][]*translate.KV, int64, error) {
@@ -212,7 +220,12 @@ func (b *Backend) readMirrored(ctx context.Context, s *session, reads []translat
 		}
 	}
 	b.metrics.backendReads.Inc()
-	return b.readBackend(ctx, s, append(slices.Clip(reads), ttlDirs()...), !linearizable, 0, false)
+	lists, rev, err := b.readBackend(ctx, s, append(slices.Clip(reads), ttlDirs()...), !linearizable, 0, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	b.fillIndexes(ctx, lists)
+	return lists, rev, nil
 }
 
 // readBackend reads in one read-only transaction (at revision rev if > 0;

@@ -231,6 +231,12 @@ var mutations = []Mutation{
 		Test: "go test -count=1 -run ^TestMirrorReloadKeepsEventIndexes$ ./v3backend/",
 	},
 	{
+		Name: "backend-read-forgets-indexes", File: "v3backend/request.go",
+		What: "a read the mirror cannot answer shows keys of a several-event revision with the revision's index",
+		Find: "\tb.fillIndexes(ctx, lists)\n\treturn lists, rev, nil\n", Replace: "\treturn lists, rev, nil\n",
+		Test: "go test -count=1 -run ^TestABackendReadShowsTheMirrorsEventIndexes$ ./v3backend/",
+	},
+	{
 		Name: "history-feed-without-prevkv", File: "v3backend/feed.go",
 		What: "the history (replay) feed is opened without previous values",
 		Find: "\t\topts = append(opts, clientv3.WithPrevKV())\n",
