@@ -438,7 +438,7 @@ func (f *feed) decode(g []*clientv3.Event) hub.Batch {
 	if f.shared {
 		f.b.mirror.fillPrev(v3evs)
 	}
-	leased := leasedKVs(v3evs)
+	leased := leasedKVs(f.b.layout, v3evs)
 	evs, sweeps := f.b.decodeRevision(f.s, rev, v3evs, leased)
 	if f.shared {
 		// Applied once decoded, so the keys keep their events' indexes
@@ -584,14 +584,26 @@ func toV3Events(g []*clientv3.Event) []translate.V3Event {
 }
 
 // leasedKVs lists the key-values of a revision's events (and their previous
-// values) that carry a lease.
-func leasedKVs(evs []translate.V3Event) []*translate.KV {
+// values) whose leases the decoded events show: the data keys and directory
+// markers that carry one. Other keys' leases are never looked up: a journal
+// record's, above all, is on a journal lease, which has no lease record and
+// is in no cache, so resolving it would cost the feed round trips in every
+// revision a bridge wrote, and the mirror would trail the writes.
+func leasedKVs(l translate.Layout, evs []translate.V3Event) []*translate.KV {
 	var leased []*translate.KV
+	shown := func(kv *translate.KV) bool {
+		if kv == nil || kv.Lease == 0 {
+			return false
+		}
+		_, data := l.PathOfData(kv.Key)
+		_, marker := l.PathOfMarker(kv.Key)
+		return data || marker
+	}
 	for i := range evs {
-		if p := evs[i].Prev; p != nil && p.Lease != 0 {
+		if p := evs[i].Prev; shown(p) {
 			leased = append(leased, p)
 		}
-		if evs[i].KV.Lease != 0 {
+		if shown(&evs[i].KV) {
 			leased = append(leased, &evs[i].KV)
 		}
 	}

@@ -33,6 +33,12 @@ var scopeMutations = []Mutation{
 		Test: "go test -short -count=1 ./translate/",
 	},
 	{
+		Name: "feed-resolves-journal-leases", File: "v3backend/feed.go",
+		What: "the feed looks up the lease of every leased key of a revision, journal records' too (round trips per write)",
+		Find: "return data || marker", Replace: "return data || marker || kv.Lease != 0",
+		Test: "go test -count=1 -run ^TestDecodingABridgeWriteLooksUpNoJournalLease$ ./v3backend/",
+	},
+	{
 		Name: "scope-serves-siblings", File: "translate/scope.go",
 		What: "a served /coreos.com/network also serves /coreos.com/network-backup (a plain string prefix)",
 		Find: "return dir == \"/\" || p == dir || strings.HasPrefix(p, dir+\"/\")", Replace: "return dir == \"/\" || strings.HasPrefix(p, dir)",
