@@ -60,8 +60,15 @@ func TestTTLWritesShareLeases(t *testing.T) {
 // sooner than their TTL and at most the sharing window (plus the bridge's
 // expiry check) later; a key written again moves to another lease without keeping
 // the others alive; the TTL shown right after a write is the one asked for.
+// So too on a bridge serving a subtree, which watches no lease record.
 func TestSharedLeasesKeepEveryKeysExpiry(t *testing.T) {
-	e := newEnv(t, v2bridgetest.Options{})
+	for _, o := range []v2bridgetest.Options{{}, {Served: []string{"/ex"}}} {
+		t.Run(fmt.Sprintf("serving %v", o.Served), func(t *testing.T) { sharedLeasesKeepEveryKeysExpiry(t, o) })
+	}
+}
+
+func sharedLeasesKeepEveryKeysExpiry(t *testing.T, o v2bridgetest.Options) {
+	e := newEnv(t, o)
 	const ttl = 3 * time.Second
 	expired := map[string]chan time.Time{}
 	for _, k := range []string{"/ex/b", "/ex/c"} {

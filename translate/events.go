@@ -37,15 +37,38 @@ type V3Event struct {
 // leaves one record per write at JournalSlotKey, each after that write's own
 // changes: the revision is decoded write by write, each part ending at its
 // record and checked against it alone.
+//
+// Bridges put each write's record at RecordKey, its place in the
+// transaction in it; those of the release before, at JournalKey or its
+// slots. A revision is decoded from the former when it has any.
 func (l Layout) DecodeRevision(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string, forged bool) {
+	var records int
+	place := 0
 	for i := range evs {
-		if l.isJournalSlot(evs[i].KV.Key) {
-			return l.decodeBatch(rev, evs, ls, now)
+		if l.isRecordKey(evs[i].KV.Key) && !evs[i].Delete {
+			records++
+			var j Journal
+			if decodeJournal(evs[i].KV.Value, &j) == nil {
+				place = max(place, j.Place)
+			}
 		}
 	}
+	if place > 0 || records > 1 {
+		return l.decodeBatch(rev, evs, ls, now, l.isRecordKey, func(_ string, j *Journal) int { return j.Place })
+	}
 	jk := l.JournalKey()
+	isRecord := func(key string) bool { return key == jk }
+	if records == 1 {
+		isRecord = l.isRecordKey
+	} else {
+		for i := range evs {
+			if l.isJournalSlot(evs[i].KV.Key) {
+				return l.decodeBatch(rev, evs, ls, now, l.isJournalSlot, func(key string, _ *Journal) int { return slotPlace(key) })
+			}
+		}
+	}
 	for i := range evs {
-		if evs[i].KV.Key != jk || evs[i].Delete {
+		if !isRecord(evs[i].KV.Key) || evs[i].Delete {
 			continue
 		}
 		j, use, f := l.readRecord(evs[i].KV.Value, evs)
@@ -92,31 +115,39 @@ func (l Layout) readRecord(value []byte, evs []V3Event) (j *Journal, use, forged
 // refresh record in a slot yields nothing; sweeps are never batched, so one
 // there is forged. The parts are found by key, not by the order of the
 // events, which a bridge watching several ranges does not see.
-func (l Layout) decodeBatch(rev int64, evs []V3Event, ls Leases, now time.Time) (out []*Event, sweeps []string, forged bool) {
+//
+// isSlot tells the records' keys; place, a record's place.
+func (l Layout) decodeBatch(rev int64, evs []V3Event, ls Leases, now time.Time,
+	isSlot func(key string) bool, place func(key string, j *Journal) int) (out []*Event, sweeps []string, forged bool) {
 	byRule := func(part []V3Event) {
 		o, sw := l.decodeByRule(rev, part, ls, now)
 		out, sweeps = append(out, o...), append(sweeps, sw...)
 	}
 	type slot struct {
-		rec  V3Event
-		j    *Journal
-		part []V3Event
+		rec   V3Event
+		j     *Journal
+		place int
+		part  []V3Event
 	}
 	var slots []*slot
 	for _, e := range evs {
-		if !l.isJournalSlot(e.KV.Key) || e.Delete {
+		if !isSlot(e.KV.Key) || e.Delete {
 			continue
 		}
 		j := &Journal{}
 		if decodeJournal(e.KV.Value, j) != nil || j.Node == nil {
 			j = nil
 		}
-		slots = append(slots, &slot{rec: e, j: j})
+		s := &slot{rec: e, j: j}
+		if j != nil {
+			s.place = place(e.KV.Key, j)
+		}
+		slots = append(slots, s)
 	}
-	slices.SortStableFunc(slots, func(a, b *slot) int { return cmp.Compare(slotPlace(a.rec.KV.Key), slotPlace(b.rec.KV.Key)) })
+	slices.SortStableFunc(slots, func(a, b *slot) int { return cmp.Compare(a.place, b.place) })
 	var rest []V3Event
 	for _, e := range evs {
-		if l.isJournalSlot(e.KV.Key) {
+		if isSlot(e.KV.Key) {
 			continue
 		}
 		i := slices.IndexFunc(slots, func(s *slot) bool { return s.j != nil && l.slotOf(s.j, e) })
@@ -173,7 +204,7 @@ func slotPlace(key string) int {
 func (l Layout) IsSweep(evs []V3Event) bool {
 	jk := l.JournalKey()
 	for i := range evs {
-		if evs[i].KV.Key != jk || evs[i].Delete {
+		if (evs[i].KV.Key != jk && !l.isRecordKey(evs[i].KV.Key)) || evs[i].Delete {
 			continue
 		}
 		var j Journal

@@ -58,6 +58,10 @@ func (j *Journal) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"dp":`...)
 		b = appendJSONString(b, j.DataPrefix)
 	}
+	if j.Place != 0 {
+		b = append(b, `,"i":`...)
+		b = strconv.AppendInt(b, int64(j.Place), 10)
+	}
 	return append(b, '}'), nil
 }
 
@@ -339,9 +343,24 @@ func fastJournal(data []byte, j *Journal) bool {
 			return false
 		}
 	}
+	if s.lit(`,"i":`) {
+		n, ok := s.num(false)
+		if !ok {
+			return false
+		}
+		if r.Place, ok = atoiOK(n); !ok {
+			return false
+		}
+	}
 	if !s.lit("}") || s.i != len(s.b) {
 		return false
 	}
 	*j = r
 	return true
+}
+
+// atoiOK parses a place in a transaction.
+func atoiOK(n string) (int, bool) {
+	i, err := strconv.Atoi(n)
+	return i, err == nil
 }

@@ -41,7 +41,8 @@ const (
 	markerTag  = "d" // + DataPrefix + p: directory markers
 	seqTag     = "s" // + DataPrefix + p: in-order sequences
 	leaseTag   = "l/"
-	journalTag = "j"
+	journalTag = "j" // the journal of old bridges, read by those serving "/"
+	recordTag  = "J" // + DataPrefix + p: the journal record of p's last write
 	ttlDirTag  = "t" // + DataPrefix + p: directories that carry a TTL
 	ownFileTag = "f" // + DataPrefix + p: files no directory marker vouches for
 	shadowTag  = "shadow/"
@@ -120,15 +121,35 @@ func (l Layout) JournalSlotKey(i int) string {
 	return l.MetaPrefix + journalTag + "/" + strconv.Itoa(i)
 }
 
-// IsJournalKey reports whether key is the journal key or a slot of it.
-func (l Layout) IsJournalKey(key string) bool {
+// RecordKey is where a bridge write of the v2 node p puts its journal
+// record (Journal), on the bridge's journal lease (a record matters only in
+// its own revision): with p's data key and marker, inside the ranges of
+// every served subtree holding p, so a bridge serving others never sees it.
+func (l Layout) RecordKey(p string) string { return l.MetaPrefix + recordTag + l.DataPrefix + p }
+
+// isRecordKey reports whether key is a RecordKey of this data prefix.
+func (l Layout) isRecordKey(key string) bool {
+	rest, ok := strings.CutPrefix(key, l.MetaPrefix)
+	if !ok {
+		return false
+	}
+	rest, ok = strings.CutPrefix(rest, recordTag)
+	return ok && l.inDataSpace(rest)
+}
+
+// IsJournalKey reports whether key is the journal key or a slot of it, or
+// a journal record (RecordKey).
+func (l Layout) IsJournalKey(key string) bool { return l.isOldJournalKey(key) || l.isRecordKey(key) }
+
+// isOldJournalKey reports whether key is the journal key or a slot of it.
+func (l Layout) isOldJournalKey(key string) bool {
 	rest, ok := strings.CutPrefix(key, l.MetaPrefix+journalTag)
 	return ok && (rest == "" || rest[0] == '/')
 }
 
 // isJournalSlot reports whether key is a slot of the journal key.
 func (l Layout) isJournalSlot(key string) bool {
-	return len(key) > len(l.MetaPrefix)+len(journalTag) && l.IsJournalKey(key)
+	return len(key) > len(l.MetaPrefix)+len(journalTag) && l.isOldJournalKey(key)
 }
 
 // PathOfData returns the v2 path of a data key.
@@ -212,9 +233,9 @@ func (l Layout) inDataSpace(key string) bool {
 // Mirrored reports whether key is one the bridge keeps a copy of in memory:
 // a data key, a directory marker, an in-order sequence key, a TTL
 // directory record (those of this data prefix and of the served subtrees,
-// with the data keys and markers of the directories above them) or a lease
-// record. The journal is
-// not: only the watch side reads it, from the events themselves.
+// with the data keys and markers of the directories above them) or, serving
+// the whole tree, a lease record. The journal is not: only the watch side
+// reads it, from the events themselves.
 func (l Layout) Mirrored(key string) bool {
 	if p, ok := l.PathOfData(key); ok {
 		return l.servesOrAbove(p)
@@ -224,7 +245,7 @@ func (l Layout) Mirrored(key string) bool {
 		return false
 	}
 	if strings.HasPrefix(rest, leaseTag) {
-		return true
+		return !l.Scoped() // other tenants' too: a scoped bridge reads its own (leases.go)
 	}
 	if sub, ok := strings.CutPrefix(rest, markerTag); ok {
 		return l.inDataSpace(sub) && l.servesOrAbove(sub[len(l.DataPrefix):])

@@ -314,7 +314,7 @@ func (m *memStore) advance(d time.Duration) {
 		}
 		_, sweeps := m.decode(evs)
 		for _, dir := range sweeps {
-			cmps, ops := m.l.SweepTxn(dir)
+			cmps, ops := m.l.SweepTxn(dir, 0)
 			evs, ok := m.txn(cmps, ops, 0)
 			if !ok {
 				m.t.Fatalf("the sweep of %s: its guard fails after the directory expired", dir)

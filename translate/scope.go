@@ -118,10 +118,9 @@ func exact(k string) KeyRange { return KeyRange{k, k + "\x00"} }
 
 // WatchRanges are the v3 ranges a bridge watches and mirrors: WatchRange
 // when it serves the whole tree. Serving some subtrees, for each one its
-// data keys, markers, sequence keys and TTL directory records, the data
-// key and marker of every directory above it (a write below reads and
-// guards them), and the journal and lease records, which bridges write for
-// every subtree (no other tenant's key is among them).
+// data keys, markers, sequence keys, TTL directory records and journal
+// records, and the data key and marker of every directory above it (a
+// write below reads and guards them): no other tenant's key is among them.
 func (l Layout) WatchRanges() []KeyRange {
 	if !l.Scoped() {
 		s, e := l.WatchRange()
@@ -130,13 +129,12 @@ func (l Layout) WatchRanges() []KeyRange {
 	var rs []KeyRange
 	for _, p := range l.Served {
 		rs = slices.Concat(rs, subtree(l.DataKey(p)), subtree(l.MarkerKey(p)), subtree(l.SeqKey(p)),
-			subtree(l.TTLDirKey(p)))
+			subtree(l.TTLDirKey(p)), subtree(l.RecordKey(p)))
 		for _, a := range Ancestors(p) {
 			rs = append(rs, exact(l.DataKey(a)), exact(l.MarkerKey(a)))
 		}
 	}
-	jk, lk := l.JournalKey(), l.MetaPrefix+leaseTag
-	return disjoint(append(rs, KeyRange{jk, jk + "0"}, KeyRange{lk, PrefixEnd(lk)}))
+	return disjoint(rs)
 }
 
 // disjoint sorts rs and merges the ranges that overlap or touch: a key
@@ -176,9 +174,6 @@ func (l Layout) MirrorHolds(r Read) bool {
 	}
 	if r.End == "" {
 		return l.Mirrored(r.Key)
-	}
-	if start, end := l.LeaseRecordRange(); r.Key == start && r.End == end {
-		return true // every lease record is mirrored
 	}
 	// Snapshot and GET ranges are the data or marker keys below a path.
 	if p, ok := l.PathOfData(r.Key); ok {

@@ -162,6 +162,7 @@ type Op struct {
 	Key, End  string
 	Value     []byte
 	WithLease bool
+	Lease     int64 // a put's own lease (the journal lease), else none or the plan's (WithLease)
 }
 
 // Plan is a v2 write as one v3 transaction: if every Cmp still holds (nothing
@@ -182,6 +183,9 @@ type Plan struct {
 	prevLeased bool
 	// byRule: Bind left the journal record out (decodesByRule).
 	byRule bool
+	// journal is the record Bind put; journalLease, the lease it goes on.
+	journal      Journal
+	journalLease int64
 	// inOrder: a POST's create, named after the index it expects.
 	inOrder bool
 }
@@ -575,6 +579,7 @@ type Journal struct {
 	Refresh    bool   `json:"r,omitempty"`
 	Sweep      bool   `json:"s,omitempty"`
 	DataPrefix string `json:"dp,omitempty"`
+	Place      int    `json:"i,omitempty"` // 1 + its place in a transaction of several journaled writes
 }
 
 func stripValue(n *Node) *Node {
@@ -612,14 +617,34 @@ func (p *Plan) Bind(lease int64, exp time.Time, now time.Time, leaseRecorded boo
 	if p.byRule = p.decodesByRule(); p.byRule {
 		return
 	}
-	j := Journal{Action: p.event.Action, Node: stripValue(p.event.Node), PrevNode: stripValue(p.event.PrevNode),
+	p.journal = Journal{Action: p.event.Action, Node: stripValue(p.event.Node), PrevNode: stripValue(p.event.PrevNode),
 		Refresh: p.Refresh, DataPrefix: p.layout.DataPrefix}
+	b := p.journal.encode()
+	// The record at JournalKey is for bridges of the release before, which
+	// know no other; the next release leaves it out.
+	p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.JournalKey(), Value: b})
+	if p.event.Node != nil {
+		p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.RecordKey(p.event.Node.Key), Value: b, Lease: p.journalLease})
+	}
+}
+
+// encode is the record's JSON.
+func (j *Journal) encode() []byte {
 	b, err := j.appendJSON(make([]byte, 0, 256))
 	if err != nil {
 		b, _ = json.Marshal(j) // what the record always was, even then
 	}
-	p.Ops = append(p.Ops, Op{Type: OpPut, Key: p.layout.JournalKey(), Value: b})
+	return b
 }
+
+// NeedsRecord reports whether the plan, once bound, puts a journal record:
+// its writer then gives SetJournalLease the lease the record goes on first.
+func (p *Plan) NeedsRecord() bool { return !p.decodesByRule() }
+
+// SetJournalLease names the lease Bind puts the journal record on (none
+// when 0): the record matters only in its own revision, and the lease
+// takes it away, so records of the paths written do not pile up.
+func (p *Plan) SetJournalLease(id int64) { p.journalLease = id }
 
 // decodesByRule reports whether a watcher decoding the plan's revision
 // without a journal record (DecodeRevision's rule for v3 clients' writes)
@@ -702,9 +727,17 @@ func (p *Plan) Journaled() bool { return !p.byRule }
 // transaction of several journaled writes.
 func (p *Plan) OpsInSlot(i int) []Op {
 	ops := append([]Op(nil), p.Ops...)
+	if p.byRule {
+		return ops
+	}
+	j := p.journal
+	j.Place = i + 1
 	for k := range ops {
-		if ops[k].Key == p.layout.JournalKey() {
+		switch {
+		case ops[k].Key == p.layout.JournalKey():
 			ops[k].Key = p.layout.JournalSlotKey(i)
+		case j.Node != nil && ops[k].Key == p.layout.RecordKey(j.Node.Key):
+			ops[k].Value = j.encode()
 		}
 	}
 	return ops
@@ -735,7 +768,9 @@ func (p *Plan) ResultAt(idx uint64) *Event {
 // markers and leaves a journal record marked as a sweep, which watchers
 // ignore (the expire event already told them). Bridges racing to sweep the
 // same directory are harmless: the guard lets the first one act.
-func (l Layout) SweepTxn(dir string) ([]Cmp, []Op) {
+//
+// Its journal record goes on journalLease, as a write's (SetJournalLease).
+func (l Layout) SweepTxn(dir string, journalLease int64) ([]Cmp, []Op) {
 	dc, mc := l.DataChildPrefix(dir), l.MarkerChildPrefix(dir)
 	j, _ := json.Marshal(Journal{Action: ActionExpire, Node: &Node{Key: dir, Dir: true}, Sweep: true,
 		DataPrefix: l.DataPrefix}) // plain fields: cannot fail
@@ -744,7 +779,8 @@ func (l Layout) SweepTxn(dir string) ([]Cmp, []Op) {
 		{Type: OpDelete, Key: mc, End: PrefixEnd(mc)},
 	}
 	ops = append(ops, l.deleteTTLDirRecords(dir)...)
-	ops = append(ops, Op{Type: OpPut, Key: l.JournalKey(), Value: j})
+	ops = append(ops, Op{Type: OpPut, Key: l.JournalKey(), Value: j},
+		Op{Type: OpPut, Key: l.RecordKey(dir), Value: j, Lease: journalLease})
 	return []Cmp{{Key: l.MarkerKey(dir), Target: CmpCreate, Result: "=", Value: 0}}, ops
 }
 

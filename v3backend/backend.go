@@ -175,11 +175,13 @@ type Backend struct {
 	metrics *metrics
 	leases  *leaseCache
 	pool    *leasePool // the leases TTL writes share
-	hub     *hub.Hub
-	cur     curRev // shares the current-revision reads of watch requests
-	quorum  curRev // shares the linearizable reads of quorum GETs
-	mirror  *mirror
-	batch   batcher // sends concurrent writes together, in one transaction
+	// journalPool: the leases of journal records (journalTTL)
+	journalPool *leasePool
+	hub         *hub.Hub
+	cur         curRev // shares the current-revision reads of watch requests
+	quorum      curRev // shares the linearizable reads of quorum GETs
+	mirror      *mirror
+	batch       batcher // sends concurrent writes together, in one transaction
 	// shared is the shared feed now open (nil between feeds), for progress
 	// requests.
 	shared atomic.Pointer[feed]
@@ -244,7 +246,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.metrics = newMetrics(cfg.Registry)
 	b.lag = pacedMeter{pace: heartbeatPace(cfg.HeartbeatTimeout)}
 	b.leases = newLeaseCache()
-	b.pool = newLeasePool(cfg.Layout)
+	b.pool = newLeasePool(cfg.Layout, poolWindow, true)
+	b.journalPool = newLeasePool(cfg.Layout, journalWindow, false)
 	b.mirror = newMirror(cfg.Layout)
 	registerMirror(cfg.Registry, b.mirror)
 	b.quorum.linearizable = true

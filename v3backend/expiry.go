@@ -41,7 +41,7 @@ func (b *Backend) expireLeases() {
 	b.everyTick(expiryTick, func(s *session) {
 		now := time.Now()
 		var due []int64
-		for _, id := range b.dueLeases(now) {
+		for _, id := range b.dueLeases(s, now) {
 			if at, ok := tried[id]; !ok || now.Sub(at) >= expiryRetry {
 				tried[id] = now
 				due = append(due, id)
@@ -66,8 +66,14 @@ func (b *Backend) expireLeases() {
 }
 
 // dueLeases lists the leases whose records in the mirror hold an
-// expiration at or before now.
-func (b *Backend) dueLeases(now time.Time) []int64 {
+// expiration at or before now. A bridge serving subtrees watches no lease
+// record (each tenant's bridges write theirs to one range): it takes the
+// leases of the keys it mirrors, their expirations from its lease cache or
+// their records, read once (resolveLeases).
+func (b *Backend) dueLeases(s *session, now time.Time) []int64 {
+	if b.layout.Scoped() {
+		return b.dueServedLeases(s, now)
+	}
 	start, end := b.layout.LeaseRecordRange()
 	lists, _, ok := b.mirror.read([]translate.Read{{Key: start, End: end}}, false)
 	if !ok {
@@ -76,6 +82,47 @@ func (b *Backend) dueLeases(now time.Time) []int64 {
 	var due []int64
 	for _, kv := range lists[0] {
 		if id, exp, ok := b.layout.ParseLeaseRecord(kv); ok && !exp.After(now) {
+			due = append(due, id)
+		}
+	}
+	return due
+}
+
+// dueServedLeases is dueLeases for a bridge serving subtrees.
+func (b *Backend) dueServedLeases(s *session, now time.Time) []int64 {
+	var reads []translate.Read
+	for _, p := range b.layout.Served {
+		reads = append(reads, b.layout.GetReads(p)...)
+	}
+	lists, _, ok := b.mirror.read(reads, false)
+	if !ok {
+		return nil
+	}
+	var ids, unknown []int64
+	for _, kvs := range lists {
+		for _, kv := range kvs {
+			if kv.Lease == 0 || containsID(ids, kv.Lease) {
+				continue
+			}
+			ids = append(ids, kv.Lease)
+			if _, ok := b.leases.get(kv.Lease); !ok {
+				unknown = append(unknown, kv.Lease)
+			}
+		}
+	}
+	ls := translate.Leases{}
+	if len(unknown) > 0 {
+		ctx, cancel := b.reqCtx(b.ctx, s)
+		ls = b.resolveLeases(ctx, s, unknown)
+		cancel()
+	}
+	var due []int64
+	for _, id := range ids {
+		exp, ok := b.leases.get(id)
+		if !ok {
+			exp, ok = ls[id]
+		}
+		if ok && b.leases.granted(id) && !exp.After(now) {
 			due = append(due, id)
 		}
 	}

@@ -94,16 +94,17 @@ func (src hubSource) History(ctx context.Context, from int64, keys []string) (hu
 // and below each of keys (a plain prefix of the key, as a v3 range can only
 // be contiguous), every directory marker (a directory's deletion or expiry
 // reaches the watchers below it and, from history, those whose key it is a
-// plain prefix of) and the journal with its slots (a bridge's delete of a
-// directory that has no marker shows only there), and whatever sorts
+// plain prefix of) and the journal with its slots and records (a bridge's
+// delete of a directory that has no marker shows only there), and whatever sorts
 // between those.
 // Changes a full read would decode into an event for a watcher on one of
 // keys all fall inside: data keys at or below it, markers, and the journal
 // record of a bridge write, whose node names the event.
 func skimRange(l translate.Layout, keys []string) (lo, hi string) {
 	lo, hi = l.MarkerKey("/"), translate.PrefixEnd(l.MarkerKey("/"))
-	jk := l.JournalKey()
+	jk, rk := l.JournalKey(), l.RecordKey("/")
 	lo, hi = min(lo, jk), max(hi, translate.PrefixEnd(jk)) // the journal key and its slots
+	lo, hi = min(lo, rk), max(hi, translate.PrefixEnd(rk)) // the journal records
 	for _, k := range keys {
 		dk := l.DataKey(k)
 		lo, hi = min(lo, dk), max(hi, translate.PrefixEnd(dk))
@@ -437,7 +438,7 @@ func (f *feed) decode(g []*clientv3.Event) hub.Batch {
 	if f.shared {
 		f.b.mirror.fillPrev(v3evs)
 	}
-	leased := leasedKVs(v3evs)
+	leased := leasedKVs(f.b.layout, v3evs)
 	evs, sweeps := f.b.decodeRevision(f.s, rev, v3evs, leased)
 	if f.shared {
 		// Applied once decoded, so the keys keep their events' indexes
@@ -492,8 +493,20 @@ func (b *Backend) sweepOrphans(s *session) {
 // (When another bridge swept first, the compare fails and the header's
 // revision, which follows that sweep, is the one to wait for.)
 func (b *Backend) commitSweep(ctx context.Context, s *session, dir string) int64 {
-	cmps, ops := b.layout.SweepTxn(dir)
-	resp, err := s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit()
+	var resp *clientv3.TxnResponse
+	var ops []translate.Op
+	err := rpctypes.ErrLeaseNotFound
+	for try := 0; try < 2 && errors.Is(err, rpctypes.ErrLeaseNotFound); try++ { // a journal lease revoked: take another
+		var jl clientv3.LeaseID
+		if jl, err = b.journalLease(ctx, s); err != nil {
+			break
+		}
+		var cmps []translate.Cmp
+		cmps, ops = b.layout.SweepTxn(dir, int64(jl))
+		if resp, err = s.cli.Txn(ctx).If(toCmps(cmps)...).Then(toOps(ops, 0)...).Commit(); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			b.journalPool.forget(journalTTL, jl)
+		}
+	}
 	if err != nil {
 		b.lg.Warn("sweeping an expired directory failed", zap.String("dir", dir), zap.Error(err))
 		return 0
@@ -571,14 +584,26 @@ func toV3Events(g []*clientv3.Event) []translate.V3Event {
 }
 
 // leasedKVs lists the key-values of a revision's events (and their previous
-// values) that carry a lease.
-func leasedKVs(evs []translate.V3Event) []*translate.KV {
+// values) whose leases the decoded events show: the data keys and directory
+// markers that carry one. Other keys' leases are never looked up: a journal
+// record's, above all, is on a journal lease, which has no lease record and
+// is in no cache, so resolving it would cost the feed round trips in every
+// revision a bridge wrote, and the mirror would trail the writes.
+func leasedKVs(l translate.Layout, evs []translate.V3Event) []*translate.KV {
 	var leased []*translate.KV
+	shown := func(kv *translate.KV) bool {
+		if kv == nil || kv.Lease == 0 {
+			return false
+		}
+		_, data := l.PathOfData(kv.Key)
+		_, marker := l.PathOfMarker(kv.Key)
+		return data || marker
+	}
 	for i := range evs {
-		if p := evs[i].Prev; p != nil && p.Lease != 0 {
+		if p := evs[i].Prev; shown(p) {
 			leased = append(leased, p)
 		}
-		if evs[i].KV.Lease != 0 {
+		if shown(&evs[i].KV) {
 			leased = append(leased, &evs[i].KV)
 		}
 	}

@@ -28,6 +28,8 @@ import (
 // and the old one goes with whatever is still on it.
 type leasePool struct {
 	layout translate.Layout // where lease records go
+	window time.Duration    // how long after its grant a lease takes new keys (poolWindow)
+	record bool             // whether a grant puts the lease's record (LeaseKey)
 	mu     sync.Mutex       // guards slots
 	slots  map[int64]*poolSlot
 }
@@ -55,9 +57,19 @@ const poolSlack = time.Second
 // whose lease can take no more keys are forgotten.
 const poolMaxSlots = 1024
 
-func newLeasePool(l translate.Layout) *leasePool {
-	return &leasePool{layout: l, slots: map[int64]*poolSlot{}}
+func newLeasePool(l translate.Layout, window time.Duration, record bool) *leasePool {
+	return &leasePool{layout: l, window: window, record: record, slots: map[int64]*poolSlot{}}
 }
+
+// Journal records (translate.Layout.RecordKey) matter only in their own
+// revision: each goes on a lease of journalTTL seconds that takes records
+// for journalWindow (the journal pool), so a path written once does not
+// keep its record, and a grant is made at most every journalWindow. Such a
+// lease has no record: no key it holds is ever served, and etcd expires it.
+const (
+	journalTTL    = 60
+	journalWindow = 30 * time.Second
+)
 
 // pooledLease is the lease a TTL write attaches its key to.
 type pooledLease struct {
@@ -102,7 +114,7 @@ func (p *leasePool) acquire(ctx context.Context, cli *clientv3.Client, ttl int64
 
 		// etcd's longest lease leaves no room for slack: such a lease
 		// takes the keys of the writes that find it just granted only.
-		slack, window := poolSlack, poolWindow
+		slack, window := poolSlack, p.window
 		if ttl > translate.MaxLeaseTTL-int64(slack/time.Second) {
 			slack, window = 0, 0
 		}
@@ -112,7 +124,7 @@ func (p *leasePool) acquire(ctx context.Context, cli *clientv3.Client, ttl int64
 		// poolSlack later.
 		shown := now.Add(time.Duration(ttl)*time.Second + window)
 		recorded := false
-		if err == nil {
+		if err == nil && p.record {
 			// The record goes at once, not with the lease's first writes:
 			// writes that each put it could not share a transaction.
 			// Failing, the writes put it.

@@ -118,7 +118,7 @@ func TestAnExpiredLeasesRecordIsReadAsOfTheRevisionBefore(t *testing.T) {
 			`"prevNode":{"key":"/c","value":"y","modifiedIndex":10000000,"createdIndex":10000000}}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, sweeps := b.decodeRevision(s, c.rev, c.evs, leasedKVs(c.evs))
+			out, sweeps := b.decodeRevision(s, c.rev, c.evs, leasedKVs(l, c.evs))
 			var lines []string
 			for _, ev := range out {
 				lines = append(lines, strings.TrimSuffix(string(ev.JSON()), "\n"))

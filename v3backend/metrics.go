@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		forgedJournals: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_journal_records_ignored_total",
 			Help: "Journal records ignored because they do not match the changes of their revision (forged or corrupt)."}),
 		leaseGrants: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_lease_grants_total",
-			Help: "Leases granted for v2 TTL writes (shared by the writes asking the same TTL within a second)."}),
+			Help: "Leases granted for v2 TTL writes (shared by the writes asking the same TTL within a second) and for journal records."}),
 		mirrorReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_mirror_reads_total",
 			Help: "v2 reads answered from the bridge's copy of its key space."}),
 		backendReads: prometheus.NewCounter(prometheus.CounterOpts{Name: "v2bridge_backend_reads_total",

@@ -422,6 +422,14 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 			lease, exp, recorded = pl.id, pl.shown, pl.recorded
 			b.leases.put(int64(lease), exp)
 		}
+		var journalLease clientv3.LeaseID
+		if plan.NeedsRecord() {
+			var err error
+			if journalLease, err = b.journalLease(ctx, s); err != nil {
+				return nil, err
+			}
+			plan.SetJournalLease(int64(journalLease))
+		}
 		plan.Bind(int64(lease), exp, now, recorded)
 		w := newBatchWrite(plan, lease)
 		if plan.Batchable() && b.batch.max > 1 {
@@ -433,10 +441,11 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		} else {
 			b.batch.sendAlone(ctx, s, w)
 		}
-		if w.err != nil && lease != 0 && errors.Is(w.err, rpctypes.ErrLeaseNotFound) {
-			// The shared lease is gone (revoked by someone else): the
+		if w.err != nil && (lease != 0 || journalLease != 0) && errors.Is(w.err, rpctypes.ErrLeaseNotFound) {
+			// A shared lease is gone (revoked by someone else): the
 			// next attempt takes a new one.
 			b.pool.forget(plan.TTL, lease)
+			b.journalPool.forget(journalTTL, journalLease)
 			continue
 		}
 		if w.err != nil {
@@ -456,6 +465,18 @@ func (b *Backend) write(ctx context.Context, s *session, r *translate.Request, p
 		return plan.ResultAt(translate.EventIndex(w.rev, w.pos, w.n)), nil
 	}
 	return nil, errors.New("v2bridge: write gave up after too many conflicting concurrent writes")
+}
+
+// journalLease is the lease journal records go on now (journalPool).
+func (b *Backend) journalLease(ctx context.Context, s *session) (clientv3.LeaseID, error) {
+	jl, err := b.journalPool.acquire(ctx, s.cli, journalTTL, time.Now())
+	if err != nil {
+		return 0, err
+	}
+	if jl.fresh {
+		b.metrics.leaseGrants.Inc()
+	}
+	return jl.id, nil
 }
 
 // toCmps builds the v3 compares (as clientv3.Compare would, without boxing
@@ -504,6 +525,8 @@ func toOps(ops []translate.Op, lease clientv3.LeaseID) []clientv3.Op {
 			out[i] = clientv3.OpDelete(o.Key)
 		case o.WithLease && lease != 0:
 			out[i] = clientv3.OpPut(o.Key, string(o.Value), clientv3.WithLease(lease))
+		case o.Lease != 0:
+			out[i] = clientv3.OpPut(o.Key, string(o.Value), clientv3.WithLease(clientv3.LeaseID(o.Lease)))
 		default:
 			out[i] = clientv3.OpPut(o.Key, string(o.Value))
 		}

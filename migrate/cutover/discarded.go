@@ -189,7 +189,7 @@ func (o *Options) v3ChangesSince(ctx context.Context, rev int64) ([]Discarded, e
 		byRev := map[int64]bool{} // revisions with a bridge journal record
 		revEvents := map[int64][]translate.V3Event{}
 		for _, ev := range wr.Events {
-			if o.Layout.IsJournalKey(string(ev.Kv.Key)) {
+			if o.Layout.IsJournalKey(string(ev.Kv.Key)) && ev.Type == clientv3.EventTypePut { // not a journal lease's expiry
 				byRev[ev.Kv.ModRevision] = true
 			}
 			te := translate.V3Event{Delete: ev.Type == clientv3.EventTypeDelete,

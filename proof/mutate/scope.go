@@ -9,6 +9,36 @@ func init() { mutations = append(mutations, scopeMutations...) }
 
 var scopeMutations = []Mutation{
 	{
+		Name: "scope-misses-its-journal-records", File: "translate/scope.go",
+		What: "a bridge serving subtrees does not watch their journal records (decodes bridges' writes by rule)",
+		Find: "subtree(l.TTLDirKey(p)), subtree(l.RecordKey(p)))", Replace: "subtree(l.TTLDirKey(p)))",
+		Test: "go test -count=1 -run ^TestScopedAndWholeTreeBridgesShareTheData$ ./integration/",
+	},
+	{
+		Name: "scope-mirrors-other-tenants-leases", File: "translate/layout.go",
+		What: "a bridge serving subtrees mirrors every tenant's lease records",
+		Find: "return !l.Scoped() // other tenants' too", Replace: "return true // other tenants' too",
+		Test: "go test -short -count=1 ./translate/",
+	},
+	{
+		Name: "scope-expirer-idle", File: "v3backend/expiry.go",
+		What: "a bridge serving subtrees revokes no lease: its keys go at etcd's expiry, a second late",
+		Find: "return b.dueServedLeases(s, now)", Replace: "return nil",
+		Test: "go test -count=1 -run ^TestSharedLeasesKeepEveryKeysExpiry$ ./integration/",
+	},
+	{
+		Name: "journal-records-kept", File: "translate/write.go",
+		What: "journal records go on no lease: one is kept for every path ever written",
+		Find: "Value: b, Lease: p.journalLease})", Replace: "Value: b})",
+		Test: "go test -short -count=1 ./translate/",
+	},
+	{
+		Name: "feed-resolves-journal-leases", File: "v3backend/feed.go",
+		What: "the feed looks up the lease of every leased key of a revision, journal records' too (round trips per write)",
+		Find: "return data || marker", Replace: "return data || marker || kv.Lease != 0",
+		Test: "go test -count=1 -run ^TestDecodingABridgeWriteLooksUpNoJournalLease$ ./v3backend/",
+	},
+	{
 		Name: "scope-serves-siblings", File: "translate/scope.go",
 		What: "a served /coreos.com/network also serves /coreos.com/network-backup (a plain string prefix)",
 		Find: "return dir == \"/\" || p == dir || strings.HasPrefix(p, dir+\"/\")", Replace: "return dir == \"/\" || strings.HasPrefix(p, dir)",
