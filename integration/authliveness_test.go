@@ -245,6 +245,7 @@ func bridgeMember(t *testing.T, c *v2bridgetest.Cluster, p *v2bridgetest.BridgeP
 // of its member's loss, whichever member is faulted and however, with v2
 // auth off and on.
 func TestLivenessAuthMovesWithTheSession(t *testing.T) {
+	t.Parallel() // with the other tests that mostly wait: its faults, and the settling after each
 	c := v2bridgetest.StartProcessCluster(t, 3)
 	bin := buildBridge(t)
 	u := v2bridgetest.FreeURL(t)

@@ -19,6 +19,7 @@ import (
 // mode: served from the v2 server (the agent's lease bounds its writes),
 // then from etcd v3 after a cutover, with v2 auth off and on.
 func TestDualModeMovesWithTheSession(t *testing.T) {
+	t.Parallel() // with the other tests that mostly wait: its faults, and the settling after each
 	c := v2bridgetest.StartProcessCluster(t, 3)
 	ref := v2ref.StartT(t, v2ref.Options{})
 	bin := buildBridge(t)
