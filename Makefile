@@ -58,7 +58,10 @@ race:
 # part 223 s before MATRIX_SKIP_ETCD35, 160 s after, at load 16).
 # Left out, for time: TestFailoverBetweenBridges (clients moving between
 # bridges, 30-40 s), TestLivenessFalsePositiveLeaderMoves and
-# TestRegistrationOutlivesManyLeaseTTLs (35 s each). Left out for now:
+# TestRegistrationOutlivesManyLeaseTTLs (35 s each), and
+# TestDualModeMovesWithTheSession (80 s): dual mode hands its clients to
+# the same checked session on every release, whose liveness on each
+# release TestLivenessAuthMovesWithTheSession covers. Left out for now:
 # TestScopedBridgeOnASharedCluster, whose mirror now and then holds none of
 # the keys a fresh bridge just acknowledged, on every version (3.6 too).
 MATRIX_RUN := ^(TestWatchHistory|TestWatchHistoryReplaySkimsAndFollowsAWalker|TestWatchIndexesOverTheWholeRange|$\
@@ -72,7 +75,7 @@ TestScopedAndWholeTreeBridgesShareTheData|TestScopedBridgeRunsWithFlannelsKeysAl
 TestRealClientsThroughAScopedBridgeBesideAChurningRegistry|TestConformance|$\
 TestFreshBridgeAnswersTheFirstEvent|TestFreshBridgeAnswersTheFirstEventAfterFailover|$\
 TestExpiredKeyGoneAfterFreeze|TestFreshBridgesReadBackTheirWrites|TestLivenessAuthMovesWithTheSession|$\
-TestDualModeMovesWithTheSession|TestNewSessionTakesNoMemberCutOffFromItsPeers|$\
+TestNewSessionTakesNoMemberCutOffFromItsPeers|$\
 TestScopedBridgeReceivesNothingOfOtherTenants)$$
 # MATRIX_SKIP_ETCD34: what etcd 3.4.23 fails, for now (a -skip pattern):
 # TestScopedBridgeRunsWithFlannelsKeysAlone: its role grants only the
